@@ -1,0 +1,76 @@
+# Tollgate — see README.md. Every target installs what it needs on a fresh Debian machine.
+SHELL := /bin/bash
+GO    ?= go
+WASM  := build/filter.wasm
+SVC   := build/tollgate-ratelimit
+GW    := build/tollgate-gateway
+export GOFLAGS := -buildvcs=false
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@2025.1.1
+
+.PHONY: all deps redis wasm build test unit e2e demo bench sim fuzz lint check clean
+
+all: build
+
+# Go modules; redis-server from Debian when it is missing (tests and the demo start it themselves).
+deps:
+	@$(GO) mod download
+redis:
+	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null || \
+	  { echo "installing redis-server (apt)"; \
+	    (apt-get update -qq || sudo apt-get update -qq) && \
+	    (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null || \
+	     sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null); }
+	@# Debian starts a system redis on 6379; tests use their own ports, so it is left alone.
+
+wasm: deps
+	@mkdir -p build
+	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o $(WASM) ./filter
+
+build: deps wasm
+	$(GO) build -trimpath -o $(SVC) ./ratelimit/cmd/tollgate-ratelimit
+	$(GO) build -trimpath -o $(GW) ./e2e/cmd/tollgate-gateway
+
+# Everything: unit tests (fuzz seeds included), filter tests against the compiled module,
+# service tests against real Redis and Redis Cluster, and the end-to-end suite.
+test: deps redis build
+	GOOS=wasip1 GOARCH=wasm $(GO) build ./shared/... ./filter/...
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 14m ./...
+
+unit: deps
+	$(GO) test -count=1 ./shared/...
+
+e2e: deps redis build
+	$(GO) test -count=1 -timeout 10m -v ./e2e/...
+
+demo: deps redis build
+	$(GO) run ./e2e/cmd/tollgate-demo
+
+bench: deps redis build
+	$(GO) run ./bench/cmd/tollgate-bench -out BENCHMARKS.md
+
+sim: deps
+	$(GO) run ./bench/cmd/tollgate-sim
+
+FUZZTIME ?= 30s
+fuzz: deps
+	@for p in $$($(GO) list ./shared/... ./ratelimit/...); do \
+	  for f in $$($(GO) test -list 'Fuzz.*' $$p | grep ^Fuzz); do \
+	    echo "== $$p $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$p || exit 1; \
+	  done; done
+
+lint: deps
+	@out=$$(gofmt -l $$(git ls-files '*.go')); [ -z "$$out" ] || { echo "gofmt needed:"; echo "$$out"; exit 1; }
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+# Format, tidy, build shared/ and filter/ for wasip1, lint, and fail if that changed the tree.
+check: deps
+	gofmt -w $$(git ls-files '*.go')
+	$(GO) mod tidy
+	GOOS=wasip1 GOARCH=wasm $(GO) build ./shared/... ./filter/...
+	$(MAKE) lint
+	@git diff --exit-code || { echo "make check changed the tree: commit the result"; exit 1; }
+
+clean:
+	rm -rf build e2e/.run

@@ -1,0 +1,179 @@
+//go:build wasip1
+
+package abi
+
+import "unsafe"
+
+// Host functions (module "env"), with the exact v0.2.1 signatures. Every parameter is
+// i32 (uint32, int32 or a pointer) except the i64 value of proxy_record_metric and the
+// i64 delta of proxy_increment_metric, as the spec declares them.
+
+//go:wasmimport env proxy_log
+func proxyLog(level uint32, msgData *byte, msgSize uint32) uint32
+
+//go:wasmimport env proxy_get_buffer_bytes
+func proxyGetBufferBytes(bufferType, start, maxSize uint32, retData, retSize *uint32) uint32
+
+//go:wasmimport env proxy_get_header_map_pairs
+func proxyGetHeaderMapPairs(mapType uint32, retData, retSize *uint32) uint32
+
+//go:wasmimport env proxy_get_header_map_value
+func proxyGetHeaderMapValue(mapType uint32, keyData *byte, keySize uint32, retData, retSize *uint32) uint32
+
+//go:wasmimport env proxy_add_header_map_value
+func proxyAddHeaderMapValue(mapType uint32, keyData *byte, keySize uint32, valueData *byte, valueSize uint32) uint32
+
+//go:wasmimport env proxy_replace_header_map_value
+func proxyReplaceHeaderMapValue(mapType uint32, keyData *byte, keySize uint32, valueData *byte, valueSize uint32) uint32
+
+//go:wasmimport env proxy_send_local_response
+func proxySendLocalResponse(statusCode uint32, detailsData *byte, detailsSize uint32,
+	bodyData *byte, bodySize uint32, headersData *byte, headersSize uint32, grpcStatus int32) uint32
+
+//go:wasmimport env proxy_get_shared_data
+func proxyGetSharedData(keyData *byte, keySize uint32, retData, retSize, retCas *uint32) uint32
+
+//go:wasmimport env proxy_set_shared_data
+func proxySetSharedData(keyData *byte, keySize uint32, valueData *byte, valueSize uint32, cas uint32) uint32
+
+//go:wasmimport env proxy_get_property
+func proxyGetProperty(pathData *byte, pathSize uint32, retData, retSize *uint32) uint32
+
+//go:wasmimport env proxy_set_tick_period_milliseconds
+func proxySetTickPeriodMilliseconds(period uint32) uint32
+
+//go:wasmimport env proxy_http_call
+func proxyHTTPCall(upstreamData *byte, upstreamSize uint32, headersData *byte, headersSize uint32,
+	bodyData *byte, bodySize uint32, trailersData *byte, trailersSize uint32, timeoutMs uint32, retCallID *uint32) uint32
+
+//go:wasmimport env proxy_continue_stream
+func proxyContinueStream(streamType uint32) uint32
+
+//go:wasmimport env proxy_set_effective_context
+func proxySetEffectiveContext(contextID uint32) uint32
+
+//go:wasmimport env proxy_define_metric
+func proxyDefineMetric(metricType uint32, nameData *byte, nameSize uint32, retID *uint32) uint32
+
+//go:wasmimport env proxy_increment_metric
+func proxyIncrementMetric(metricID uint32, delta int64) uint32
+
+//go:wasmimport env proxy_record_metric
+func proxyRecordMetric(metricID uint32, value uint64) uint32
+
+//go:wasmimport env proxy_get_metric
+func proxyGetMetric(metricID uint32, retValue *uint64) uint32
+
+// Callbacks (exports). Each one is a thin shell around the dispatch code in
+// dispatch.go; enter/leave track nesting, and leave recovers panics (see leave).
+
+//go:wasmexport proxy_abi_version_0_2_1
+func proxyABIVersion() {}
+
+//go:wasmexport proxy_on_memory_allocate
+func proxyOnMemoryAllocate(size uint32) unsafe.Pointer {
+	return allocate(size)
+}
+
+//go:wasmexport proxy_on_context_create
+func proxyOnContextCreate(contextID, parentContextID uint32) {
+	enter()
+	defer leave("proxy_on_context_create")
+	onContextCreate(contextID, parentContextID)
+}
+
+//go:wasmexport proxy_on_vm_start
+func proxyOnVMStart(rootContextID, vmConfigSize uint32) (ok uint32) {
+	enter()
+	defer leave("proxy_on_vm_start")
+	return boolToU32(onVMStart(rootContextID, vmConfigSize))
+}
+
+//go:wasmexport proxy_on_configure
+func proxyOnConfigure(rootContextID, pluginConfigSize uint32) (ok uint32) {
+	enter()
+	defer leave("proxy_on_configure")
+	return boolToU32(onConfigure(rootContextID, pluginConfigSize))
+}
+
+//go:wasmexport proxy_on_tick
+func proxyOnTick(rootContextID uint32) {
+	enter()
+	defer leave("proxy_on_tick")
+	onTick(rootContextID)
+}
+
+//go:wasmexport proxy_on_http_call_response
+func proxyOnHTTPCallResponse(rootContextID, callID, numHeaders, bodySize, numTrailers uint32) {
+	enter()
+	defer leave("proxy_on_http_call_response")
+	onHTTPCallResponse(rootContextID, callID, numHeaders, bodySize)
+}
+
+//go:wasmexport proxy_on_request_headers
+func proxyOnRequestHeaders(contextID, numHeaders, endOfStream uint32) (action uint32) {
+	enter()
+	defer leave("proxy_on_request_headers")
+	return uint32(onRequestHeaders(contextID, numHeaders, endOfStream != 0))
+}
+
+//go:wasmexport proxy_on_request_body
+func proxyOnRequestBody(contextID, bodySize, endOfStream uint32) uint32 {
+	return uint32(Continue)
+}
+
+//go:wasmexport proxy_on_request_trailers
+func proxyOnRequestTrailers(contextID, numTrailers uint32) uint32 {
+	return uint32(Continue)
+}
+
+//go:wasmexport proxy_on_response_headers
+func proxyOnResponseHeaders(contextID, numHeaders, endOfStream uint32) (action uint32) {
+	enter()
+	defer leave("proxy_on_response_headers")
+	return uint32(onResponseHeaders(contextID, numHeaders, endOfStream != 0))
+}
+
+//go:wasmexport proxy_on_response_body
+func proxyOnResponseBody(contextID, bodySize, endOfStream uint32) uint32 {
+	return uint32(Continue)
+}
+
+//go:wasmexport proxy_on_response_trailers
+func proxyOnResponseTrailers(contextID, numTrailers uint32) uint32 {
+	return uint32(Continue)
+}
+
+//go:wasmexport proxy_on_log
+func proxyOnLog(contextID uint32) {
+	enter()
+	defer leave("proxy_on_log")
+	onLog(contextID)
+}
+
+//go:wasmexport proxy_on_done
+func proxyOnDone(contextID uint32) (done uint32) {
+	enter()
+	// A panic in OnDone must still let the host finalize the context: preset true.
+	done = 1
+	defer leave("proxy_on_done")
+	onDone(contextID)
+	return 1
+}
+
+//go:wasmexport proxy_on_delete
+func proxyOnDelete(contextID uint32) {
+	enter()
+	defer leave("proxy_on_delete")
+	onDelete(contextID)
+}
+
+//go:wasmexport proxy_on_queue_ready
+func proxyOnQueueReady(rootContextID, queueID uint32) {}
+
+func boolToU32(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,221 @@
+package abi
+
+// Root is the plugin: the code behind the plugin (root) context. Register it with
+// SetRoot from an init function; the module is a WASI reactor and main never runs.
+//
+// All root contexts the host creates in this VM (normally one per plugin
+// configuration) share the one Root.
+type Root interface {
+	// OnVMStart receives the VM configuration (nil when empty). false fails the VM.
+	OnVMStart(vmConfig []byte) bool
+	// OnPluginStart receives the plugin configuration (nil when empty); it runs for
+	// every proxy_on_configure, so also when the host reconfigures the plugin. false
+	// tells the host the configuration was rejected.
+	OnPluginStart(pluginConfig []byte) bool
+	// OnTick runs every tick period (Host.SetTickPeriod).
+	OnTick()
+	// OnHTTPCallResponse delivers the answer to a call from Host.DispatchHTTPCall made
+	// outside a stream, or from a stream that is gone or is not a CalloutStream.
+	// headers is nil when the call failed (the host reports 0 headers: reset, timeout,
+	// unknown cluster); body is nil when empty or unreadable.
+	OnHTTPCallResponse(token uint32, headers [][2]string, body []byte)
+	// NewStream returns the handler of a new HTTP stream, or nil to let the stream
+	// pass untouched.
+	NewStream(contextID uint32) Stream
+}
+
+// RootDeleter is optionally implemented by a Root that wants to know when the host
+// deletes one of its root contexts (plugin removed or replaced).
+type RootDeleter interface {
+	OnDelete(rootContextID uint32)
+}
+
+// Stream handles one HTTP request/response pair. Host calls made during its callbacks
+// apply to this stream.
+type Stream interface {
+	OnRequestHeaders(numHeaders int, endOfStream bool) Action
+	OnResponseHeaders(numHeaders int, endOfStream bool) Action
+	// OnLog runs when the host writes access logs for the stream; headers can still be
+	// read.
+	OnLog()
+	// OnDone runs when the host is done with the stream. The binding forgets the
+	// stream at proxy_on_delete, which follows (Envoy sends on_log, on_done, on_delete,
+	// or on_done, on_delete and a late on_log that is then ignored).
+	OnDone()
+}
+
+// CalloutStream is optionally implemented by a Stream that dispatches HTTP calls
+// itself (a strict rule asking the service while the request is paused). The answer to
+// a call dispatched during one of its callbacks comes back here, with the stream made
+// the effective context so ResumeHTTPRequest and SendLocalReply apply to it.
+type CalloutStream interface {
+	OnHTTPCallResponse(token uint32, headers [][2]string, body []byte)
+}
+
+var (
+	root    Root
+	roots   = map[uint32]struct{}{}
+	streams = map[uint32]Stream{}
+	// callers maps a callout token to the stream that dispatched it.
+	callers = map[uint32]uint32{}
+	// active is the context of the callback running now, for DispatchHTTPCall.
+	active uint32
+	// depth counts nested callbacks (a host call such as proxy_continue_stream may
+	// run another callback synchronously).
+	depth int
+)
+
+// SetRoot registers the plugin. Call it from init(): hosts call proxy_on_context_create
+// and proxy_on_vm_start right after _initialize.
+func SetRoot(r Root) { root = r }
+
+// Streams reports how many streams the binding tracks (for leak tests).
+func Streams() int { return len(streams) }
+
+func enter() { depth++ }
+
+// leave closes every export. It recovers a panic as a last line of defence: a panic
+// escaping an export traps the VM, and the host then fails every later request on that
+// worker. The export returns its zero value (Continue, or "failed" for start-up
+// callbacks, true for on_done) and the panic is logged at critical level. Panics are
+// bugs, not an error channel; nothing in the binding or plugin raises them on purpose.
+func leave(export string) {
+	if r := recover(); r != nil {
+		logPanic(export, r)
+	}
+	depth--
+	if depth <= 0 {
+		depth = 0
+		unpinAll()
+	}
+}
+
+func logPanic(export string, r any) {
+	msg := "panic"
+	switch v := r.(type) {
+	case error:
+		msg = v.Error()
+	case string:
+		msg = v
+	}
+	Host{}.Log(LogCritical, "tollgate: recovered panic in "+export+": "+msg)
+}
+
+func onContextCreate(id, parent uint32) {
+	active = id
+	if parent == 0 {
+		roots[id] = struct{}{}
+		return
+	}
+	if root == nil {
+		return
+	}
+	if s := root.NewStream(id); s != nil {
+		streams[id] = s
+	}
+}
+
+func onVMStart(rootID, size uint32) bool {
+	active = rootID
+	if root == nil {
+		Host{}.Log(LogCritical, "tollgate: no root registered (abi.SetRoot missing in init)")
+		return false
+	}
+	cfg, err := readBuffer(BufferVMConfig, size)
+	if err != nil {
+		Host{}.Log(LogCritical, "tollgate: reading VM configuration: "+err.Error())
+		return false
+	}
+	return root.OnVMStart(cfg)
+}
+
+func onConfigure(rootID, size uint32) bool {
+	active = rootID
+	if root == nil {
+		Host{}.Log(LogCritical, "tollgate: no root registered (abi.SetRoot missing in init)")
+		return false
+	}
+	cfg, err := readBuffer(BufferPluginConfig, size)
+	if err != nil {
+		Host{}.Log(LogCritical, "tollgate: reading plugin configuration: "+err.Error())
+		return false
+	}
+	return root.OnPluginStart(cfg)
+}
+
+func onTick(rootID uint32) {
+	active = rootID
+	if root != nil {
+		root.OnTick()
+	}
+}
+
+func onHTTPCallResponse(rootID, token, numHeaders, bodySize uint32) {
+	active = rootID
+	var headers [][2]string
+	if numHeaders > 0 {
+		// A failed read counts as a failed call: the handlers see no headers.
+		headers, _ = getPairs(MapCallResponseHeaders, nil)
+	}
+	var body []byte
+	if bodySize > 0 {
+		body, _ = readBuffer(BufferCallResponseBody, bodySize)
+	}
+	if caller, ok := callers[token]; ok {
+		delete(callers, token)
+		if cs, ok := streams[caller].(CalloutStream); ok {
+			if err := (Host{}).SetEffectiveContext(caller); err == nil {
+				active = caller
+				cs.OnHTTPCallResponse(token, headers, body)
+				return
+			}
+		}
+	}
+	if root != nil {
+		root.OnHTTPCallResponse(token, headers, body)
+	}
+}
+
+func onRequestHeaders(id, numHeaders uint32, eos bool) Action {
+	active = id
+	if s, ok := streams[id]; ok {
+		return s.OnRequestHeaders(int(numHeaders), eos)
+	}
+	return Continue
+}
+
+func onResponseHeaders(id, numHeaders uint32, eos bool) Action {
+	active = id
+	if s, ok := streams[id]; ok {
+		return s.OnResponseHeaders(int(numHeaders), eos)
+	}
+	return Continue
+}
+
+func onLog(id uint32) {
+	active = id
+	if s, ok := streams[id]; ok {
+		s.OnLog()
+	}
+}
+
+func onDone(id uint32) {
+	active = id
+	if s, ok := streams[id]; ok {
+		s.OnDone()
+	}
+}
+
+func onDelete(id uint32) {
+	active = id
+	if _, ok := streams[id]; ok {
+		delete(streams, id)
+		return
+	}
+	if _, ok := roots[id]; ok {
+		delete(roots, id)
+		if d, ok := root.(RootDeleter); ok {
+			d.OnDelete(id)
+		}
+	}
+}

@@ -1,0 +1,81 @@
+// Command filter is Tollgate's proxy-wasm HTTP filter. It is built as a WASI reactor
+// (GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared): the host runs _initialize,
+// which runs init below, and never calls main. All logic lives in filter/plugin; this
+// file only adapts the ABI binding (filter/abi) to the plugin's Host interface.
+package main
+
+import (
+	"errors"
+	"time"
+
+	"github.com/tollgate-rl/tollgate/filter/abi"
+	"github.com/tollgate-rl/tollgate/filter/plugin"
+)
+
+func init() {
+	abi.SetRoot(root{plugin.New(host{})})
+}
+
+func main() {}
+
+// root adapts *plugin.Plugin to abi.Root.
+type root struct{ *plugin.Plugin }
+
+func (r root) NewStream(id uint32) abi.Stream { return stream{r.Plugin.NewStream(id)} }
+
+type stream struct{ *plugin.Stream }
+
+func (s stream) OnRequestHeaders(n int, eos bool) abi.Action {
+	return abi.Action(s.Stream.OnRequestHeaders(n, eos))
+}
+
+func (s stream) OnResponseHeaders(n int, eos bool) abi.Action {
+	return abi.Action(s.Stream.OnResponseHeaders(n, eos))
+}
+
+// host implements plugin.Host with proxy-wasm host calls.
+type host struct{ abi.Host }
+
+func (h host) SendLocalReply(status uint32, details string, body []byte, headers [][2]string) error {
+	return h.Host.SendLocalReply(status, details, body, headers, -1)
+}
+
+func (h host) SharedGet(key string) ([]byte, uint32, bool, error) {
+	v, cas, err := h.GetSharedData(key)
+	if errors.Is(err, abi.ErrNotFound) {
+		return nil, 0, false, nil
+	}
+	return v, cas, err == nil, err
+}
+
+func (h host) SharedSet(key string, value []byte, cas uint32) (bool, error) {
+	err := h.SetSharedData(key, value, cas)
+	if errors.Is(err, abi.ErrCasMismatch) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (h host) Property(path ...string) ([]byte, error) { return h.GetProperty(path...) }
+
+func (h host) HTTPCall(cluster string, headers [][2]string, body []byte, timeoutMs uint32) (uint32, error) {
+	return h.DispatchHTTPCall(cluster, headers, body, nil, timeoutMs)
+}
+
+func (h host) ResumeRequest() error { return h.ResumeHTTPRequest() }
+
+func (h host) RootID() uint32 { return abi.RootContextID() }
+
+func (h host) Log(level plugin.LogLevel, msg string) { h.Host.Log(abi.LogLevel(level), msg) }
+
+func (h host) DefineMetric(kind plugin.MetricKind, name string) (uint32, error) {
+	return h.Host.DefineMetric(abi.MetricType(kind), name)
+}
+
+func (h host) IncrementMetric(id uint32, delta int64) { _ = h.Host.IncrementMetric(id, delta) }
+
+func (h host) RecordMetric(id uint32, value uint64) { _ = h.Host.RecordMetric(id, value) }
+
+// NowUs reads the wall clock through WASI clock_time_get (proxy_get_current_time_nanoseconds
+// is missing from the SDK's emulator, and Envoy serves both from the same clock).
+func (h host) NowUs() int64 { return time.Now().UnixMicro() }

@@ -1,0 +1,59 @@
+// Package plugin is Tollgate's filter logic: key extraction, rule matching, local
+// decisions on buckets in Envoy shared data, the 100 ms sync with the service, the circuit
+// breaker and the answers. It knows nothing of the proxy-wasm ABI: it talks to the host
+// through the small interfaces below, which filter/main.go implements with filter/abi, so
+// the same code runs against Envoy, the SDK's emulator and our own wazero host.
+package plugin
+
+// Host is everything the plugin asks of the proxy. Context switches (which stream a call
+// applies to) are the binding's business: calls made inside a stream callback apply to
+// that stream.
+type Host interface {
+	// RequestHeaders returns all request headers in one host call.
+	RequestHeaders() ([][2]string, error)
+	AddResponseHeader(name, value string) error
+	SendLocalReply(status uint32, details string, body []byte, headers [][2]string) error
+	// SharedGet returns the value and its CAS token; found is false for a missing key.
+	SharedGet(key string) (value []byte, cas uint32, found bool, err error)
+	// SharedSet stores value if cas still matches (0: unconditionally); ok is false on a
+	// CAS mismatch.
+	SharedSet(key string, value []byte, cas uint32) (ok bool, err error)
+	Property(path ...string) ([]byte, error)
+	SetTickPeriod(ms uint32) error
+	// HTTPCall dispatches a callout; the answer arrives through Root.OnHTTPCallResponse
+	// (or Stream.OnHTTPCallResponse when dispatched from a stream).
+	HTTPCall(cluster string, headers [][2]string, body []byte, timeoutMs uint32) (token uint32, err error)
+	// ResumeRequest continues the paused request of the current stream.
+	ResumeRequest() error
+	// SetEffectiveContext makes later calls apply to context id (a stream, or RootID()).
+	SetEffectiveContext(id uint32) error
+	// RootID is the plugin (root) context id.
+	RootID() uint32
+	Log(level LogLevel, msg string)
+	DefineMetric(kind MetricKind, name string) (uint32, error)
+	IncrementMetric(id uint32, delta int64)
+	RecordMetric(id uint32, value uint64)
+	// NowUs is the proxy's wall clock in microseconds.
+	NowUs() int64
+}
+
+// LogLevel mirrors proxy-wasm log levels.
+type LogLevel uint32
+
+const (
+	LogTrace LogLevel = iota
+	LogDebug
+	LogInfo
+	LogWarn
+	LogError
+	LogCritical
+)
+
+// MetricKind mirrors proxy-wasm metric types.
+type MetricKind uint32
+
+const (
+	Counter MetricKind = iota
+	Gauge
+	Histogram
+)

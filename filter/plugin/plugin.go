@@ -1,0 +1,316 @@
+package plugin
+
+import (
+	"encoding/binary"
+	"errors"
+	"strconv"
+
+	"github.com/tollgate-rl/tollgate/shared/rule"
+)
+
+// Action is what a stream callback tells the proxy.
+type Action uint32
+
+const (
+	Continue Action = 0
+	Pause    Action = 1
+)
+
+// maxCASAttempts bounds every compare-and-swap loop on shared data. When it runs out the
+// request is admitted and its consumption is still reported to the service (counted in
+// tollgate.cas_retry_exhausted): under that much contention the fleet-wide state is the
+// better judge, and a limiter must not fail requests because of its own bookkeeping.
+const maxCASAttempts = 8
+
+// rulesKey holds the newest rule set fetched from the service, so every worker — and a
+// worker VM started later — enforces it: uvarint version, then the JSON.
+const rulesKey = "tg:rules"
+
+// config is the parsed rule set plus what the plugin derives from it.
+type config struct {
+	*rule.Config
+}
+
+func (c *config) syncEnabled() bool { return c.Config != nil && c.Sync.Cluster != "" }
+
+// Plugin is the root context of one worker VM.
+type Plugin struct {
+	host Host
+	cfg  config
+	// base is the plugin configuration's own rule set; rules fetched from the service
+	// replace its rules, lists and tiers but never its sync settings.
+	base         *rule.Config
+	rulesVersion uint64
+	table        table
+	sync         *syncer
+	m            *metrics
+	rnd          uint64
+	calls        map[uint32]call
+	streams      map[uint32]*Stream
+	fetching     bool
+	worker       uint32
+	strictSeq    uint64
+	curStream    uint32
+
+	// per-request scratch (a VM is single threaded)
+	applied []rule.Applied
+	ops     []bucketOp
+	idBuf   []byte
+}
+
+type callKind uint8
+
+const (
+	callSync callKind = iota
+	callRules
+	callStrict
+)
+
+type call struct {
+	kind   callKind
+	stream uint32
+}
+
+// New returns the plugin for one worker VM.
+func New(h Host) *Plugin {
+	now := h.NowUs()
+	p := &Plugin{
+		host:    h,
+		calls:   map[uint32]call{},
+		streams: map[uint32]*Stream{},
+		rnd:     uint64(now) | 1,
+		worker:  uint32(now) ^ uint32(now>>32),
+	}
+	p.table = table{host: h, slots: defaultSlots, probes: defaultProbes}
+	p.sync = newSyncer(p, p.worker, now)
+	p.strictSeq = uint64(now)
+	return p
+}
+
+// OnVMStart accepts any VM configuration (Tollgate reads only the plugin configuration).
+func (p *Plugin) OnVMStart([]byte) bool { return true }
+
+// OnPluginStart parses the plugin configuration. A bad configuration is refused with a
+// critical log line naming the field; on a reconfiguration the previous rules keep serving.
+func (p *Plugin) OnPluginStart(data []byte) bool {
+	cfg, err := rule.Parse(data)
+	if err != nil {
+		p.host.Log(LogCritical, "tollgate: invalid plugin configuration: "+err.Error())
+		return false
+	}
+	if p.m == nil {
+		p.m = newMetrics(p.host)
+	}
+	p.base = cfg
+	p.install(cfg, cfg.Version)
+	s := &cfg.Sync
+	if s.Node == "" {
+		s.Node = "gw-" + strconv.FormatUint(p.nextRand()>>16, 36)
+	}
+	if s.Authority == "" {
+		s.Authority = s.Cluster
+	}
+	p.sync.breaker = breaker{failures: s.BreakerFailures, openUs: s.BreakerOpenMs * 1000, state: p.sync.breaker.state}
+	p.table.idleUs = s.IdleTTLMs * 1000
+	// A rule set fetched from the service by another worker (or before a restart of this
+	// VM) is newer than the plugin configuration: enforce it.
+	p.loadSharedRules()
+	if p.cfg.syncEnabled() {
+		if err := p.host.SetTickPeriod(uint32(s.IntervalMs)); err != nil {
+			p.host.Log(LogError, "tollgate: set tick period: "+err.Error())
+		}
+	}
+	p.host.Log(LogInfo, "tollgate: started with "+strconv.Itoa(len(p.cfg.Rules))+" rules, version "+strconv.FormatUint(p.rulesVersion, 10))
+	return true
+}
+
+// install swaps the active rule set. Streams already decided keep what they decided with;
+// the next request sees the new set (the swap is one pointer assignment in a
+// single-threaded VM, so no request sees half of each).
+func (p *Plugin) install(cfg *rule.Config, version uint64) {
+	p.cfg = config{cfg}
+	p.rulesVersion = version
+	if p.m != nil {
+		p.m.set(p.m.rulesVersion, version)
+	}
+}
+
+// OnTick flushes this worker's deltas and picks up rules other workers fetched.
+func (p *Plugin) OnTick() {
+	now := p.host.NowUs()
+	p.loadSharedRules()
+	p.sync.flush(now)
+}
+
+// OnHTTPCallResponse routes a callout's answer. headers is empty when the call failed or
+// timed out (Envoy delivers no headers then).
+func (p *Plugin) OnHTTPCallResponse(token uint32, headers [][2]string, body []byte) {
+	c, ok := p.calls[token]
+	if !ok {
+		return
+	}
+	delete(p.calls, token)
+	now := p.host.NowUs()
+	switch c.kind {
+	case callSync:
+		if p.sync.inflight && p.sync.token == token {
+			p.sync.onResponse(now, headers, body)
+		}
+	case callRules:
+		p.fetching = false
+		p.onRules(headers, body)
+	case callStrict:
+		if s, ok := p.streams[c.stream]; ok {
+			s.onStrictResponse(now, headers, body)
+		}
+	}
+}
+
+// NewStream creates the context of one HTTP request.
+func (p *Plugin) NewStream(id uint32) *Stream {
+	s := &Stream{p: p, id: id}
+	p.streams[id] = s
+	return s
+}
+
+// rulesBehind is called when a sync reply shows a newer rule set at the service.
+func (p *Plugin) rulesBehind(version uint64) {
+	if p.loadSharedRules() && p.rulesVersion >= version {
+		return
+	}
+	if p.fetching {
+		return
+	}
+	hdr := [][2]string{
+		{":method", "GET"},
+		{":path", "/v1/sync/rules"},
+		{":authority", p.cfg.Sync.Authority},
+		{"authorization", "Bearer " + p.cfg.Sync.Secret},
+	}
+	token, err := p.host.HTTPCall(p.cfg.Sync.Cluster, hdr, nil, uint32(p.cfg.Sync.TimeoutMs))
+	if err != nil {
+		p.host.Log(LogWarn, "tollgate: rules fetch: "+err.Error())
+		return
+	}
+	p.fetching = true
+	p.calls[token] = call{kind: callRules}
+}
+
+// onRules validates a fetched rule set and, if good, installs it for every worker.
+func (p *Plugin) onRules(headers [][2]string, body []byte) {
+	if headerValue(headers, ":status") != "200" {
+		return
+	}
+	version, err := strconv.ParseUint(headerValue(headers, "x-tollgate-rules-version"), 10, 64)
+	if err != nil {
+		p.host.Log(LogError, "tollgate: rules fetch: missing x-tollgate-rules-version")
+		return
+	}
+	if version <= p.rulesVersion {
+		return
+	}
+	cfg, err := p.parseFetched(body, version)
+	if err != nil {
+		p.m.inc(p.m.rulesRejected)
+		p.host.Log(LogError, "tollgate: refused rule set version "+strconv.FormatUint(version, 10)+" from the service, keeping version "+strconv.FormatUint(p.rulesVersion, 10)+": "+err.Error())
+		return
+	}
+	val := binary.AppendUvarint(nil, version)
+	val = append(val, body...)
+	// Last writer wins: every writer writes a version newer than what it read.
+	for attempt := 0; attempt < maxCASAttempts; attempt++ {
+		cur, cas, found, err := p.host.SharedGet(rulesKey)
+		if err != nil {
+			break
+		}
+		if found {
+			if v, n := binary.Uvarint(cur); n > 0 && v >= version {
+				break
+			}
+		}
+		if !found {
+			cas = 0
+		}
+		if ok, err := p.host.SharedSet(rulesKey, val, cas); err != nil || ok {
+			break
+		}
+	}
+	p.install(cfg, version)
+	p.host.Log(LogInfo, "tollgate: enforcing rule set version "+strconv.FormatUint(version, 10))
+}
+
+// parseFetched parses a rule set from the service and keeps the plugin's own sync
+// settings (the service does not know the gateway's cluster names or secret).
+func (p *Plugin) parseFetched(body []byte, version uint64) (*rule.Config, error) {
+	cfg, err := rule.Parse(body)
+	if err != nil {
+		return nil, err
+	}
+	if p.base == nil {
+		return nil, errors.New("no plugin configuration")
+	}
+	cfg.Sync = p.base.Sync
+	cfg.Version = version
+	return cfg, nil
+}
+
+// loadSharedRules installs a newer rule set another worker stored; reports whether the
+// shared copy was read.
+func (p *Plugin) loadSharedRules() bool {
+	val, _, found, err := p.host.SharedGet(rulesKey)
+	if err != nil || !found {
+		return false
+	}
+	version, n := binary.Uvarint(val)
+	if n <= 0 {
+		return false
+	}
+	if version > p.rulesVersion {
+		cfg, err := p.parseFetched(val[n:], version)
+		if err != nil {
+			p.host.Log(LogError, "tollgate: shared rule set version "+strconv.FormatUint(version, 10)+": "+err.Error())
+			return false
+		}
+		p.install(cfg, version)
+	}
+	return true
+}
+
+// nextRand is xorshift64*: the jitter only needs to spread clients out, not be secret.
+func (p *Plugin) nextRand() uint64 {
+	x := p.rnd
+	x ^= x >> 12
+	x ^= x << 25
+	x ^= x >> 27
+	p.rnd = x
+	return x * 2685821657736338717
+}
+
+// flushFromStream starts an early sync from inside a request. The callout is made on the
+// root context: Envoy cancels a stream's pending callouts when the stream ends, and the
+// sync must outlive the request that triggered it.
+func (p *Plugin) flushFromStream(now int64) {
+	if !p.cfg.syncEnabled() || p.sync.inflight {
+		return
+	}
+	if p.host.SetEffectiveContext(p.host.RootID()) != nil {
+		return
+	}
+	p.sync.flush(now)
+	if err := p.host.SetEffectiveContext(p.curStream); err != nil {
+		p.host.Log(LogError, "tollgate: restore stream context: "+err.Error())
+	}
+}
+
+// peerAddr is the downstream address (Envoy's source.address property), read only when
+// the rules need it.
+func (p *Plugin) peerAddr() string {
+	if !p.cfg.NeedsPeer() {
+		return ""
+	}
+	v, err := p.host.Property("source", "address")
+	if err != nil {
+		return ""
+	}
+	return string(v)
+}

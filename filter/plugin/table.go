@@ -1,0 +1,140 @@
+package plugin
+
+import (
+	"encoding/binary"
+	"strconv"
+
+	"github.com/tollgate-rl/tollgate/shared/lease"
+)
+
+// table maps bucket ids onto a fixed number of Envoy shared-data keys.
+//
+// proxy-wasm ABI 0.2.1 has no way to delete a shared-data key, so a key per caller would
+// grow without bound. Instead buckets live in `slots` keys ("tg:s:<n>"), addressed by a hash
+// of the bucket id with `probes` linear probes; a slot held by another bucket that has gone
+// idle (no lease, nothing recent) is taken over, and when every probe is busy the least
+// recently synced one is evicted (counted in tollgate_bucket_evictions). Memory is therefore
+// bounded by slots × (id + 64 bytes) whatever the number of callers.
+type table struct {
+	host   Host
+	slots  uint64
+	probes int
+	idleUs int64
+	// scratch buffers: a wasm VM is single threaded, so one set per worker suffices.
+	keyBuf []byte
+	valBuf []byte
+}
+
+const (
+	defaultSlots  = 1 << 16
+	defaultProbes = 4
+	slotPrefix    = "tg:s:"
+)
+
+// slot is one loaded bucket.
+type slot struct {
+	key   string // shared-data key
+	cas   uint32
+	found bool // the key existed (then cas is meaningful)
+	mine  bool // it holds this bucket (else it is empty or being taken over)
+	rec   lease.Record
+}
+
+// load finds the slot of bucket id, or the slot it should take.
+func (t *table) load(id string, now int64, s *slot) error {
+	h := hashID(id)
+	var cand slot
+	candScore := int64(-1) // higher is a better takeover candidate
+	for p := 0; p < t.probes; p++ {
+		key := t.slotKey((h + uint64(p)) % t.slots)
+		val, cas, found, err := t.host.SharedGet(key)
+		if err != nil {
+			return err
+		}
+		if !found {
+			if candScore < 1<<62 {
+				cand = slot{key: key}
+				candScore = 1 << 62
+			}
+			continue
+		}
+		recBytes, mine, ok := splitSlot(val, id)
+		if mine {
+			s.key, s.cas, s.found, s.mine = key, cas, true, true
+			if lease.DecodeRecord(recBytes, &s.rec) != nil {
+				s.rec = lease.Record{Local: s.rec.Local[:0]}
+			}
+			return nil
+		}
+		if candScore == 1<<62 {
+			continue // an empty slot beats any takeover
+		}
+		var other lease.Record
+		score := int64(1 << 61) // undecodable: take it
+		if ok && lease.DecodeRecord(recBytes, &other) == nil {
+			if other.Idle(now, t.idleUs) {
+				score = 1 << 60
+			} else {
+				score = -lastSeen(&other) // evict the least recently active
+			}
+		}
+		if score > candScore {
+			cand = slot{key: key, cas: cas, found: true}
+			candScore = score
+		}
+	}
+	local := s.rec.Local[:0]
+	*s = cand
+	s.rec = lease.Record{Local: local}
+	return nil
+}
+
+// store writes s back with CAS; ok is false when another worker changed it first.
+func (t *table) store(id string, s *slot) (bool, error) {
+	t.valBuf = appendSlot(t.valBuf[:0], id, &s.rec)
+	cas := s.cas
+	if !s.found {
+		cas = 0 // Envoy: 0 means unconditional; creation races lose at most one update
+	}
+	return t.host.SharedSet(s.key, t.valBuf, cas)
+}
+
+func (t *table) slotKey(n uint64) string {
+	t.keyBuf = strconv.AppendUint(append(t.keyBuf[:0], slotPrefix...), n, 10)
+	return string(t.keyBuf)
+}
+
+func lastSeen(r *lease.Record) int64 {
+	if r.SyncedUs > r.AnnouncedUs {
+		return r.SyncedUs
+	}
+	return r.AnnouncedUs
+}
+
+// Slot value: uvarint id length, id, encoded lease.Record.
+func appendSlot(dst []byte, id string, r *lease.Record) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(id)))
+	dst = append(dst, id...)
+	return lease.AppendRecord(dst, r)
+}
+
+// splitSlot returns the record bytes of a slot value and whether it belongs to id.
+func splitSlot(v []byte, id string) (rec []byte, mine, ok bool) {
+	n, k := binary.Uvarint(v)
+	if k <= 0 || n > uint64(len(v)-k) {
+		return nil, false, false
+	}
+	end := k + int(n)
+	return v[end:], string(v[k:end]) == id, true
+}
+
+// hashID is FNV-1a: tiny, allocation-free and stable across VMs (every worker must find
+// the same slot).
+func hashID(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
+}

@@ -1,0 +1,111 @@
+// Package wasmtest holds the test tooling for Tollgate's proxy-wasm modules: building
+// a package to a wasip1 reactor once per test binary, adding a test-only _start export
+// so the SDK's emulator can load a Go reactor, and reading back a module's ABI and the
+// WASI calls it makes at start-up. Filter tests run against the compiled module, not
+// only against native Go, because the ABI (i32 signatures, memory handed to the host,
+// start-up calls) only exists there.
+//
+// It is imported by _test.go files only and never built into the module itself.
+package wasmtest
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+type build struct {
+	once sync.Once
+	wasm []byte
+	err  error
+}
+
+var (
+	buildsMu sync.Mutex
+	builds   = map[string]*build{}
+
+	rootOnce sync.Once
+	rootDir  string
+	rootErr  error
+)
+
+// BuildWasm builds pkg (an import path, or a path relative to the repository root such
+// as "./filter/bench/floor") with the shipping recipe
+//
+//	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared
+//
+// and returns the module. Each package is built once per test binary. A failed build
+// fails the test: tests against the compiled module never skip.
+func BuildWasm(t testing.TB, pkg string) []byte {
+	t.Helper()
+	buildsMu.Lock()
+	b, ok := builds[pkg]
+	if !ok {
+		b = &build{}
+		builds[pkg] = b
+	}
+	buildsMu.Unlock()
+	b.once.Do(func() { b.wasm, b.err = buildWasm(pkg) })
+	if b.err != nil {
+		t.Fatalf("building %q for wasip1: %v", pkg, b.err)
+	}
+	return b.wasm
+}
+
+// FilterWasm returns the Tollgate filter module built from ./filter. It fails the test
+// when the build fails, under CI (CI=true) and everywhere else alike.
+func FilterWasm(t testing.TB) []byte {
+	t.Helper()
+	return BuildWasm(t, "./filter")
+}
+
+// RepoRoot returns the directory of the repository's go.mod.
+func RepoRoot() (string, error) {
+	rootOnce.Do(func() {
+		out, err := exec.Command(goBin(), "env", "GOMOD").Output()
+		if err != nil {
+			rootErr = fmt.Errorf("go env GOMOD: %w", err)
+			return
+		}
+		mod := strings.TrimSpace(string(out))
+		if mod == "" || mod == os.DevNull {
+			rootErr = errors.New("go env GOMOD: not inside a module")
+			return
+		}
+		rootDir = filepath.Dir(mod)
+	})
+	return rootDir, rootErr
+}
+
+func buildWasm(pkg string) ([]byte, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "tollgate-wasm-")
+	if err != nil {
+		return nil, fmt.Errorf("temp dir: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	out := filepath.Join(dir, "module.wasm")
+	cmd := exec.Command(goBin(), "build", "-buildmode=c-shared", "-buildvcs=false", "-trimpath", "-o", out, pkg)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go build %q: %w\n%s", pkg, err, msg)
+	}
+	wasm, err := os.ReadFile(out)
+	if err != nil {
+		return nil, fmt.Errorf("reading built module: %w", err)
+	}
+	return wasm, nil
+}
+
+// goBin is the go command. go test puts its own toolchain's bin first in the test
+// binary's PATH, so this builds with the toolchain running the tests.
+func goBin() string { return "go" }

@@ -1,0 +1,145 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/tollgate-rl/tollgate/shared/lease"
+)
+
+// Mode is how the service reaches Redis.
+type Mode string
+
+const (
+	Standalone Mode = "standalone"
+	Cluster    Mode = "cluster"
+	Sentinel   Mode = "sentinel"
+)
+
+// Config configures the Redis connection and the lease protocol.
+type Config struct {
+	Mode Mode
+	// Addrs: the server (standalone), seed nodes (cluster) or sentinels (sentinel).
+	Addrs      []string
+	MasterName string // sentinel only
+	Username   string
+	Password   string
+	// PoolSize is connections per node (default 10 × GOMAXPROCS, go-redis's default,
+	// is too small for many concurrent batches: default here 64).
+	PoolSize int
+	// Timeouts of one network operation. A dead primary costs at most
+	// DialTimeout (or Read/WriteTimeout) per attempt, MaxRetries+1 attempts.
+	DialTimeout  time.Duration
+	ReadTimeout  time.Duration
+	WriteTimeout time.Duration
+	// MaxRetries is the number of retries of a failed command (default 1; negative: none).
+	// Small on purpose: the gateway retries the whole batch, idempotently.
+	MaxRetries int
+	// Lease is the service-side lease protocol configuration.
+	Lease lease.SyncConfig
+	// FleetWindow is how recently a gateway must have synced to count in Reply.Nodes
+	// (default 5 s).
+	FleetWindow time.Duration
+}
+
+// Defaults for Config.
+const (
+	DefaultPoolSize     = 64
+	DefaultDialTimeout  = 500 * time.Millisecond
+	DefaultReadTimeout  = 500 * time.Millisecond
+	DefaultWriteTimeout = 500 * time.Millisecond
+	DefaultMaxRetries   = 1
+	DefaultFleetWindow  = 5 * time.Second
+	// retryBackoff bounds go-redis's sleep between retries.
+	retryBackoff = 50 * time.Millisecond
+)
+
+func (c Config) withDefaults() Config {
+	if c.Mode == "" {
+		c.Mode = Standalone
+	}
+	if c.PoolSize <= 0 {
+		c.PoolSize = DefaultPoolSize
+	}
+	if c.DialTimeout <= 0 {
+		c.DialTimeout = DefaultDialTimeout
+	}
+	if c.ReadTimeout <= 0 {
+		c.ReadTimeout = DefaultReadTimeout
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = DefaultWriteTimeout
+	}
+	if c.MaxRetries == 0 {
+		c.MaxRetries = DefaultMaxRetries
+	}
+	if c.MaxRetries < 0 {
+		c.MaxRetries = 0
+	}
+	if c.FleetWindow <= 0 {
+		c.FleetWindow = DefaultFleetWindow
+	}
+	c.Lease = c.Lease.Normalized()
+	return c
+}
+
+// AttemptBudget is the longest one Redis round trip may take before go-redis gives up
+// on it (dial, write and read timeouts plus the retry backoff), for each of the
+// MaxRetries+1 attempts. The service's per-batch deadline should be a small multiple.
+func (c Config) AttemptBudget() time.Duration {
+	c = c.withDefaults()
+	return c.DialTimeout + c.WriteTimeout + c.ReadTimeout + retryBackoff
+}
+
+// ErrConfig is wrapped by configuration errors.
+var ErrConfig = errors.New("store: invalid configuration")
+
+// NewClient builds the go-redis client for the configured mode. Retries are few and
+// timeouts short so a dead primary fails a batch fast; the gateway's idempotent retry
+// does the rest once a replica is promoted.
+func NewClient(cfg Config) (redis.UniversalClient, error) {
+	c := cfg.withDefaults()
+	if len(c.Addrs) == 0 {
+		return nil, fmt.Errorf("%w: no Redis addresses", ErrConfig)
+	}
+	noMaint := &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	switch c.Mode {
+	case Standalone:
+		if len(c.Addrs) != 1 {
+			return nil, fmt.Errorf("%w: standalone mode takes one address, got %q", ErrConfig, c.Addrs)
+		}
+		return redis.NewClient(&redis.Options{
+			Addr: c.Addrs[0], Username: c.Username, Password: c.Password,
+			PoolSize: c.PoolSize, DialTimeout: c.DialTimeout, ReadTimeout: c.ReadTimeout, WriteTimeout: c.WriteTimeout,
+			MaxRetries: c.MaxRetries, MinRetryBackoff: retryBackoff / 4, MaxRetryBackoff: retryBackoff,
+			DialerRetries: 1, ContextTimeoutEnabled: true, DisableIdentity: true,
+			MaintNotificationsConfig: noMaint,
+		}), nil
+	case Cluster:
+		return redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: c.Addrs, Username: c.Username, Password: c.Password,
+			PoolSize: c.PoolSize, DialTimeout: c.DialTimeout, ReadTimeout: c.ReadTimeout, WriteTimeout: c.WriteTimeout,
+			// In a cluster client retries are redirects (MOVED/ASK during a failover) and
+			// network errors; two lets a batch follow one promotion.
+			MaxRedirects: max(c.MaxRetries, 2), MinRetryBackoff: retryBackoff / 4, MaxRetryBackoff: retryBackoff,
+			DialerRetries: 1, ContextTimeoutEnabled: true, DisableIdentity: true,
+			MaintNotificationsConfig: noMaint,
+		}), nil
+	case Sentinel:
+		if c.MasterName == "" {
+			return nil, fmt.Errorf("%w: sentinel mode needs a master name", ErrConfig)
+		}
+		return redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName: c.MasterName, SentinelAddrs: c.Addrs, Username: c.Username, Password: c.Password,
+			PoolSize: c.PoolSize, DialTimeout: c.DialTimeout, ReadTimeout: c.ReadTimeout, WriteTimeout: c.WriteTimeout,
+			MaxRetries: c.MaxRetries, MinRetryBackoff: retryBackoff / 4, MaxRetryBackoff: retryBackoff,
+			DialerRetries: 1, ContextTimeoutEnabled: true, DisableIdentity: true,
+		}), nil
+	default:
+		return nil, fmt.Errorf("%w: unknown mode %q (standalone, cluster, sentinel)", ErrConfig, c.Mode)
+	}
+}

@@ -1,0 +1,274 @@
+// Package algo holds Tollgate's five rate-limiting algorithms as pure functions of
+// (params, state, now, cost). Nothing here reads a clock, allocates per call on the hot
+// path, or touches a host: the filter, the sync service's Go twin of its Lua scripts
+// and the fleet simulation all run exactly this code.
+//
+// Time is int64 microseconds on whatever clock the caller injects. Microseconds keep every
+// intermediate value below 2^53, so the Redis Lua scripts (which compute in doubles) can
+// reproduce each step bit for bit; see ENCODING.md beside this file.
+package algo
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// Kind names an algorithm. The zero value is TokenBucket, the default.
+type Kind uint8
+
+const (
+	TokenBucket Kind = iota
+	GCRA
+	SlidingWindowLog
+	SlidingWindowCounter
+	FixedWindow
+)
+
+// Params configures one window of one rule.
+type Params struct {
+	Kind Kind
+	// Limit is the number of permits per Window (the steady rate is Limit/Window).
+	Limit int64
+	// WindowUs is the window length in microseconds (> 0).
+	WindowUs int64
+	// Burst is the capacity for TokenBucket and GCRA (permits that may be taken at once);
+	// 0 means Limit. Ignored by the window algorithms.
+	Burst int64
+}
+
+// MaxStateSize is the largest encoded State of the fixed-size algorithms (all but
+// SlidingWindowLog, whose exact log is O(Limit) by nature; see ENCODING.md).
+const MaxStateSize = 24
+
+// State is an algorithm's encoded state. The zero-length State is a fresh (full) bucket.
+type State []byte
+
+// Result is the outcome of one decision.
+type Result struct {
+	Allowed bool
+	// State is the new state (when !Allowed, the state is unchanged except for
+	// bookkeeping the algorithm needs, e.g. window roll-over).
+	State State
+	// Remaining is how many permits could still be taken right after this decision.
+	Remaining int64
+	// ResetUs is the absolute time at which the bucket is back to full (windows: the
+	// end of the current window).
+	ResetUs int64
+	// RetryAfterUs is, when !Allowed, how long from now until `cost` permits are
+	// available (never earlier than the algorithm would admit); 0 when Allowed.
+	RetryAfterUs int64
+}
+
+// Bounds. Params outside them are rejected by Validate and clamped by every function
+// (so no input can overflow the arithmetic or divide by zero). Together they keep every
+// intermediate value of the Lua twins an exact integer below 2^53; ENCODING.md derives
+// each bound.
+const (
+	MaxLimit = 1_000_000
+	// MaxBurst bounds TokenBucket/GCRA capacity.
+	MaxBurst = 1_000_000
+	// MinWindowUs is 1 ms: the wire protocol carries windows in milliseconds. A window
+	// must also be at least Limit µs long (at most one permit per µs, 10^6/s per key).
+	MinWindowUs = 1_000
+	// MaxWindowUs is 24 h.
+	MaxWindowUs = 86_400_000_000
+	// MaxRefillUs bounds how long an empty TokenBucket/GCRA takes to refill
+	// (Capacity × Window / Limit, about 17.8 years).
+	MaxRefillUs = 1 << 49
+	// MaxAheadUs bounds TokenBucket/GCRA debt: the theoretical arrival time never runs
+	// more than this ahead of now (about 35.7 years); debt beyond it is forgiven.
+	MaxAheadUs = 1 << 50
+	// MaxCount bounds a window count (and one log run); debt beyond it is forgiven.
+	MaxCount = 1<<32 - 1
+	// MaxTimeUs bounds |now|: 2^52 µs after the epoch is the year 2112.
+	MaxTimeUs = 1 << 52
+	// LogSlack is how many runs a SlidingWindowLog may hold beyond Limit before its
+	// oldest runs are merged (see ENCODING.md).
+	LogSlack = 64
+)
+
+// ErrInvalid is wrapped by every error Validate returns.
+var ErrInvalid = errors.New("invalid rate-limit parameters")
+
+var kindNames = [...]string{
+	TokenBucket:          "token_bucket",
+	GCRA:                 "gcra",
+	SlidingWindowLog:     "sliding_window_log",
+	SlidingWindowCounter: "sliding_window_counter",
+	FixedWindow:          "fixed_window",
+}
+
+// String returns the name used in configuration ("token_bucket", "gcra", ...).
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return "kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// ParseKind is the inverse of Kind.String; names are matched exactly.
+func ParseKind(name string) (Kind, bool) {
+	for k, n := range kindNames {
+		if n == name {
+			return Kind(k), true
+		}
+	}
+	return 0, false
+}
+
+// Capacity is how many permits a full bucket holds: Burst (default Limit) for
+// TokenBucket and GCRA, Limit for the window algorithms. It is the capacity every
+// function here works with, so for out-of-range Params it is the clamped value.
+func (p Params) Capacity() int64 { return p.norm().capa }
+
+// Validate reports whether p is within the bounds above. Every function in this package
+// accepts any Params (clamping them), but a rule that needs clamping is a rule that does
+// not mean what its author wrote, so configuration loaders reject it.
+func (p Params) Validate() error {
+	if int(p.Kind) >= len(kindNames) {
+		return fmt.Errorf("%w: unknown algorithm %d", ErrInvalid, p.Kind)
+	}
+	if p.Limit < 1 || p.Limit > MaxLimit {
+		return fmt.Errorf("%w: limit %d not in [1, %d]", ErrInvalid, p.Limit, MaxLimit)
+	}
+	if p.WindowUs < MinWindowUs || p.WindowUs > MaxWindowUs {
+		return fmt.Errorf("%w: window %d µs not in [%d, %d]", ErrInvalid, p.WindowUs, int64(MinWindowUs), int64(MaxWindowUs))
+	}
+	if p.WindowUs < p.Limit {
+		return fmt.Errorf("%w: limit %d per %d µs is more than one permit per µs", ErrInvalid, p.Limit, p.WindowUs)
+	}
+	if p.Burst < 0 || p.Burst > MaxBurst {
+		return fmt.Errorf("%w: burst %d not in [0, %d]", ErrInvalid, p.Burst, MaxBurst)
+	}
+	if p.Kind == TokenBucket || p.Kind == GCRA {
+		c := p.Limit
+		if p.Burst > 0 {
+			c = p.Burst
+		}
+		if m := mulDiv(MaxRefillUs, p.Limit, p.WindowUs); c > m {
+			return fmt.Errorf("%w: capacity %d at %d per %d µs takes longer than %d µs to refill", ErrInvalid, c, p.Limit, p.WindowUs, int64(MaxRefillUs))
+		}
+	}
+	return nil
+}
+
+// Decide admits cost permits iff all of them fit now (cost < 0 counts as 0).
+func Decide(p Params, s State, now, cost int64) Result {
+	n := p.norm()
+	cost = max(cost, 0)
+	switch n.kind {
+	case SlidingWindowLog:
+		return logDecide(n, s, now, cost)
+	case SlidingWindowCounter:
+		return swcDecide(n, s, now, cost)
+	case FixedWindow:
+		return fwDecide(n, s, now, cost)
+	default:
+		return tatDecide(n, s, now, cost)
+	}
+}
+
+// Available is how many permits could be taken now. It is negative while the bucket is
+// in debt (Take consumed more than it held).
+func Available(p Params, s State, now int64) int64 {
+	n := p.norm()
+	switch n.kind {
+	case SlidingWindowLog:
+		return logAvailable(n, s, now)
+	case SlidingWindowCounter:
+		st := swcLoad(n, s, now)
+		return swcAvailable(n, st, now)
+	case FixedWindow:
+		st := fwLoad(n, s, now)
+		return n.lim - st.count
+	default:
+		st := tatLoad(n, s, now)
+		return n.capa - tatUsed(n, st, now)
+	}
+}
+
+// Take consumes n permits unconditionally, going into debt if the bucket holds fewer;
+// refill (or the window moving on) pays the debt back. It is how reported consumption is
+// merged into a bucket: the permits were already admitted somewhere. n < 0 counts as 0.
+func Take(p Params, s State, now, n int64) State {
+	q := p.norm()
+	n = max(n, 0)
+	switch q.kind {
+	case SlidingWindowLog:
+		return logTake(q, s, now, n)
+	case SlidingWindowCounter:
+		return swcTake(q, s, now, n)
+	case FixedWindow:
+		return fwTake(q, s, now, n)
+	default:
+		return tatTake(q, s, now, n)
+	}
+}
+
+// Refund gives n unused permits back (an unused lease); the bucket never ends up above
+// full. n < 0 counts as 0.
+func Refund(p Params, s State, now, n int64) State {
+	q := p.norm()
+	n = max(n, 0)
+	switch q.kind {
+	case SlidingWindowLog:
+		return logRefund(q, s, now, n)
+	case SlidingWindowCounter:
+		return swcRefund(q, s, now, n)
+	case FixedWindow:
+		return fwRefund(q, s, now, n)
+	default:
+		return tatRefund(q, s, now, n)
+	}
+}
+
+// ResetAt is the absolute time at which the bucket is full again: now for a full
+// TokenBucket/GCRA, the end of the current window for FixedWindow, and the moment the
+// last counted permit leaves the window for the sliding algorithms.
+func ResetAt(p Params, s State, now int64) int64 {
+	n := p.norm()
+	switch n.kind {
+	case SlidingWindowLog:
+		return logResetAt(n, s, now)
+	case SlidingWindowCounter:
+		return swcResetAt(n, swcLoad(n, s, now), now)
+	case FixedWindow:
+		return fwLoad(n, s, now).start + n.win
+	default:
+		return tatResetAt(tatLoad(n, s, now))
+	}
+}
+
+// RetryAfter is how many µs from now until cost permits fit (0: they fit now). It is
+// exact: Decide admits cost at now+RetryAfter (if nothing else happens meanwhile) and
+// would not one µs earlier.
+//
+// A cost above Capacity never fits. Then TokenBucket and GCRA answer as go-redis/redis_rate
+// does (when a bucket that large would have cost permits: tat + (cost-Capacity)·T) and the
+// window algorithms answer the time until the bucket is full but at least one window,
+// so a client that ignores the status still backs off.
+func RetryAfter(p Params, s State, now, cost int64) int64 {
+	n := p.norm()
+	cost = max(cost, 0)
+	switch n.kind {
+	case SlidingWindowLog:
+		return logRetryAfter(n, s, now, cost)
+	case SlidingWindowCounter:
+		return swcRetryAfter(n, swcLoad(n, s, now), now, cost)
+	case FixedWindow:
+		return fwRetryAfter(n, fwLoad(n, s, now), now, cost)
+	default:
+		return tatRetryAfter(n, tatLoad(n, s, now), now, cost)
+	}
+}
+
+// MaxStateLen is the largest State p's algorithm can encode: MaxStateSize for all but
+// SlidingWindowLog, whose log of at most Limit+LogSlack runs takes up to 11 bytes a run.
+func (p Params) MaxStateLen() int {
+	n := p.norm()
+	if n.kind != SlidingWindowLog {
+		return MaxStateSize
+	}
+	return logHeaderLen + int(n.lim+LogSlack)*logMaxRunLen
+}

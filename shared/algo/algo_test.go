@@ -1,0 +1,358 @@
+package algo
+
+import (
+	"errors"
+	"math/rand"
+	"testing"
+)
+
+const (
+	second = int64(1_000_000)
+	minute = 60 * second
+	hour   = 60 * minute
+)
+
+var allKinds = []Kind{TokenBucket, GCRA, SlidingWindowLog, SlidingWindowCounter, FixedWindow}
+
+func TestKindNames(t *testing.T) {
+	tests := []struct {
+		kind Kind
+		name string
+	}{
+		{TokenBucket, "token_bucket"},
+		{GCRA, "gcra"},
+		{SlidingWindowLog, "sliding_window_log"},
+		{SlidingWindowCounter, "sliding_window_counter"},
+		{FixedWindow, "fixed_window"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.kind.String(); got != tt.name {
+				t.Errorf("String() = %q, want %q", got, tt.name)
+			}
+			k, ok := ParseKind(tt.name)
+			if !ok || k != tt.kind {
+				t.Errorf("ParseKind(%q) = %v, %v", tt.name, k, ok)
+			}
+		})
+	}
+	for _, bad := range []string{"", "Token_Bucket", "token-bucket", "leaky_bucket", "gcra "} {
+		if k, ok := ParseKind(bad); ok {
+			t.Errorf("ParseKind(%q) = %v, want not ok", bad, k)
+		}
+	}
+	if got := Kind(9).String(); got != "kind(9)" {
+		t.Errorf("Kind(9).String() = %q", got)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		p    Params
+		ok   bool
+	}{
+		{"default_token_bucket", Params{Limit: 100, WindowUs: minute}, true},
+		{"gcra_with_burst", Params{Kind: GCRA, Limit: 10, WindowUs: second, Burst: 50}, true},
+		{"max_limit_per_second", Params{Kind: FixedWindow, Limit: MaxLimit, WindowUs: second}, true},
+		{"max_limit_per_day", Params{Kind: SlidingWindowCounter, Limit: MaxLimit, WindowUs: MaxWindowUs}, true},
+		{"zero_limit", Params{Limit: 0, WindowUs: minute}, false},
+		{"negative_limit", Params{Limit: -1, WindowUs: minute}, false},
+		{"limit_too_large", Params{Limit: MaxLimit + 1, WindowUs: hour}, false},
+		{"window_too_short", Params{Limit: 1, WindowUs: 999}, false},
+		{"window_too_long", Params{Limit: 1, WindowUs: MaxWindowUs + 1}, false},
+		{"more_than_one_permit_per_us", Params{Limit: 5000, WindowUs: 4000}, false},
+		{"negative_burst", Params{Limit: 1, WindowUs: second, Burst: -1}, false},
+		{"burst_too_large", Params{Limit: 1, WindowUs: second, Burst: MaxBurst + 1}, false},
+		{"burst_refill_too_slow", Params{Limit: 1, WindowUs: MaxWindowUs, Burst: 10_000}, false},
+		{"burst_ignored_by_windows", Params{Kind: FixedWindow, Limit: 1, WindowUs: MaxWindowUs, Burst: 10_000}, true},
+		{"unknown_kind", Params{Kind: 5, Limit: 1, WindowUs: second}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.p.Validate()
+			if (err == nil) != tt.ok {
+				t.Fatalf("Validate() = %v, want ok=%v", err, tt.ok)
+			}
+			if err != nil && !errors.Is(err, ErrInvalid) {
+				t.Errorf("error %v does not wrap ErrInvalid", err)
+			}
+			if err == nil && tt.p.norm() != (norm{kind: tt.p.Kind, lim: tt.p.Limit, win: tt.p.WindowUs, capa: tt.p.Capacity()}) {
+				t.Errorf("valid params %+v are changed by clamping: %+v", tt.p, tt.p.norm())
+			}
+		})
+	}
+}
+
+func TestCapacity(t *testing.T) {
+	tests := []struct {
+		name string
+		p    Params
+		want int64
+	}{
+		{"token_bucket_default", Params{Limit: 100, WindowUs: minute}, 100},
+		{"token_bucket_burst", Params{Limit: 100, WindowUs: minute, Burst: 20}, 20},
+		{"gcra_burst", Params{Kind: GCRA, Limit: 100, WindowUs: minute, Burst: 500}, 500},
+		{"fixed_window_ignores_burst", Params{Kind: FixedWindow, Limit: 100, WindowUs: minute, Burst: 500}, 100},
+		{"log_ignores_burst", Params{Kind: SlidingWindowLog, Limit: 7, WindowUs: minute, Burst: 500}, 7},
+		{"clamped_refill", Params{Limit: 1, WindowUs: MaxWindowUs, Burst: MaxBurst}, MaxRefillUs / MaxWindowUs},
+		{"clamped_limit", Params{Kind: FixedWindow, Limit: 0, WindowUs: 0}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.p.Capacity(); got != tt.want {
+				t.Errorf("Capacity() = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestTradingBot is DESIGN scenario 1 for every algorithm: 500 requests in one second
+// against 100/min admit the 100 of the burst (plus, for the buckets, the one permit that
+// refills within that second), and every rejection says when to come back.
+func TestTradingBot(t *testing.T) {
+	const start = 1_700_000_000_000_000 // a real Unix time in µs, aligned to the minute
+	for _, k := range allKinds {
+		t.Run(k.String(), func(t *testing.T) {
+			p := Params{Kind: k, Limit: 100, WindowUs: minute}
+			var s State
+			admitted := 0
+			for i := range int64(500) {
+				now := start + i*2000
+				r := Decide(p, s, now, 1)
+				s = r.State
+				if r.Allowed {
+					admitted++
+					if r.RetryAfterUs != 0 {
+						t.Fatalf("request %d allowed with retry-after %d", i, r.RetryAfterUs)
+					}
+					continue
+				}
+				if r.RetryAfterUs <= 0 || r.Remaining != 0 {
+					t.Fatalf("request %d rejected with retry-after %d remaining %d", i, r.RetryAfterUs, r.Remaining)
+				}
+			}
+			want := 100
+			if k == TokenBucket || k == GCRA {
+				want = 101 // one permit refills every 600 ms
+			}
+			if admitted != want {
+				t.Fatalf("admitted %d of 500, want %d", admitted, want)
+			}
+		})
+	}
+}
+
+func TestTokenBucketRefill(t *testing.T) {
+	p := Params{Limit: 3, WindowUs: second} // T = 333,333⅓ µs: not a whole number of µs
+	var s State
+	for range 3 {
+		r := Decide(p, s, 0, 1)
+		if !r.Allowed {
+			t.Fatal("fresh bucket rejected")
+		}
+		s = r.State
+	}
+	tests := []struct {
+		name  string
+		now   int64
+		avail int64
+	}{
+		{"empty", 0, 0},
+		{"just_before_one_permit", 333_333, 0},
+		{"one_permit", 333_334, 1},
+		{"just_before_two_permits", 666_666, 1},
+		{"two_permits", 666_667, 2},
+		{"full", second, 3},
+		{"never_above_full", hour, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Available(p, s, tt.now); got != tt.avail {
+				t.Errorf("Available at %d = %d, want %d", tt.now, got, tt.avail)
+			}
+		})
+	}
+	if got := RetryAfter(p, s, 0, 2); got != 666_667 {
+		t.Errorf("RetryAfter(2) = %d, want 666667", got)
+	}
+	if got := ResetAt(p, s, 0); got != second {
+		t.Errorf("ResetAt = %d, want %d", got, second)
+	}
+	// A thousand single permits a third of a second apart never drift.
+	for i := range int64(1000) {
+		now := second + i*second/3 + 1
+		r := Decide(p, s, now, 1)
+		if !r.Allowed {
+			t.Fatalf("steady request %d at the exact rate rejected", i)
+		}
+		s = r.State
+	}
+}
+
+// TestFixedWindowBoundaryBurst documents the fixed window's known weakness: Limit at the
+// end of one window and Limit at the start of the next admit 2×Limit within 2 µs.
+func TestFixedWindowBoundaryBurst(t *testing.T) {
+	p := Params{Kind: FixedWindow, Limit: 100, WindowUs: minute}
+	var s State
+	admitted := 0
+	for _, now := range []int64{minute - 1, minute} {
+		for range 150 {
+			r := Decide(p, s, now, 1)
+			s = r.State
+			if r.Allowed {
+				admitted++
+			}
+		}
+	}
+	if admitted != 200 {
+		t.Fatalf("admitted %d across the boundary, want 2×100", admitted)
+	}
+	// The sliding window log admits no more than Limit across the same boundary.
+	p.Kind = SlidingWindowLog
+	s = nil
+	admitted = 0
+	for _, now := range []int64{minute - 1, minute} {
+		for range 150 {
+			r := Decide(p, s, now, 1)
+			s = r.State
+			if r.Allowed {
+				admitted++
+			}
+		}
+	}
+	if admitted != 100 {
+		t.Fatalf("sliding log admitted %d across the boundary, want 100", admitted)
+	}
+}
+
+func TestFixedWindowAlignment(t *testing.T) {
+	p := Params{Kind: FixedWindow, Limit: 1, WindowUs: minute}
+	tests := []struct {
+		name  string
+		now   int64
+		reset int64
+	}{
+		{"epoch", 0, minute},
+		{"inside", minute + 5, 2 * minute},
+		{"last_us", 2*minute - 1, 2 * minute},
+		{"before_epoch", -1, 0},
+		{"before_epoch_window_start", -minute, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := Decide(p, nil, tt.now, 1)
+			if !r.Allowed || r.ResetUs != tt.reset {
+				t.Fatalf("Decide at %d = %+v, want allowed with reset %d", tt.now, r, tt.reset)
+			}
+			if got := RetryAfter(p, r.State, tt.now, 1); got != tt.reset-tt.now {
+				t.Errorf("RetryAfter = %d, want %d", got, tt.reset-tt.now)
+			}
+		})
+	}
+}
+
+func TestDebt(t *testing.T) {
+	for _, k := range allKinds {
+		t.Run(k.String(), func(t *testing.T) {
+			p := Params{Kind: k, Limit: 10, WindowUs: second}
+			s := Take(p, nil, 0, 25)
+			if got := Available(p, s, 0); got != -15 {
+				t.Fatalf("Available after taking 25 of 10 = %d, want -15", got)
+			}
+			r := Decide(p, s, 0, 1)
+			if r.Allowed || r.Remaining != 0 || r.RetryAfterUs <= 0 {
+				t.Fatalf("Decide in debt = %+v", r)
+			}
+			// Debt is repaid: the bucket is full again within three windows.
+			if got := Available(p, s, 3*second); got != 10 {
+				t.Fatalf("Available three windows later = %d, want 10", got)
+			}
+		})
+	}
+}
+
+func TestCostAboveCapacity(t *testing.T) {
+	for _, k := range allKinds {
+		t.Run(k.String(), func(t *testing.T) {
+			p := Params{Kind: k, Limit: 10, WindowUs: second}
+			r := Decide(p, nil, 0, 11)
+			if r.Allowed {
+				t.Fatal("cost above capacity admitted")
+			}
+			if r.RetryAfterUs <= 0 || r.Remaining != 10 {
+				t.Fatalf("Decide(11) on a full bucket = %+v, want a positive retry and 10 remaining", r)
+			}
+		})
+	}
+	// GCRA answers as redis_rate: when a larger bucket would have had the permits.
+	p := Params{Kind: GCRA, Limit: 10, WindowUs: second}
+	if got := RetryAfter(p, nil, 0, 12); got != 200_000 {
+		t.Errorf("GCRA RetryAfter(12) on a full bucket of 10 = %d, want 200000", got)
+	}
+}
+
+func TestStateKindMismatchIsFresh(t *testing.T) {
+	for _, from := range allKinds {
+		for _, to := range allKinds {
+			if from == to {
+				continue
+			}
+			t.Run(from.String()+"_to_"+to.String(), func(t *testing.T) {
+				s := Take(Params{Kind: from, Limit: 10, WindowUs: second}, nil, 0, 10)
+				if got := Available(Params{Kind: to, Limit: 10, WindowUs: second}, s, 0); got != 10 {
+					t.Errorf("state of %v read as %v: Available = %d, want fresh 10", from, to, got)
+				}
+			})
+		}
+	}
+}
+
+// randParams returns valid Params of kind k, biased toward small limits so that
+// sequences exercise empty, full and in-between buckets.
+func randParams(rng *rand.Rand, k Kind) Params {
+	limits := []int64{1, 2, 3, 7, 10, 64, 100, 999, 1000, 12_345}
+	windows := []int64{MinWindowUs, 1_001, 7_919, 100_000, second, 3 * second, minute, hour, MaxWindowUs}
+	for {
+		p := Params{Kind: k, Limit: limits[rng.Intn(len(limits))], WindowUs: windows[rng.Intn(len(windows))]}
+		if rng.Intn(4) == 0 {
+			p.WindowUs = MinWindowUs + rng.Int63n(10*second)
+		}
+		if (k == TokenBucket || k == GCRA) && rng.Intn(2) == 0 {
+			p.Burst = 1 + rng.Int63n(3*p.Limit)
+		}
+		if p.Validate() == nil {
+			return p
+		}
+	}
+}
+
+// randStep is a time step mixing "same µs", short, rate-scale, window-scale and long gaps.
+func randStep(rng *rand.Rand, p Params) int64 {
+	switch rng.Intn(8) {
+	case 0:
+		return 0
+	case 1:
+		return rng.Int63n(3)
+	case 2, 3:
+		return rng.Int63n(2*p.WindowUs/p.Limit + 1)
+	case 4, 5:
+		return rng.Int63n(p.WindowUs/4 + 1)
+	case 6:
+		return rng.Int63n(2*p.WindowUs + 1)
+	default:
+		return rng.Int63n(10 * p.WindowUs)
+	}
+}
+
+func randCost(rng *rand.Rand, p Params) int64 {
+	c := p.Capacity()
+	switch rng.Intn(6) {
+	case 0:
+		return 0
+	case 1:
+		return 1 + rng.Int63n(c+2)
+	default:
+		return 1 + rng.Int63n(min(c, 3))
+	}
+}

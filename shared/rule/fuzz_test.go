@@ -1,0 +1,247 @@
+package rule
+
+import (
+	"encoding/base64"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/tollgate-rl/tollgate/shared/algo"
+	"github.com/tollgate-rl/tollgate/shared/wire"
+)
+
+// checkInvariants asserts what every Config returned by Parse guarantees, independently
+// of how the parser got there.
+func checkInvariants(t testing.TB, c *Config) {
+	t.Helper()
+	if len(c.Rules) > MaxRules || len(c.Tiers) > MaxTiers || len(c.Allow) > MaxListEntries || len(c.Deny) > MaxListEntries {
+		t.Fatalf("caps exceeded: %d rules %d tiers %d allow %d deny", len(c.Rules), len(c.Tiers), len(c.Allow), len(c.Deny))
+	}
+	s := c.Sync
+	if s.IntervalMs < 10 || s.TimeoutMs < 1 || s.LeaseTTLMs < s.IntervalMs || s.MaxBatch < 1 || s.MaxBatch > wire.MaxDeltas ||
+		s.MaxPending < 1 || s.ExpectedNodes < 1 || s.BreakerFailures < 1 || s.BreakerOpenMs < 1 || s.IdleTTLMs < 1000 ||
+		len(s.Node) > wire.MaxStringLen || s.Authority == "" && s.Cluster != "" {
+		t.Fatalf("bad sync %+v", s)
+	}
+	if c.RetryJitterMs < 0 || c.TrustedHops < 0 || c.TrustedHops > maxTrustedHops {
+		t.Fatalf("jitter %d hops %d", c.RetryJitterMs, c.TrustedHops)
+	}
+	checkKeySource(t, &c.DefaultKey, 1)
+	for _, list := range [][]Pattern{c.Allow, c.Deny} {
+		for _, p := range list {
+			if (p.Glob == "") == (p.CIDR == nil) || p.Raw == "" || p.CIDR != nil && (p.CIDR.Bits < 0 || p.CIDR.Bits > 128) {
+				t.Fatalf("bad pattern %+v", p)
+			}
+		}
+	}
+	tierNames := map[string]bool{}
+	for _, tier := range c.Tiers {
+		if !validID(tier.Name) || tierNames[tier.Name] || len(tier.Keys) == 0 && (tier.Header == "" || len(tier.Values) == 0) {
+			t.Fatalf("bad tier %+v", tier)
+		}
+		tierNames[tier.Name] = true
+	}
+	ids := map[string]bool{}
+	for i := range c.Rules {
+		r := &c.Rules[i]
+		if !validID(r.ID) || ids[r.ID] || c.RuleByID(r.ID) != r {
+			t.Fatalf("bad or duplicate id %q", r.ID)
+		}
+		ids[r.ID] = true
+		if AlgorithmName(r.Algo) == "" || r.Cost < 1 || r.Cost > MaxCost || len(r.Costs) > MaxCosts || len(r.Overrides) > MaxOverrides {
+			t.Fatalf("rule %q: algo %d cost %d", r.ID, r.Algo, r.Cost)
+		}
+		checkWindows(t, r.ID, r.Algo, r.Windows)
+		for name, w := range r.Tiers {
+			if !tierNames[name] {
+				t.Fatalf("rule %q: undefined tier %q", r.ID, name)
+			}
+			checkWindows(t, r.ID, r.Algo, w)
+		}
+		for _, o := range r.Overrides {
+			if o.Glob == "" {
+				t.Fatalf("rule %q: empty override glob", r.ID)
+			}
+			checkWindows(t, r.ID, r.Algo, o.Windows)
+		}
+		for _, rc := range r.Costs {
+			if (rc.Prefix == "") == (rc.Regex == nil) || rc.Cost < 1 || rc.Cost > MaxCost || rc.Prefix != "" && NormalizePath(rc.Prefix) != rc.Prefix {
+				t.Fatalf("rule %q: bad cost %+v", r.ID, rc)
+			}
+		}
+		if r.Match.Prefix != "" && NormalizePath(r.Match.Prefix) != r.Match.Prefix {
+			t.Fatalf("rule %q: prefix %q not normalised", r.ID, r.Match.Prefix)
+		}
+		for _, m := range r.Match.Methods {
+			if m == "" || m != strings.ToUpper(m) {
+				t.Fatalf("rule %q: method %q", r.ID, m)
+			}
+		}
+		for _, h := range r.Match.Hosts {
+			if h == "" || h != strings.ToLower(h) {
+				t.Fatalf("rule %q: host %q", r.ID, h)
+			}
+		}
+		if !r.Key.IsZero() {
+			checkKeySource(t, &r.Key, 1)
+		}
+	}
+	if c.RuleByID("no such rule!") != nil {
+		t.Fatal("RuleByID found an invalid id")
+	}
+}
+
+func checkWindows(t testing.TB, id string, kind algo.Kind, ws []algo.Params) {
+	t.Helper()
+	if len(ws) == 0 || len(ws) > MaxWindows {
+		t.Fatalf("rule %q: %d windows", id, len(ws))
+	}
+	for _, w := range ws {
+		if w.Kind != kind || w.Limit < 1 || w.Limit > MaxLimit || w.Burst < 0 || w.Burst > MaxLimit ||
+			w.WindowUs < MinWindow.Microseconds() || w.WindowUs > MaxWindow.Microseconds() || w.WindowUs%1000 != 0 ||
+			kind == algo.SlidingWindowLog && w.Limit > MaxLogLimit ||
+			w.Burst != 0 && kind != algo.TokenBucket && kind != algo.GCRA {
+			t.Fatalf("rule %q: bad window %+v", id, w)
+		}
+	}
+}
+
+func checkKeySource(t testing.TB, k *KeySource, depth int) {
+	t.Helper()
+	if depth > maxKeyDepth {
+		t.Fatalf("key source nested %d deep", depth)
+	}
+	switch k.Kind {
+	case KeyHeader:
+		if k.Header == "" || k.Header != strings.ToLower(k.Header) {
+			t.Fatalf("bad header source %+v", k)
+		}
+	case KeyJWTClaim:
+		if k.Claim == "" || k.Header == "" {
+			t.Fatalf("bad jwt source %+v", k)
+		}
+	case KeyIP:
+		if k.TrustedHops < 0 || k.TrustedHops > maxTrustedHops {
+			t.Fatalf("bad ip source %+v", k)
+		}
+	case KeyRoute:
+	case KeyComposite:
+		if len(k.Parts) < 2 || len(k.Parts) > maxParts {
+			t.Fatalf("bad composite %+v", k)
+		}
+		for i := range k.Parts {
+			checkKeySource(t, &k.Parts[i], depth+1)
+		}
+	default:
+		t.Fatalf("bad kind %d", k.Kind)
+	}
+	if k.Fallback != nil {
+		checkKeySource(t, k.Fallback, depth+1)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	files, err := filepath.Glob(filepath.Join("testdata", "*.json"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, name := range files {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte(`{"rules":[{"id":"a","limit":1,"window":"1s","key":{"source":"route"}}]}`))
+	req := &Request{Method: "GET", Host: "api.example.com:443", Path: "/search/x?q=1", PeerAddr: "10.1.2.3:5555",
+		Header: func(name string) (string, bool) {
+			switch name {
+			case "x-api-key":
+				return "sk_ent_1", true
+			case "x-plan":
+				return "pro", true
+			}
+			return "", false
+		}}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Parse(data)
+		if err != nil {
+			if _, ok := err.(*FieldError); !ok {
+				t.Fatalf("error %v is %T, not *FieldError", err, err)
+			}
+			return
+		}
+		checkInvariants(t, c)
+		for _, a := range c.Apply(req, nil) {
+			if a.Key == "" || len(a.Key) > MaxKeyLen || a.Cost < 1 || len(a.Windows) == 0 {
+				t.Fatalf("bad applied %+v", a)
+			}
+		}
+		c.CheckLists("sk_ent_1", "10.1.2.3")
+	})
+}
+
+func FuzzNormalizePath(f *testing.F) {
+	for _, s := range []string{"", "/", "//", "/a/b/../c/./d//", "/%2e%2E/x", "/%%32%65", "/a%2fb", "/a?b#c",
+		"a/b", "/..", "/a/..", "/%7Euser/", "/%", "/%4", "/%zz", "/ä/ö"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		n := NormalizePath(p)
+		if n == "" || n[0] != '/' {
+			t.Fatalf("%q -> %q: not rooted", p, n)
+		}
+		if n != "/" && n[len(n)-1] == '/' {
+			t.Fatalf("%q -> %q: trailing slash", p, n)
+		}
+		if strings.Contains(n, "//") || strings.ContainsAny(n, "?#") {
+			t.Fatalf("%q -> %q: empty segment, query or fragment", p, n)
+		}
+		for _, seg := range strings.Split(n[1:], "/") {
+			if seg == "." || seg == ".." {
+				t.Fatalf("%q -> %q: dot segment", p, n)
+			}
+		}
+		if again := NormalizePath(n); again != n {
+			t.Fatalf("not idempotent: %q -> %q -> %q", p, n, again)
+		}
+		if !isNormalPath(n) {
+			t.Fatalf("%q -> %q: result fails isNormalPath", p, n)
+		}
+	})
+}
+
+func FuzzJWTClaim(f *testing.F) {
+	f.Add("Bearer a.b.c", `{"sub":"alice"}`, "sub")
+	f.Add("eyJ.eyJ.", `{"sub":42}`, "sub")
+	f.Add("bearer x..y", `{"org":{"id":"acme"}}`, "org.id")
+	f.Add("", `[1,2]`, "0")
+	f.Add("Bearer ...", `{"sub":"a\"b\u00e9"}`, "sub")
+	f.Fuzz(func(t *testing.T, raw, payload, claim string) {
+		if got := jwtClaim(raw, claim); len(got) > len(raw) {
+			t.Fatalf("claim %q longer than the token %q", got, raw)
+		}
+		if _, err := parseClaim("claim", gjson.Result{Type: gjson.String, Str: claim}); err != nil {
+			return // only claims a config could hold
+		}
+		tok := "Bearer eyJhbGciOiJub25lIn0." + base64.RawURLEncoding.EncodeToString([]byte(payload)) + ".sig"
+		want := ""
+		if gjson.Valid(payload) && strings.HasPrefix(strings.TrimLeft(payload, " \t\r\n"), "{") {
+			switch r := gjson.Get(payload, claim); r.Type {
+			case gjson.String:
+				want = r.Str
+			case gjson.Number:
+				want = r.Raw
+			}
+		}
+		if len(tok) > maxTokenLen {
+			want = ""
+		}
+		if got := jwtClaim(tok, claim); got != want {
+			t.Fatalf("payload %q claim %q: got %q, want %q", payload, claim, got, want)
+		}
+	})
+}

@@ -1,0 +1,190 @@
+// Package rule is the configuration operators write: one schema for the filter's plugin
+// configuration (JSON, as Istio's pluginConfig and Envoy's configuration deliver it) and
+// for the sync service's rules API. It parses with gjson (no reflection, builds for
+// wasip1), validates with errors that name the field and the offending value, and
+// matches requests to rules deterministically.
+//
+// Precedence and matching (documented in README "Configuration"; SCHEMA.md beside this
+// file holds the schema):
+//   - Deny list first (403), then allow list (bypass), both by key glob or client-IP CIDR.
+//   - Every rule whose match block matches the request applies, in config order; a
+//     request is admitted only if every applicable rule admits it (this is how
+//     hierarchical limits — tenant cap plus per-user limit — are written).
+//   - Within a rule the limits come from: per-key override (first matching glob in
+//     config order) > tier (the request's tier, chosen by the first tier definition that
+//     matches) > the rule's own windows.
+//   - A request's cost is the first matching entry of the rule's costs list, else the
+//     rule's cost (default 1).
+//
+// A Config returned by Parse is immutable: Apply, Tier, CheckLists and RuleByID read it
+// from any number of goroutines (the service) or on every request (the filter) without
+// locks, and Parse builds lookup indexes that would go stale if the exported slices were
+// edited afterwards. A Config built by hand (tests, the service's Go twin) works too; it
+// just matches by linear scan.
+package rule
+
+import (
+	"regexp"
+
+	"github.com/tollgate-rl/tollgate/shared/algo"
+)
+
+// Config is a whole rule set.
+type Config struct {
+	// Version is the rule-set version (the service assigns it; plugin configs may set it).
+	Version uint64
+	// Sync configures the filter's connection to the sync service (filter only; ignored by
+	// the service).
+	Sync Sync
+	// RetryJitterMs bounds the random jitter added to Retry-After (default 1000 when the
+	// field is absent; an explicit 0 disables jitter).
+	RetryJitterMs int64
+	Allow         []Pattern // bypass: key globs and CIDRs
+	Deny          []Pattern // 403: key globs and CIDRs
+	Tiers         []Tier    // tier definitions, first match wins
+	Rules         []Rule
+	// DefaultKey is the key source used by rules that do not set one
+	// (default: header x-api-key, falling back to the client IP).
+	DefaultKey KeySource
+	// TrustedHops is the x-forwarded-for depth used to find the client IP for the
+	// allow/deny CIDRs (see ClientIP). Default: the trusted_hops of the first "ip" source
+	// in DefaultKey (depth first), else 0 (the peer address).
+	TrustedHops int
+
+	allowIdx, denyIdx *listIndex     // built by Parse; nil: linear scan
+	tierIdx           []*globSet     // parallel to Tiers; nil: linear scan
+	byID              map[string]int // rule id -> index in Rules
+}
+
+// Sync is the filter's sync-service settings.
+type Sync struct {
+	Cluster         string // Envoy cluster name of the service (empty: sync disabled, local only)
+	Authority       string // :authority for callouts (default: Cluster)
+	Secret          string // shared secret sent as "authorization: Bearer <secret>"
+	Node            string // gateway id (default: random at start)
+	IntervalMs      int64  // tick (default 100)
+	TimeoutMs       int64  // callout timeout (default 250)
+	LeaseTTLMs      int64  // local lease lifetime without a successful sync (default 1000)
+	MaxBatch        int64  // deltas per callout (default 1000, max wire.MaxDeltas)
+	MaxPending      int64  // pending buckets per worker before dropping the oldest (default 10000)
+	ExpectedNodes   int64  // fleet size assumed before the first reply (default 1)
+	BreakerFailures int64  // consecutive failures that open the breaker (default 3)
+	BreakerOpenMs   int64  // how long it stays open before a half-open probe (default 1000)
+	IdleTTLMs       int64  // buckets idle this long are dropped from shared data (default 120000)
+}
+
+// Pattern is one allow/deny entry: a key glob (`*`, `?`) or an IP/CIDR.
+type Pattern struct {
+	Raw  string
+	Glob string // set when the entry is a glob
+	CIDR *IPNet // set when the entry is an IP or CIDR
+}
+
+// IPNet is a parsed CIDR (net/netip would do, but is kept behind this type so the
+// matching code stays in one place).
+type IPNet struct {
+	Addr [16]byte
+	Bits int // prefix length in the 16-byte (IPv4-mapped) form
+}
+
+// Tier defines how a request's tier is chosen.
+type Tier struct {
+	Name   string
+	Keys   []string // key globs
+	Header string   // or a request header...
+	Values []string // ...with one of these values
+}
+
+// FailMode is what a rule does while the sync service is unreachable.
+type FailMode uint8
+
+const (
+	FailOpen FailMode = iota
+	FailClosed
+)
+
+// Rule is one rate-limit rule.
+type Rule struct {
+	ID      string
+	Version uint64
+	Match   Match
+	// Key is the rule's key source; the zero KeySource (see IsZero) means
+	// Config.DefaultKey, which lets Apply extract the default key once per request.
+	Key       KeySource
+	Algo      algo.Kind
+	Windows   []algo.Params // at least one; all share Algo
+	Cost      int64         // default 1
+	Costs     []RouteCost
+	Tiers     map[string][]algo.Params // tier name -> windows
+	Overrides []Override
+	Fail      FailMode
+	Shadow    bool
+	Strict    bool
+
+	overrideIdx *globSet // built by Parse; nil: linear scan
+}
+
+// Override gives keys matching Glob their own windows.
+type Override struct {
+	Glob    string
+	Windows []algo.Params
+}
+
+// RouteCost makes requests on a route cost more than one permit.
+type RouteCost struct {
+	Prefix string // segment-aware, like Match.Prefix
+	Regex  *regexp.Regexp
+	Cost   int64
+}
+
+// Match selects requests. Empty fields match everything.
+type Match struct {
+	// Prefix matches the normalised path segment-wise: "/search" matches "/search" and
+	// "/search/x", not "/searching". "/" matches every path.
+	Prefix  string
+	Regex   *regexp.Regexp // against the normalised path
+	Methods []string       // upper-case
+	Hosts   []string       // globs, lower-case, port and IPv6 brackets stripped
+}
+
+// KeySourceKind says where a caller's key comes from.
+type KeySourceKind uint8
+
+const (
+	KeyHeader KeySourceKind = iota
+	KeyJWTClaim
+	KeyIP
+	KeyRoute
+	KeyComposite
+)
+
+// KeySource extracts a caller key from a request.
+type KeySource struct {
+	Kind        KeySourceKind
+	Header      string      // KeyHeader: header name (lower-case); KeyJWTClaim: header carrying the bearer token (default authorization)
+	Claim       string      // KeyJWTClaim: gjson path into the token payload
+	TrustedHops int         // KeyIP: x-forwarded-for hops added by trusted proxies (0: use the peer address)
+	Parts       []KeySource // KeyComposite: joined with ":"
+	Fallback    *KeySource  // used when this source yields nothing
+}
+
+// Request is what matching and key extraction see of an HTTP request. Header names are
+// lower-case (HTTP/2 and Envoy's header maps are).
+type Request struct {
+	Method string
+	Host   string
+	Path   string // without the query string (one is stripped if present)
+	Header func(name string) (string, bool)
+	// PeerAddr is the downstream peer (Envoy's source.address), "ip:port" or "ip".
+	PeerAddr string
+}
+
+// Applied is one rule applied to one request: the resolved key, limits and cost.
+// Windows aliases the Config's memory and must not be modified.
+type Applied struct {
+	Rule    *Rule
+	Key     string        // caller key (empty: rule skipped, key not found)
+	Windows []algo.Params // after override > tier > default
+	Tier    string        // tier whose windows apply, or "" (override or rule default)
+	Cost    int64
+}
