@@ -68,19 +68,20 @@ type pctx struct {
 	parent *pctx
 
 	// Root contexts.
-	pluginConfig []byte
-	configuring  bool // PLUGIN_CONFIGURATION is readable (inside proxy_on_configure)
-	nextToken    uint32
-	calls        map[uint32]*callout
-	callResp     *calloutResult // the response being delivered to proxy_on_http_call_response
-	callStatus    uint32        // proxy_get_status during that callback
+	pluginConfig  []byte
+	configuring   bool // PLUGIN_CONFIGURATION is readable (inside proxy_on_configure)
+	nextToken     uint32
+	calls         map[uint32]*callout
+	callResp      *calloutResult // the response being delivered to proxy_on_http_call_response
+	callStatus    uint32         // proxy_get_status during that callback
 	callStatusMsg string
-	streams      int            // live stream contexts created under this root
-	pendingDone  bool           // proxy_on_done returned false; waiting for proxy_done
-	doneCh       chan struct{}
-	retired      bool
-	drained      chan struct{} // closed when a retired root's last stream ends
-	tickPeriod   time.Duration
+	streams       int  // live stream contexts created under this root
+	pendingDone   bool // proxy_on_done returned false; waiting for proxy_done
+	doneCh        chan struct{}
+	retired       bool          // replaced by Reconfigure or shutting down: takes no new streams or ticks
+	finished      bool          // proxy_on_done has been called
+	drained       chan struct{} // closed when a retired root's last stream ends
+	tickPeriod    time.Duration
 
 	// Stream contexts.
 	req      *Request
@@ -294,9 +295,10 @@ func (v *vm) dropRoot(root *pctx) {
 // the plugin asked for time, cancels its outstanding callouts and runs proxy_on_delete,
 // as WasmBase::startShutdown does. The caller holds v.mu; it is released while waiting.
 func (v *vm) finishRoot(root *pctx, wait time.Duration) {
-	if root.retired {
+	if root.finished {
 		return
 	}
+	root.finished = true
 	root.retired = true
 	if v.tick.root == root {
 		v.setTick(root, 0)
@@ -307,12 +309,16 @@ func (v *vm) finishRoot(root *pctx, wait time.Duration) {
 		root.doneCh = make(chan struct{})
 		ch := root.doneCh
 		v.mu.Unlock()
+		timedOut := false
 		select {
 		case <-ch:
 		case <-time.After(wait):
-			v.host.log(v, LogWarn, fmt.Sprintf("root context %d did not call proxy_done within %s; deleting it", root.id, wait))
+			timedOut = true
 		}
 		v.mu.Lock()
+		if timedOut && root.pendingDone {
+			v.host.log(v, LogWarn, fmt.Sprintf("root context %d did not call proxy_done within %s; deleting it", root.id, wait))
+		}
 		root.pendingDone = false
 	}
 	for token, c := range root.calls {

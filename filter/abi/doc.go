@@ -2,10 +2,12 @@
 // (https://github.com/proxy-wasm/spec/tree/main/abi-versions/v0.2.1) for modules built
 // with standard Go: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared.
 //
-// It exists because the SDKs for Go either need TinyGo (tetratelabs/proxy-wasm-go-sdk)
-// or bring more than a rate limiter needs; this is the only package in the repository
-// with //go:wasmimport and //go:wasmexport, so the rest of the filter is plain Go that is
-// tested natively.
+// It exists so that the few dozen host calls Tollgate makes are under our control: how
+// memory crosses the boundary (one host call and one allocation per header map),
+// which WASI calls run at start-up, and that nothing panics across an export. The
+// tetratelabs SDK needs TinyGo; this binding needs only the standard toolchain. It is
+// the only package in the repository with //go:wasmimport and //go:wasmexport, so the
+// rest of the filter is plain Go that is tested natively.
 //
 // # Shape
 //
@@ -24,8 +26,9 @@
 //   - Memory handed to the host from proxy_on_memory_allocate is referenced by the host
 //     only as an i32 offset the Go GC cannot see, so the binding pins it (PinnedBuffers)
 //     until the host call that returns it has finished and the binding adopts it.
-//   - Nothing here imports os, fmt, log or encoding/json: they add WASI calls at start-up
-//     that older Envoys refuse (see /work/shared/notes/WASM.md).
+//   - Nothing here imports os, fmt, log or encoding/json: os (which the others pull in)
+//     calls fd_fdstat_get and fd_fdstat_set_flags during _initialize, and Envoys older
+//     than proxy-wasm-cpp-host PR 427 refuse WASI calls outside a short start-up list.
 //   - A Go panic would trap the VM and fail every request of that worker, so each export
 //     recovers as a last line of defence, logs through proxy_log and answers Continue.
 //

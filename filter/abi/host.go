@@ -57,7 +57,7 @@ func (h Host) HeaderPairs(m MapType, dst [][2]string) ([][2]string, error) {
 func (h Host) HeaderValue(m MapType, name string) (string, error) {
 	resetReturn()
 	st := proxyGetHeaderMapValue(uint32(m), strData(name), uint32(len(name)), &retPtr, &retSize)
-	buf, _, ok := takeReturned()
+	buf, ok := takeOwned()
 	if err := statusErr(st, "proxy_get_header_map_value", name); err != nil {
 		return "", err
 	}
@@ -114,7 +114,7 @@ func (h Host) GetSharedData(key string) (value []byte, cas uint32, err error) {
 	resetReturn()
 	st := proxyGetSharedData(strData(key), uint32(len(key)), &retPtr, &retSize, &retU32)
 	cas = retU32
-	buf, _, ok := takeReturned()
+	buf, ok := takeOwned()
 	if err := statusErr(st, "proxy_get_shared_data", key); err != nil {
 		return nil, 0, err
 	}
@@ -132,6 +132,7 @@ func (h Host) AppendSharedData(dst []byte, key string) (value []byte, cas uint32
 	scratchArmed = true
 	st := proxyGetSharedData(strData(key), uint32(len(key)), &retPtr, &retSize, &retU32)
 	cas = retU32
+	// The bytes are copied into dst right below, so they may stay in scratch.
 	buf, _, ok := takeReturned()
 	if err := statusErr(st, "proxy_get_shared_data", key); err != nil {
 		return dst, 0, err
@@ -160,7 +161,7 @@ func (h Host) GetProperty(path ...string) ([]byte, error) {
 	resetReturn()
 	st := proxyGetProperty(bytesData(encBuf), uint32(len(encBuf)), &retPtr, &retSize)
 	releaseEncBuf()
-	buf, _, ok := takeReturned()
+	buf, ok := takeOwned()
 	if err := statusErr(st, "proxy_get_property", ""); err != nil {
 		return nil, err
 	}
@@ -262,7 +263,7 @@ func (h Host) GetMetric(id uint32) (uint64, error) {
 func getPairs(m MapType, dst [][2]string) ([][2]string, error) {
 	resetReturn()
 	st := proxyGetHeaderMapPairs(uint32(m), &retPtr, &retSize)
-	buf, _, ok := takeReturned()
+	buf, ok := takeOwned()
 	if err := statusErr(st, "proxy_get_header_map_pairs", ""); err != nil {
 		return dst, err
 	}
@@ -284,7 +285,7 @@ func readBuffer(b BufferType, max uint32) ([]byte, error) {
 	}
 	resetReturn()
 	st := proxyGetBufferBytes(uint32(b), 0, max, &retPtr, &retSize)
-	buf, _, ok := takeReturned()
+	buf, ok := takeOwned()
 	if st == statusNotFound {
 		return nil, nil
 	}

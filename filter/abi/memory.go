@@ -101,6 +101,16 @@ func takeReturned() (buf []byte, inScratch, ok bool) {
 	return nil, false, false
 }
 
+// takeOwned is takeReturned for callers that keep the bytes: a result that landed in
+// the scratch buffer is copied out, so nothing returned to the plugin aliases scratch.
+func takeOwned() (buf []byte, ok bool) {
+	buf, inScratch, ok := takeReturned()
+	if inScratch {
+		buf = append([]byte(nil), buf...)
+	}
+	return buf, ok
+}
+
 // unpinAll drops every pin, keeping the slice's capacity so steady state allocates
 // nothing here.
 func unpinAll() {

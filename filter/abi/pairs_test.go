@@ -170,3 +170,18 @@ func FuzzDecodePairs(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkDecodePairs(b *testing.B) {
+	// A typical request: 12 headers of browser-ish sizes.
+	var pairs [][2]string
+	for i := 0; i < 12; i++ {
+		pairs = append(pairs, [2]string{"x-header-name-" + string(rune('a'+i)), "some-header-value-of-moderate-length"})
+	}
+	buf, _ := AppendPairs(nil, pairs)
+	dst := make([][2]string, 0, 16)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(buf)))
+	for b.Loop() {
+		dst, _ = DecodePairs(dst[:0], buf)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 
+	"github.com/tollgate-rl/tollgate/shared/header"
 	"github.com/tollgate-rl/tollgate/shared/rule"
 )
 
@@ -55,6 +56,7 @@ type Plugin struct {
 	// per-request scratch (a VM is single threaded)
 	applied []rule.Applied
 	ops     []bucketOp
+	viewBuf []header.Window
 	idBuf   []byte
 }
 

@@ -1,8 +1,7 @@
 package plugin
 
 import (
-	"strconv"
-
+	"github.com/tollgate-rl/tollgate/shared/header"
 	"github.com/tollgate-rl/tollgate/shared/lease"
 	"github.com/tollgate-rl/tollgate/shared/rule"
 	"github.com/tollgate-rl/tollgate/shared/wire"
@@ -50,10 +49,10 @@ func (s *Stream) OnRequestHeaders(int, bool) Action {
 	req.PeerAddr = p.peerAddr()
 	p.curStream = s.id
 
-	switch lv := p.cfg.CheckLists(&req); lv.Verdict {
+	switch lv := p.checkLists(&req); lv.Verdict {
 	case rule.ListDeny:
 		p.m.inc(p.m.denied)
-		s.reply(403, "tollgate_denied", bodyDenied(lv.Pattern), nil)
+		s.reply(403, "tollgate_denied", bodyDenied(lv.Pattern, lv.ByAddress), nil)
 		return Pause
 	case rule.ListAllow:
 		p.m.inc(p.m.bypassed)
@@ -100,8 +99,7 @@ func (s *Stream) answer(now int64, v verdict, ops []bucketOp, strictStates []wir
 			retry = p.cfg.Sync.IntervalMs * 1000
 		}
 		secs := p.retryAfter(retry)
-		hdr := appendDegraded(nil)
-		hdr = append(hdr, [2]string{"retry-after", strconv.FormatInt(secs, 10)}, [2]string{"x-ratelimit-rule", v.reject.a.Rule.ID})
+		hdr := header.AppendRefused(nil, p.views(now, ops, strictStates), true, secs, v.reject.a.Rule.ID)
 		s.reply(503, "tollgate_unavailable", body503(v.reject.a.Rule.ID, secs), hdr)
 		return Pause
 	case v.reject != nil:
@@ -112,25 +110,24 @@ func (s *Stream) answer(now int64, v verdict, ops []bucketOp, strictStates []wir
 			p.m.inc(p.m.penalized)
 		}
 		secs := p.retryAfter(op.dec.RetryAfterUs)
-		hdr := appendWindows(nil, now, ops, strictStates, v.degraded)
-		hdr = append(hdr, [2]string{"retry-after", strconv.FormatInt(secs, 10)}, [2]string{"x-ratelimit-rule", op.a.Rule.ID})
-		s.reply(429, "tollgate_rate_limited", body429(now, op, secs), hdr)
+		hdr := header.AppendRefused(nil, p.views(now, ops, strictStates), v.degraded, secs, op.a.Rule.ID)
+		s.reply(429, "tollgate_rate_limited", p.body429(now, op, secs), hdr)
 		return Pause
 	}
 	p.m.inc(p.m.allowed)
 	if v.degraded {
 		p.m.inc(p.m.degraded)
 	}
-	s.headers = appendWindows(s.headers[:0], now, ops, strictStates, v.degraded)
+	s.headers = header.Append(s.headers[:0], p.views(now, ops, strictStates), v.degraded)
 	if v.shadow != nil {
 		p.m.inc(p.m.shadowRejected)
-		s.headers = append(s.headers, [2]string{"x-ratelimit-shadow", v.shadow.a.Rule.ID})
+		s.headers = header.AppendShadow(s.headers, v.shadow.a.Rule.ID)
 	}
 	return Continue
 }
 
 func (s *Stream) reply(status uint32, details string, body []byte, hdr [][2]string) {
-	hdr = append(hdr, [2]string{"content-type", "application/json"})
+	hdr = append(hdr, [2]string{header.ContentType, header.ContentTypeJSON})
 	if err := s.p.host.SendLocalReply(status, details, body, hdr); err != nil {
 		s.p.host.Log(LogError, "tollgate: local reply: "+err.Error())
 	}

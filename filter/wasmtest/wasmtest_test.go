@@ -142,7 +142,7 @@ func TestChecksReportViolations(t *testing.T) {
 			"export proxy_on_tick(i64)->(), want proxy_on_tick(i32)->()",
 			"missing export proxy_on_request_headers(i32,i32,i32)->i32",
 		}},
-		{"CheckStartup", CheckStartup, []string{"_initialize calls [random_get env.proxy_log] outside the allowed set"}},
+		{"CheckStartup", CheckStartup, []string{"_initialize calls [env.proxy_log] outside the allowed set"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &recordingTB{TB: t}

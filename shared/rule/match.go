@@ -219,6 +219,9 @@ func (a ListAction) String() string {
 type ListVerdict struct {
 	Action  ListAction
 	Pattern string
+	// ByAddress is set when the entry is an IP or CIDR (the 403 body then says the
+	// address, not the key, is refused).
+	ByAddress bool
 }
 
 // CheckLists matches the caller key against the key globs and clientIP (an address,
@@ -237,10 +240,10 @@ func (c *Config) CheckLists(key, clientIP string) ListVerdict {
 		}
 	}
 	if i := firstPattern(c.Deny, c.denyIdx, key, &ip, ipOK); i >= 0 {
-		return ListVerdict{Action: ListDeny, Pattern: c.Deny[i].Raw}
+		return ListVerdict{Action: ListDeny, Pattern: c.Deny[i].Raw, ByAddress: c.Deny[i].CIDR != nil}
 	}
 	if i := firstPattern(c.Allow, c.allowIdx, key, &ip, ipOK); i >= 0 {
-		return ListVerdict{Action: ListAllow, Pattern: c.Allow[i].Raw}
+		return ListVerdict{Action: ListAllow, Pattern: c.Allow[i].Raw, ByAddress: c.Allow[i].CIDR != nil}
 	}
 	return ListVerdict{}
 }
@@ -455,4 +458,51 @@ func (c *Config) buildIndexes() {
 			r.overrideIdx = newGlobSet(pats)
 		}
 	}
+}
+
+// CallerKey is the request's key under the config's default key source: the identity the
+// allow and deny lists' globs are matched against.
+func (c *Config) CallerKey(req *Request) string { return c.defaultKey().Extract(req) }
+
+// NeedsPeer reports whether any decision can depend on the downstream peer address, so
+// the filter reads the source.address property (a host call that copies data into the VM)
+// only when it matters.
+func (c *Config) NeedsPeer() bool {
+	if c == nil {
+		return false
+	}
+	for i := range c.Allow {
+		if c.Allow[i].CIDR != nil {
+			return true
+		}
+	}
+	for i := range c.Deny {
+		if c.Deny[i].CIDR != nil {
+			return true
+		}
+	}
+	if c.defaultKey().usesIP() {
+		return true
+	}
+	for i := range c.Rules {
+		if c.Rules[i].Key.usesIP() {
+			return true
+		}
+	}
+	return false
+}
+
+func (k *KeySource) usesIP() bool {
+	if k == nil {
+		return false
+	}
+	if k.Kind == KeyIP {
+		return true
+	}
+	for i := range k.Parts {
+		if k.Parts[i].usesIP() {
+			return true
+		}
+	}
+	return k.Fallback.usesIP()
 }

@@ -384,3 +384,46 @@ func BenchmarkApply(b *testing.B) {
 		buf = c.Apply(req, buf[:0])
 	}
 }
+
+func TestNeedsPeerAndCallerKey(t *testing.T) {
+	tests := []struct {
+		name string
+		json string
+		want bool
+	}{
+		{"default key falls back to the IP", `{"rules":[{"id":"a","limit":1,"window":"1s"}]}`, true},
+		{"header key only", `{"key":{"source":"header","name":"x-api-key"},"rules":[{"id":"a","limit":1,"window":"1s"}]}`, false},
+		{"CIDR in a list", `{"key":{"source":"header","name":"x-api-key"},"deny":["10.0.0.0/8"],"rules":[]}`, true},
+		{"composite with an ip part", `{"key":{"source":"header","name":"x-api-key"},"rules":[{"id":"a","limit":1,"window":"1s","key":{"source":"composite","parts":[{"source":"header","name":"x-t"},{"source":"ip"}]}}]}`, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse([]byte(tt.json))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.NeedsPeer(); got != tt.want {
+				t.Fatalf("NeedsPeer = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	c, err := Parse([]byte(`{"key":{"source":"header","name":"x-api-key"},"deny":["sk_revoked_*","10.0.0.0/8"],"rules":[]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &Request{Header: func(n string) (string, bool) {
+		if n == "x-api-key" {
+			return "sk_revoked_1", true
+		}
+		return "", false
+	}, PeerAddr: "10.1.2.3:5000"}
+	if got := c.CallerKey(req); got != "sk_revoked_1" {
+		t.Fatalf("CallerKey = %q", got)
+	}
+	if v := c.CheckLists(c.CallerKey(req), c.ClientIP(req)); v.Action != ListDeny || v.Pattern != "sk_revoked_*" || v.ByAddress {
+		t.Fatalf("key deny verdict %+v", v)
+	}
+	if v := c.CheckLists("sk_ok", c.ClientIP(req)); v.Action != ListDeny || !v.ByAddress {
+		t.Fatalf("address deny verdict %+v", v)
+	}
+}

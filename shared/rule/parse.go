@@ -46,7 +46,8 @@ const (
 )
 
 // FieldError is a validation error: Field is the JSON path of the offending value
-// (e.g. "rules[2].limit"; "" for the document itself) and Msg says what is wrong with
+// (e.g. "rules[2].limit"; "" for the document as a whole, which Error calls
+// "configuration") and Msg says what is wrong with
 // it, quoting the value. Err is the underlying cause when there is one (a regexp or
 // duration parse error).
 type FieldError struct {
@@ -57,7 +58,7 @@ type FieldError struct {
 
 func (e *FieldError) Error() string {
 	if e.Field == "" {
-		return e.Msg
+		return "configuration: " + e.Msg
 	}
 	return e.Field + ": " + e.Msg
 }

@@ -162,8 +162,8 @@ func TestParseDefaults(t *testing.T) {
 
 func TestParseValues(t *testing.T) {
 	tests := []struct {
-		name string
-		doc  string
+		name  string
+		doc   string
 		check func(*Config) bool
 	}{
 		{"duration string ms", `{"rules":[{"id":"a","limit":1,"window":"250ms"}]}`,
@@ -185,7 +185,9 @@ func TestParseValues(t *testing.T) {
 		{"prefix normalised", `{"rules":[{"id":"a","limit":1,"window":"1s","match":{"prefix":"/api//v1/"}}]}`,
 			func(c *Config) bool { return c.Rules[0].Match.Prefix == "/api/v1" }},
 		{"host trailing dot and case", `{"rules":[{"id":"a","limit":1,"window":"1s","match":{"hosts":["API.Example.COM.","[::1]"]}}]}`,
-			func(c *Config) bool { return c.Rules[0].Match.Hosts[0] == "api.example.com" && c.Rules[0].Match.Hosts[1] == "::1" }},
+			func(c *Config) bool {
+				return c.Rules[0].Match.Hosts[0] == "api.example.com" && c.Rules[0].Match.Hosts[1] == "::1"
+			}},
 		{"pseudo header name", `{"key":{"source":"header","name":":Authority"}}`,
 			func(c *Config) bool { return c.DefaultKey.Header == ":authority" }},
 		{"key glob with slash is a glob", `{"allow":["abc/def*","deadbeef"]}`,

@@ -1,0 +1,198 @@
+// Package rules keeps the service's rule sets in Redis as immutable numbered versions and
+// tells every service instance, within 100 ms, which version is current. Gateways learn
+// the version from every sync reply and fetch the body when it changed, so a rule change
+// reaches the fleet in one sync interval plus one fetch.
+//
+// All keys share the hash tag {rl:rules} so a new version is written, made current,
+// logged and announced by one script, atomically, on a cluster too:
+//
+//	{rl:rules}:current   the current version number
+//	{rl:rules}:v:<n>     version n's JSON (immutable)
+//	{rl:rules}:log       newest-first list of version records (JSON)
+//	channel rl:rules     PUBLISH <n> when n becomes current
+//
+// Versions only grow: a rollback writes the old body again as a new version, so
+// "newer than mine" is all a gateway or instance has to check.
+package rules
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Redis names.
+const (
+	currentKey = "{rl:rules}:current"
+	logKey     = "{rl:rules}:log"
+	Channel    = "rl:rules"
+)
+
+func bodyKey(v uint64) string { return "{rl:rules}:v:" + strconv.FormatUint(v, 10) }
+
+// Keep is how many versions stay available for rollback.
+const Keep = 100
+
+//go:embed put.lua
+var putSrc string
+
+var putScript = redis.NewScript(putSrc)
+
+// Record describes one version.
+type Record struct {
+	Version uint64    `json:"version"`
+	At      time.Time `json:"at"`
+	By      string    `json:"by"`
+	Action  string    `json:"action"` // "put", "rollback", "allow", "deny"
+	From    uint64    `json:"from,omitempty"`
+	Size    int       `json:"size"`
+}
+
+// Set is one version's body.
+type Set struct {
+	Version uint64
+	Body    []byte // JSON with "version" set to Version
+}
+
+// Store reads and writes rule-set versions.
+type Store struct {
+	rdb redis.UniversalClient
+}
+
+// New returns a Store on rdb.
+func New(rdb redis.UniversalClient) *Store { return &Store{rdb: rdb} }
+
+// ErrConflict: the current version moved while a change was being prepared.
+var ErrConflict = errors.New("rules: version changed concurrently")
+
+// ErrNotFound: no such version (never written, or older than Keep versions).
+var ErrNotFound = errors.New("rules: version not found")
+
+// CurrentVersion returns the current version (0: none yet).
+func (s *Store) CurrentVersion(ctx context.Context) (uint64, error) {
+	v, err := s.rdb.Get(ctx, currentKey).Uint64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("rules: current version: %w", err)
+	}
+	return v, nil
+}
+
+// EmptyBody is version 0, served before any PUT: no rules, no lists.
+const EmptyBody = `{"version":0}`
+
+// Get returns version v's body.
+func (s *Store) Get(ctx context.Context, v uint64) (*Set, error) {
+	if v == 0 {
+		return &Set{Body: []byte(EmptyBody)}, nil
+	}
+	b, err := s.rdb.Get(ctx, bodyKey(v)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("%w: %d", ErrNotFound, v)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("rules: version %d: %w", v, err)
+	}
+	return &Set{Version: v, Body: b}, nil
+}
+
+// Current returns the current version's body.
+func (s *Store) Current(ctx context.Context) (*Set, error) {
+	v, err := s.CurrentVersion(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.Get(ctx, v)
+}
+
+// WithVersion returns body (a JSON object) with its top-level "version" set to v.
+func WithVersion(body []byte, v uint64) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, fmt.Errorf("rules: body is not a JSON object: %w", err)
+	}
+	if m == nil {
+		m = map[string]json.RawMessage{}
+	}
+	m["version"] = json.RawMessage(strconv.FormatUint(v, 10))
+	return json.Marshal(m)
+}
+
+// Put makes body (a validated JSON rule set) version base+1 if base is still current,
+// and announces it. It returns ErrConflict otherwise.
+func (s *Store) Put(ctx context.Context, base uint64, body []byte, rec Record) (uint64, error) {
+	v := base + 1
+	body, err := WithVersion(body, v)
+	if err != nil {
+		return 0, err
+	}
+	rec.Version, rec.Size = v, len(body)
+	if rec.At.IsZero() {
+		rec.At = time.Now().UTC()
+	}
+	entry, err := json.Marshal(rec)
+	if err != nil {
+		return 0, fmt.Errorf("rules: record: %w", err)
+	}
+	got, err := putScript.Run(ctx, s.rdb, []string{currentKey, logKey, bodyKey(v)},
+		base, body, entry, Channel, Keep).Uint64()
+	if err != nil {
+		return 0, fmt.Errorf("rules: put version %d: %w", v, err)
+	}
+	if got != v {
+		return got, fmt.Errorf("%w: base %d, current %d", ErrConflict, base, got)
+	}
+	if v > Keep {
+		_ = s.rdb.Del(ctx, bodyKey(v-Keep)).Err() // best effort: older versions expire from rollback
+	}
+	return v, nil
+}
+
+// Versions returns the version records, newest first.
+func (s *Store) Versions(ctx context.Context) ([]Record, error) {
+	raw, err := s.rdb.LRange(ctx, logKey, 0, Keep-1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("rules: versions: %w", err)
+	}
+	out := make([]Record, 0, len(raw))
+	for _, r := range raw {
+		var rec Record
+		if err := json.Unmarshal([]byte(r), &rec); err == nil {
+			out = append(out, rec)
+		}
+	}
+	return out, nil
+}
+
+// Update applies change to the current body and stores the result as a new version,
+// retrying (a bounded number of times) when another writer got there first. change
+// returns the new body, or an error that Update returns unchanged.
+func (s *Store) Update(ctx context.Context, rec Record, change func(cur *Set) ([]byte, error)) (uint64, error) {
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		var cur *Set
+		if cur, err = s.Current(ctx); err != nil {
+			return 0, err
+		}
+		var body []byte
+		if body, err = change(cur); err != nil {
+			return 0, err
+		}
+		var v uint64
+		if v, err = s.Put(ctx, cur.Version, body, rec); err == nil {
+			return v, nil
+		}
+		if !errors.Is(err, ErrConflict) {
+			return 0, err
+		}
+	}
+	return 0, err
+}

@@ -1,0 +1,147 @@
+package service
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-rl/tollgate/shared/lease"
+	"github.com/tollgate-rl/tollgate/shared/wire"
+)
+
+// Metrics are the service's Prometheus metrics, on their own registry so several
+// instances can live in one process (tests).
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	batches      *prometheus.CounterVec   // endpoint, outcome
+	deltas       *prometheus.CounterVec   // endpoint
+	keys         *prometheus.CounterVec   // endpoint
+	batchSeconds *prometheus.HistogramVec // endpoint
+	redisSeconds *prometheus.HistogramVec // op
+	redisErrors  *prometheus.CounterVec   // op
+	reloads      prometheus.Counter
+	grants       prometheus.Counter
+	granted      prometheus.Counter
+	overshoot    prometheus.Counter
+	replays      prometheus.Counter
+	reclaimed    prometheus.Counter
+	rejections   *prometheus.CounterVec // rule
+	strictDenied *prometheus.CounterVec // rule
+	early        prometheus.Counter
+	penalized    prometheus.Counter
+	errors       *prometheus.CounterVec // kind
+	rulesVersion prometheus.Gauge
+	fleet        prometheus.Gauge
+
+	ruleMu    sync.Mutex
+	ruleNames map[string]struct{}
+}
+
+// maxRuleLabels bounds the distinct rule label values (rule ids come from gateways).
+const maxRuleLabels = 1000
+
+// NewMetrics registers the metrics on a new registry.
+func NewMetrics() *Metrics {
+	r := prometheus.NewRegistry()
+	f := func(c prometheus.Collector) { r.MustRegister(c) }
+	m := &Metrics{Registry: r, ruleNames: map[string]struct{}{}}
+	m.batches = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_sync_batches_total", Help: "Sync and check batches by endpoint and outcome (ok, invalid, unauthorized, too_large, unavailable)."}, []string{"endpoint", "outcome"})
+	m.deltas = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_sync_deltas_total", Help: "Bucket deltas received."}, []string{"endpoint"})
+	m.keys = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_sync_keys_total", Help: "Distinct caller keys per batch, summed."}, []string{"endpoint"})
+	m.batchSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "tollgate_sync_batch_seconds", Help: "Time to apply one batch.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"endpoint"})
+	m.redisSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "tollgate_redis_seconds", Help: "Redis round trips (one pipeline) by operation.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}, []string{"op"})
+	m.redisErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_redis_errors_total", Help: "Failed Redis round trips by operation."}, []string{"op"})
+	m.reloads = prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_script_reloads_total", Help: "Script loads after NOSCRIPT (failover or restart)."})
+	m.grants = prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_lease_grants_total", Help: "Deltas answered with a new lease."})
+	m.granted = prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_lease_granted_permits_total", Help: "Permits reserved by new leases."})
+	m.overshoot = prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_overshoot_permits_total", Help: "Estimated over-admission: permits charged (Over and uncovered Leased) beyond what the bucket held."})
+	m.replays = prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_replayed_deltas_total", Help: "Deltas of retried batches answered without being applied again."})
+	m.reclaimed = prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_lease_reclaimed_permits_total", Help: "Lease permits reclaimed from gateways that stopped syncing."})
+	m.rejections = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_rejections_total", Help: "Requests rejected by gateways (reported in deltas) by rule."}, []string{"rule"})
+	m.strictDenied = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_strict_denied_total", Help: "Strict checks refused by rule."}, []string{"rule"})
+	m.early = prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_early_requests_total", Help: "Rejected requests that came back before their Retry-After (penalty signal)."})
+	m.penalized = prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_penalized_answers_total", Help: "Bucket states answered while the caller key was in a penalty cooldown."})
+	m.errors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_errors_total", Help: "Errors by kind (decode, auth, too_large, invalid, redis, timeout, rules_invalid, internal)."}, []string{"kind"})
+	m.rulesVersion = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tollgate_rules_version", Help: "Current rule-set version known to this instance."})
+	m.fleet = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tollgate_fleet_nodes", Help: "Gateways seen syncing recently."})
+	for _, c := range []prometheus.Collector{m.batches, m.deltas, m.keys, m.batchSeconds, m.redisSeconds, m.redisErrors,
+		m.reloads, m.grants, m.granted, m.overshoot, m.replays, m.reclaimed, m.rejections, m.strictDenied, m.early,
+		m.penalized, m.errors, m.rulesVersion, m.fleet,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		f(c)
+	}
+	return m
+}
+
+// RoundTrip implements store.Metrics.
+func (m *Metrics) RoundTrip(op string, d time.Duration, err error) {
+	m.redisSeconds.WithLabelValues(op).Observe(d.Seconds())
+	if err != nil && !isNil(err) {
+		m.redisErrors.WithLabelValues(op).Inc()
+	}
+}
+
+// ScriptReload implements store.Metrics.
+func (m *Metrics) ScriptReload() { m.reloads.Inc() }
+
+func isNil(err error) bool { return errors.Is(err, redis.Nil) }
+
+func (m *Metrics) error(kind string) { m.errors.WithLabelValues(kind).Inc() }
+
+// rule bounds the label values: ids beyond maxRuleLabels are counted as "other".
+func (m *Metrics) rule(id string) string {
+	m.ruleMu.Lock()
+	defer m.ruleMu.Unlock()
+	if _, ok := m.ruleNames[id]; ok {
+		return id
+	}
+	if len(m.ruleNames) >= maxRuleLabels || len(id) > 64 {
+		return "other"
+	}
+	m.ruleNames[id] = struct{}{}
+	return id
+}
+
+// batch records an applied batch.
+func (m *Metrics) batch(endpoint string, b *wire.Batch, results []lease.SyncResult, states []wire.State) {
+	m.deltas.WithLabelValues(endpoint).Add(float64(len(b.Deltas)))
+	keys := make(map[string]struct{}, len(b.Deltas))
+	for i := range b.Deltas {
+		d := &b.Deltas[i]
+		keys[d.Key] = struct{}{}
+		r := &results[i]
+		if r.Replay {
+			m.replays.Inc()
+			continue
+		}
+		if d.Rejected > 0 {
+			m.rejections.WithLabelValues(m.rule(d.Rule)).Add(float64(d.Rejected))
+		}
+		if d.Early > 0 {
+			m.early.Add(float64(d.Early))
+		}
+		if d.Flags&wire.FlagStrict != 0 && !r.Allowed {
+			m.strictDenied.WithLabelValues(m.rule(d.Rule)).Inc()
+		}
+		if r.Grant > 0 {
+			m.grants.Inc()
+			m.granted.Add(float64(r.Grant))
+		}
+		if r.Overshoot > 0 {
+			m.overshoot.Add(float64(r.Overshoot))
+		}
+		if r.Reclaimed > 0 {
+			m.reclaimed.Add(float64(r.Reclaimed))
+		}
+		if states[i].PenaltyInMs > 0 {
+			m.penalized.Inc()
+		}
+	}
+	m.keys.WithLabelValues(endpoint).Add(float64(len(keys)))
+}
+

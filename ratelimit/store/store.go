@@ -1,0 +1,413 @@
+// Package store applies sync batches to Redis: each delta runs the lease script of its
+// algorithm (scripts/lease.lua behind one scripts/algo_*.lua fragment, embedded) on the
+// bucket's hash, a batch goes out as one pipeline per Redis node, and the results come
+// back as the wire States the gateways fold into their leases. It works the same on a
+// standalone server, a Redis Cluster and a Sentinel-managed primary through go-redis's
+// UniversalClient, and it survives failover by itself: scripts missing on a promoted
+// replica (NOSCRIPT) are loaded again and the affected calls retried, a bounded number of
+// times.
+//
+// Everything a batch does is idempotent per (node, worker, seq) (RATIONALE.md §2), so a
+// batch that failed on some shards is simply sent again by the gateway.
+package store
+
+import (
+	"context"
+	"crypto/sha1"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-rl/tollgate/shared/algo"
+	"github.com/tollgate-rl/tollgate/shared/lease"
+	"github.com/tollgate-rl/tollgate/shared/wire"
+)
+
+//go:embed scripts/*.lua
+var scriptFS embed.FS
+
+// numKinds is the number of algorithms (algo.FixedWindow is the last).
+const numKinds = int(algo.FixedWindow) + 1
+
+// script is one algorithm's full lease script.
+type script struct {
+	src string
+	sha string
+}
+
+// buildScripts concatenates every algorithm's fragment (scripts/algo_<name>.lua, after
+// any other scripts/algo_*.lua files, which are shared helpers, in name order) with the
+// lease body.
+func buildScripts() ([numKinds]*script, error) {
+	var out [numKinds]*script
+	body, err := fs.ReadFile(scriptFS, "scripts/lease.lua")
+	if err != nil {
+		return out, fmt.Errorf("store: lease script: %w", err)
+	}
+	names, err := fs.Glob(scriptFS, "scripts/algo_*.lua")
+	if err != nil {
+		return out, fmt.Errorf("store: algorithm scripts: %w", err)
+	}
+	sort.Strings(names)
+	perKind := map[string]int{}
+	for k := 0; k < numKinds; k++ {
+		perKind["scripts/algo_"+algo.Kind(k).String()+".lua"] = k
+	}
+	var prelude strings.Builder
+	frags := make([]string, numKinds)
+	for _, n := range names {
+		b, err := fs.ReadFile(scriptFS, n)
+		if err != nil {
+			return out, fmt.Errorf("store: %s: %w", n, err)
+		}
+		if k, ok := perKind[n]; ok {
+			frags[k] = string(b)
+			continue
+		}
+		prelude.Write(b)
+		prelude.WriteByte('\n')
+	}
+	for k := 0; k < numKinds; k++ {
+		if frags[k] == "" {
+			return out, fmt.Errorf("store: no script fragment for %s (scripts/algo_%s.lua)", algo.Kind(k), algo.Kind(k))
+		}
+		src := prelude.String() + frags[k] + "\n" + string(body)
+		sum := sha1.Sum([]byte(src))
+		out[k] = &script{src: src, sha: hex.EncodeToString(sum[:])}
+	}
+	return out, nil
+}
+
+// Metrics receives what the store observes; the service implements it with Prometheus.
+type Metrics interface {
+	// RoundTrip is one pipeline (or other Redis operation) and its outcome.
+	RoundTrip(op string, d time.Duration, err error)
+	// ScriptReload counts SCRIPT LOADs after NOSCRIPT (failover to a replica that never
+	// saw the scripts, or a server restart).
+	ScriptReload()
+}
+
+type noMetrics struct{}
+
+func (noMetrics) RoundTrip(string, time.Duration, error) {}
+func (noMetrics) ScriptReload()                          {}
+
+// Store applies batches. It is safe for concurrent use.
+type Store struct {
+	rdb     redis.UniversalClient
+	cfg     Config
+	scripts [numKinds]*script
+	metrics Metrics
+	fleet   fleet
+
+	// nowUs, when set, replaces Redis TIME in the scripts (tests only: the differential
+	// tests drive Redis and the Go twin with one clock).
+	nowUs func() int64
+
+	loadMu   sync.Mutex
+	loadedAt time.Time
+}
+
+// New wraps rdb. It loads the scripts when Redis is reachable; when it is not, the
+// first batch loads them. m may be nil.
+func New(rdb redis.UniversalClient, cfg Config, m Metrics) (*Store, error) {
+	sc, err := buildScripts()
+	if err != nil {
+		return nil, err
+	}
+	if m == nil {
+		m = noMetrics{}
+	}
+	s := &Store{rdb: rdb, cfg: cfg.withDefaults(), scripts: sc, metrics: m}
+	s.fleet.init()
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.AttemptBudget())
+	defer cancel()
+	_ = s.loadScripts(ctx)
+	return s, nil
+}
+
+// Open connects with NewClient and returns the Store.
+func Open(cfg Config, m Metrics) (*Store, error) {
+	rdb, err := NewClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s, err := New(rdb, cfg, m)
+	if err != nil {
+		_ = rdb.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Client is the underlying Redis client (the rules store shares it).
+func (s *Store) Client() redis.UniversalClient { return s.rdb }
+
+// Config is the effective configuration (defaults filled in).
+func (s *Store) Config() Config { return s.cfg }
+
+// Close waits for background work and closes the Redis client.
+func (s *Store) Close() error {
+	s.fleet.wg.Wait()
+	return s.rdb.Close()
+}
+
+// Ping checks that Redis answers (readiness).
+func (s *Store) Ping(ctx context.Context) error {
+	start := time.Now()
+	var err error
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() })
+	} else {
+		err = s.rdb.Ping(ctx).Err()
+	}
+	s.metrics.RoundTrip("ping", time.Since(start), err)
+	return err
+}
+
+// loadScripts loads every script on every node (cluster: primaries and replicas, so a
+// promoted replica already has them). Errors from single nodes are returned but the
+// others are still loaded.
+func (s *Store) loadScripts(ctx context.Context) error {
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
+	var errs []error
+	for _, sc := range s.scripts {
+		if err := s.rdb.ScriptLoad(ctx, sc.src).Err(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	s.loadedAt = time.Now()
+	return errors.Join(errs...)
+}
+
+// ErrInvalid is wrapped by batch validation errors (HTTP 400).
+var ErrInvalid = errors.New("invalid batch")
+
+// ErrUnavailable is wrapped when some deltas could not be applied (HTTP 503; the
+// gateway retries the same batch, which is idempotent).
+var ErrUnavailable = errors.New("redis unavailable")
+
+// Validate checks what the decoder cannot: the node id, each delta's key and
+// parameters, and that no bucket appears twice (a worker aggregates per bucket; a second
+// delta with the same seq would be taken for a replay and lost).
+func Validate(b *wire.Batch) error {
+	if b.Node == "" {
+		return fmt.Errorf("%w: node: empty", ErrInvalid)
+	}
+	type bucket struct {
+		key, rule string
+		window    uint8
+	}
+	seen := make(map[bucket]struct{}, len(b.Deltas))
+	for i := range b.Deltas {
+		d := &b.Deltas[i]
+		if d.Key == "" {
+			return fmt.Errorf("%w: delta[%d].key: empty", ErrInvalid, i)
+		}
+		if d.Rule == "" {
+			return fmt.Errorf("%w: delta[%d].rule: empty", ErrInvalid, i)
+		}
+		if err := lease.ParamsOf(d).Validate(); err != nil {
+			return fmt.Errorf("%w: delta[%d] (key %q, rule %q): %w", ErrInvalid, i, d.Key, d.Rule, err)
+		}
+		k := bucket{d.Key, d.Rule, d.Window}
+		if _, dup := seen[k]; dup {
+			return fmt.Errorf("%w: delta[%d]: bucket (key %q, rule %q, window %d) appears twice", ErrInvalid, i, d.Key, d.Rule, d.Window)
+		}
+		seen[k] = struct{}{}
+	}
+	return nil
+}
+
+// Outcome is the result of one batch.
+type Outcome struct {
+	// States answers Deltas one to one, in order.
+	States []wire.State
+	// Results are the raw script results, one per delta.
+	Results      []lease.SyncResult
+	ServerTimeUs int64
+	// Nodes is the fleet size (gateways seen syncing within FleetWindow).
+	Nodes uint32
+	// Failed is how many deltas could not be applied (then Apply's error is
+	// ErrUnavailable).
+	Failed int
+}
+
+// Apply validates b and applies it: one EVALSHA per delta, pipelined per Redis node
+// (the cluster client splits a pipeline by slot owner and runs the nodes concurrently).
+// If any delta fails the error wraps ErrUnavailable; the deltas that succeeded are
+// applied and a retry of the same batch will not apply them again.
+func (s *Store) Apply(ctx context.Context, b *wire.Batch) (*Outcome, error) {
+	if err := Validate(b); err != nil {
+		return nil, err
+	}
+	out := &Outcome{
+		States:  make([]wire.State, len(b.Deltas)),
+		Results: make([]lease.SyncResult, len(b.Deltas)),
+	}
+	out.Nodes = s.fleet.note(s, b.Node)
+	if len(b.Deltas) == 0 {
+		return out, nil
+	}
+	worker := strconv.FormatUint(uint64(b.Worker), 10)
+	seq := strconv.FormatUint(b.Seq, 10)
+	lc := s.cfg.Lease
+	now := ""
+	if s.nowUs != nil {
+		now = strconv.FormatInt(s.nowUs(), 10)
+	}
+	calls := make([]call, len(b.Deltas))
+	for i := range b.Deltas {
+		d := &b.Deltas[i]
+		calls[i] = call{
+			sc:   s.scripts[d.Algo],
+			keys: []string{BucketKey(d.Key, d.Rule, d.Window), PenaltyKey(d.Key)},
+			args: []any{
+				b.Node, worker, seq, d.Flags,
+				d.Leased, d.Over, d.Returned, d.Rejected, d.Early,
+				d.Algo, d.Limit, int64(d.WindowMs) * 1000, d.Burst,
+				lc.LeaseTTLUs, lc.HorizonMs, lc.PenaltyBaseUs, lc.PenaltyMaxUs, now,
+			},
+		}
+	}
+	errs := s.run(ctx, "sync", calls)
+	var firstErr error
+	for i := range calls {
+		d := &b.Deltas[i]
+		st := &out.States[i]
+		st.Key, st.Rule, st.Window = d.Key, d.Rule, d.Window
+		if errs[i] != nil {
+			out.Failed++
+			if firstErr == nil {
+				firstErr = errs[i]
+			}
+			continue
+		}
+		r, nowUs, err := parseResult(calls[i].res)
+		if err != nil {
+			out.Failed++
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		out.Results[i] = r
+		out.ServerTimeUs = max(out.ServerTimeUs, nowUs)
+		fillState(st, &r)
+	}
+	if out.Failed > 0 {
+		return out, fmt.Errorf("%w: %d of %d deltas failed: %w", ErrUnavailable, out.Failed, len(calls), firstErr)
+	}
+	return out, nil
+}
+
+// call is one script invocation of a batch.
+type call struct {
+	sc   *script
+	keys []string
+	args []any
+	res  any
+}
+
+// maxAttempts bounds the NOSCRIPT recovery: EVALSHA, reload and EVALSHA again, then
+// EVAL with the full source (which cannot hit NOSCRIPT).
+const maxAttempts = 3
+
+// run executes calls in one pipeline and returns one error per call. Calls that hit
+// NOSCRIPT are retried after loading the scripts everywhere; every other error is final
+// for this batch (the gateway retries the batch).
+func (s *Store) run(ctx context.Context, op string, calls []call) []error {
+	errs := make([]error, len(calls))
+	pending := make([]int, len(calls))
+	for i := range pending {
+		pending[i] = i
+	}
+	for attempt := 0; attempt < maxAttempts && len(pending) > 0; attempt++ {
+		eval := attempt == maxAttempts-1
+		pipe := s.rdb.Pipeline()
+		cmds := make([]*redis.Cmd, len(pending))
+		for j, i := range pending {
+			c := &calls[i]
+			if eval {
+				cmds[j] = pipe.Eval(ctx, c.sc.src, c.keys, c.args...)
+			} else {
+				cmds[j] = pipe.EvalSha(ctx, c.sc.sha, c.keys, c.args...)
+			}
+		}
+		start := time.Now()
+		_, err := pipe.Exec(ctx)
+		s.metrics.RoundTrip(op, time.Since(start), err)
+		var retry []int
+		for j, i := range pending {
+			res, err := cmds[j].Result()
+			if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && !eval {
+				retry = append(retry, i)
+				continue
+			}
+			calls[i].res, errs[i] = res, err
+		}
+		if len(retry) > 0 {
+			s.metrics.ScriptReload()
+			lctx, cancel := context.WithTimeout(ctx, s.cfg.AttemptBudget())
+			_ = s.loadScripts(lctx) // a node that is down fails again below, with its own error
+			cancel()
+		}
+		pending = retry
+	}
+	for _, i := range pending {
+		errs[i] = fmt.Errorf("script still missing after %d attempts", maxAttempts)
+	}
+	return errs
+}
+
+// parseResult checks the script's reply shape (lease.lua's return array).
+func parseResult(v any) (lease.SyncResult, int64, error) {
+	arr, ok := v.([]any)
+	if !ok || len(arr) != 12 {
+		return lease.SyncResult{}, 0, fmt.Errorf("unexpected script reply %T %v", v, v)
+	}
+	var n [12]int64
+	for i, x := range arr {
+		iv, ok := x.(int64)
+		if !ok {
+			return lease.SyncResult{}, 0, fmt.Errorf("script reply[%d]: %T %v is not an integer", i, x, x)
+		}
+		n[i] = iv
+	}
+	return lease.SyncResult{
+		Replay: n[0] == 1, Allowed: n[1] == 1, Remaining: n[2], Grant: n[3], Held: n[4],
+		ResetUs: n[5], RetryUs: n[6], PenaltyUs: n[7], Level: n[8], Overshoot: n[10], Reclaimed: n[11],
+	}, n[9], nil
+}
+
+// fillState converts a script result to the wire State. Durations round up so gateways
+// reset late rather than early (RATIONALE.md §4).
+func fillState(st *wire.State, r *lease.SyncResult) {
+	st.Allowed = r.Allowed
+	st.Remaining = r.Remaining
+	st.Lease = u32(r.Grant)
+	st.LeaseHeld = u32(r.Held)
+	st.ResetInMs = u32(ceilMs(r.ResetUs))
+	st.RetryInMs = u32(ceilMs(r.RetryUs))
+	st.PenaltyInMs = u32(ceilMs(r.PenaltyUs))
+	st.PenaltyLevel = uint8(min(max(r.Level, 0), 255))
+}
+
+func ceilMs(us int64) int64 {
+	if us <= 0 {
+		return 0
+	}
+	return (us + 999) / 1000
+}
+
+func u32(v int64) uint32 { return uint32(min(max(v, 0), 1<<32-1)) }

@@ -1,0 +1,168 @@
+package lease
+
+import (
+	"testing"
+
+	"github.com/tollgate-rl/tollgate/shared/algo"
+	"github.com/tollgate-rl/tollgate/shared/wire"
+)
+
+const sec = int64(1_000_000)
+
+var perMinute100 = algo.Params{Kind: algo.TokenBucket, Limit: 100, WindowUs: 60 * sec}
+
+func healthy(nodes int64) Env {
+	return Env{Sync: true, Healthy: true, Nodes: nodes, LeaseTTLUs: sec, IntervalUs: sec / 10}
+}
+
+func TestDecideModes(t *testing.T) {
+	now := int64(1_700_000_000) * sec
+	synced := Record{SyncedUs: now - sec/10, LeaseLeft: 3, Overdraft: 2, GlobalRemaining: 10, ResetUs: now + 30*sec, RetryUs: now}
+	tests := []struct {
+		name      string
+		rec       Record
+		env       Env
+		cost      int64
+		allowed   bool
+		leased    int64
+		over      int64
+		returned  int64
+		degraded  bool
+		flush     bool
+		penalized bool
+	}{
+		{"standalone decides on the local algorithm", Record{}, Env{Nodes: 1}, 1, true, 0, 1, 0, false, false, false},
+		{"cold start asks for a flush", Record{}, healthy(4), 1, true, 0, 1, 0, false, true, false},
+		{"lease first", synced, healthy(4), 2, true, 2, 0, 0, false, false, false},
+		{"overdraft when the lease is short", Record{SyncedUs: now - 1, LeaseLeft: 1, Overdraft: 2, GlobalRemaining: 10}, healthy(4), 2, true, 0, 2, 0, false, true, false},
+		{"rejects when lease and overdraft are spent", Record{SyncedUs: now - 1, GlobalRemaining: 0, RetryUs: now + 5*sec}, healthy(4), 1, false, 0, 0, 0, false, true, false},
+		{"stale lease is returned and decisions degrade", Record{SyncedUs: now - 2*sec, LeaseLeft: 7}, healthy(4), 1, true, 0, 1, 7, true, false, false},
+		{"open breaker degrades", synced, Env{Sync: true, Nodes: 4, LeaseTTLUs: sec}, 1, true, 0, 1, 3, true, false, false},
+		{"penalty cooldown rejects", Record{SyncedUs: now - 1, LeaseLeft: 50, PenaltyUntilUs: now + 4*sec, PenaltyLevel: 2}, healthy(4), 1, false, 0, 0, 0, false, false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			next, d := Decide(tt.rec, perMinute100, now, tt.cost, tt.env)
+			if d.Allowed != tt.allowed || d.Leased != tt.leased || d.Over != tt.over || d.Returned != tt.returned ||
+				d.Degraded != tt.degraded || d.Flush != tt.flush || d.Penalized != tt.penalized {
+				t.Fatalf("decision %+v", d)
+			}
+			if !d.Allowed && d.RetryAfterUs <= 0 {
+				t.Fatalf("rejection without a retry time: %+v", d)
+			}
+			if d.Allowed && d.Rejected != 0 || !d.Allowed && d.Rejected != 1 {
+				t.Fatalf("rejected count %d", d.Rejected)
+			}
+			if tt.rec.LeaseLeft-next.LeaseLeft != d.Leased+d.Returned {
+				t.Fatalf("lease went %d -> %d for leased %d returned %d", tt.rec.LeaseLeft, next.LeaseLeft, d.Leased, d.Returned)
+			}
+		})
+	}
+}
+
+// TestColdStartShare: before its first reply a gateway may spend only its share of a full
+// bucket, so a fleet of cold gateways cannot together exceed the capacity.
+func TestColdStartShare(t *testing.T) {
+	now := int64(1_700_000_000) * sec
+	for _, nodes := range []int64{1, 2, 4, 7} {
+		var r Record
+		admitted := int64(0)
+		for i := 0; i < 500; i++ {
+			var d Decision
+			r, d = Decide(r, perMinute100, now, 1, healthy(nodes))
+			if d.Allowed {
+				admitted++
+			}
+		}
+		if want := perMinute100.Limit / nodes; admitted != want {
+			t.Errorf("nodes=%d: admitted %d cold, want %d", nodes, admitted, want)
+		}
+	}
+}
+
+// TestEarlyRetriesCount: a caller that comes back before the announced Retry-After is
+// counted as early (the progressive-penalty signal); one that waits is not.
+func TestEarlyRetriesCount(t *testing.T) {
+	now := int64(1_700_000_000) * sec
+	r := Record{SyncedUs: now, GlobalRemaining: 0, RetryUs: now + 10*sec}
+	env := healthy(1)
+	env.LeaseTTLUs = 100 * sec
+	r, d := Decide(r, perMinute100, now, 1, env)
+	if d.Allowed || d.Early != 0 {
+		t.Fatalf("first rejection: %+v", d)
+	}
+	r, d = Decide(r, perMinute100, now+sec, 1, env)
+	if d.Early != 1 {
+		t.Fatalf("retry after 1s of a 10s Retry-After not counted early: %+v", d)
+	}
+	_, d = Decide(r, perMinute100, now+11*sec, 1, env)
+	if d.Early != 0 {
+		t.Fatalf("retry after the announced time counted early: %+v", d)
+	}
+}
+
+func TestApplyReply(t *testing.T) {
+	now := int64(1_700_000_000) * sec
+	r := Record{LeaseLeft: 2}
+	r = ApplyReply(r, &wire.State{Lease: 5, Remaining: 40, ResetInMs: 3000, RetryInMs: 0, PenaltyInMs: 2000, PenaltyLevel: 1}, now, 4)
+	if r.LeaseLeft != 7 || r.Overdraft != 10 || r.GlobalRemaining != 40 || r.SyncedUs != now ||
+		r.ResetUs != now+3*sec || r.PenaltyUntilUs != now+2*sec || r.PenaltyLevel != 1 {
+		t.Fatalf("record %+v", r)
+	}
+	r = ApplyReply(r, &wire.State{Remaining: -5}, now+sec, 4)
+	if r.Overdraft != 0 || r.PenaltyUntilUs != 0 {
+		t.Fatalf("debt must leave no overdraft and a cleared penalty: %+v", r)
+	}
+}
+
+func TestRecordEncoding(t *testing.T) {
+	now := int64(1_700_000_000) * sec
+	tests := []struct {
+		name string
+		rec  Record
+	}{
+		{"zero", Record{}},
+		{"cold with times", Record{AnnouncedUs: now + 3*sec, ResetUs: now + 60*sec, Local: algo.Take(perMinute100, nil, now, 3)}},
+		{"synced", Record{SyncedUs: now, LeaseLeft: 12, Overdraft: 3, GlobalRemaining: -4, ResetUs: now + 60*sec, RetryUs: now + 2*sec,
+			PenaltyUntilUs: now + 8*sec, AnnouncedUs: now + sec, PenaltyLevel: 3, Local: algo.Take(perMinute100, nil, now, 1)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := AppendRecord(nil, &tt.rec)
+			if len(b) > 64 {
+				t.Fatalf("record is %d bytes, budget 64", len(b))
+			}
+			var got Record
+			if err := DecodeRecord(b, &got); err != nil {
+				t.Fatal(err)
+			}
+			if got.SyncedUs != tt.rec.SyncedUs || got.LeaseLeft != tt.rec.LeaseLeft || got.Overdraft != tt.rec.Overdraft ||
+				got.GlobalRemaining != tt.rec.GlobalRemaining || got.PenaltyLevel != tt.rec.PenaltyLevel ||
+				string(got.Local) != string(tt.rec.Local) {
+				t.Fatalf("round trip:\n got %+v\nwant %+v", got, tt.rec)
+			}
+			for _, pair := range [][2]int64{{got.ResetUs, tt.rec.ResetUs}, {got.RetryUs, tt.rec.RetryUs},
+				{got.PenaltyUntilUs, tt.rec.PenaltyUntilUs}, {got.AnnouncedUs, tt.rec.AnnouncedUs}} {
+				// Times are kept in milliseconds rounded up: never earlier, < 1 ms later.
+				if pair[0] < pair[1] || pair[0]-pair[1] >= 1000 || (pair[1] == 0) != (pair[0] == 0) {
+					t.Fatalf("time %d decoded as %d", pair[1], pair[0])
+				}
+			}
+		})
+	}
+}
+
+func FuzzDecodeRecord(f *testing.F) {
+	f.Add(AppendRecord(nil, &Record{SyncedUs: 5, LeaseLeft: 1}))
+	f.Add([]byte{1, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var r Record
+		if DecodeRecord(data, &r) != nil {
+			return
+		}
+		var again Record
+		if err := DecodeRecord(AppendRecord(nil, &r), &again); err != nil {
+			t.Fatalf("re-encoded record does not decode: %v", err)
+		}
+	})
+}
