@@ -98,11 +98,11 @@ func (v *vm) httpCall(root *pctx, clusterName string, headers []Pair, body []byt
 		return 0, StatusInternalFailure
 	}
 	token := root.nextCallToken()
+	// Envoy: a timeout of 0 means none; the host's lifetime still bounds the call.
 	ctx, cancel := context.WithCancel(h.ctx)
-	var deadline time.Duration
 	if timeoutMS > 0 {
-		deadline = time.Duration(timeoutMS) * time.Millisecond
-		ctx, cancel = context.WithTimeout(h.ctx, deadline)
+		cancel()
+		ctx, cancel = context.WithTimeout(h.ctx, time.Duration(timeoutMS)*time.Millisecond)
 	}
 	c := &callout{token: token, root: root, cancel: cancel}
 	root.calls[token] = c
@@ -132,7 +132,7 @@ func (v *vm) runCallout(ctx context.Context, c *callout, cl *cluster, r calloutR
 	endpoint := cl.pick()
 	req, err := http.NewRequestWithContext(ctx, r.method, "http://"+endpoint+r.path, bytes.NewReader(r.body))
 	if err != nil {
-		h.log(v, LogWarn, fmt.Sprintf("proxy_http_call to %q: %v", cl.name, err))
+		h.logAt(v.index, c.root.id, LogWarn, fmt.Sprintf("proxy_http_call to %q: %v", cl.name, err))
 		v.deliver(c, nil)
 		return
 	}

@@ -34,6 +34,7 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+	"github.com/tetratelabs/wazero/sys"
 )
 
 // Config describes one gateway: the plugin, its workers and the clusters it may call.
@@ -105,6 +106,12 @@ type Config struct {
 	// CompilationCacheDir keeps compiled code on disk between processes. Empty uses a
 	// process-wide in-memory cache.
 	CompilationCacheDir string
+
+	// Clock replaces the time the module reads (WASI clock_time_get, both clocks, and
+	// proxy_get_current_time_nanoseconds), for deterministic tests. The monotonic clock
+	// follows it but never goes back. Ticks, timeouts and callouts keep real time.
+	// Nil uses the system clocks.
+	Clock func() time.Time
 }
 
 // Host is a running gateway: K worker VMs of one plugin.
@@ -128,12 +135,20 @@ type Host struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	reconfMu     sync.Mutex
-	pluginConfig []byte
-	canaries     atomic.Int64
+	// streamCtx is cancelled when Close has given in-flight requests their drain
+	// time: paused and proxied requests still running are reset.
+	streamCtx    context.Context
+	streamCancel context.CancelFunc
+
+	reconfMu sync.Mutex
+	canaries atomic.Int64
 
 	rr    atomic.Uint64
 	stats hostStats
+
+	monoMu   sync.Mutex
+	monoBase time.Time
+	monoLast int64
 }
 
 type hostStats struct {
@@ -198,12 +213,11 @@ func New(cfg Config) (*Host, error) {
 		wasm = b
 	}
 	h := &Host{
-		cfg:          cfg,
-		shared:       cfg.SharedData,
-		metrics:      newMetricRegistry(),
-		logs:         newLogRing(cfg.LogRingSize),
-		clusters:     make(map[string]*cluster, len(cfg.Clusters)),
-		pluginConfig: cfg.PluginConfig,
+		cfg:      cfg,
+		shared:   cfg.SharedData,
+		metrics:  newMetricRegistry(),
+		logs:     newLogRing(cfg.LogRingSize),
+		clusters: make(map[string]*cluster, len(cfg.Clusters)),
 	}
 	if h.shared == nil {
 		h.shared = NewSharedData()
@@ -222,6 +236,7 @@ func New(cfg Config) (*Host, error) {
 		IdleConnTimeout:     60 * time.Second,
 	}}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
+	h.streamCtx, h.streamCancel = context.WithCancel(context.Background())
 
 	cache, err := compilationCache(cfg.CompilationCacheDir)
 	if err != nil {
@@ -290,6 +305,7 @@ func checkExports(cm wazero.CompiledModule) error {
 // abort releases what New built before failing.
 func (h *Host) abort() {
 	h.cancel()
+	h.streamCancel()
 	h.bg.Wait()
 	if h.rt != nil {
 		_ = h.rt.Close(context.Background())
@@ -316,10 +332,16 @@ func (h *Host) instantiate(index int) (*vm, error) {
 		WithStartFunctions().
 		WithStdout(stdWriter{vm: v, level: LogInfo}).
 		WithStderr(stdWriter{vm: v, level: LogError}).
-		WithSysWalltime().
-		WithSysNanotime().
 		WithSysNanosleep().
 		WithRandSource(rand.Reader)
+	if h.cfg.Clock != nil {
+		mc = mc.WithWalltime(func() (int64, int32) {
+			t := h.cfg.Clock()
+			return t.Unix(), int32(t.Nanosecond())
+		}, sys.ClockResolution(1)).WithNanotime(h.monotonic, sys.ClockResolution(1))
+	} else {
+		mc = mc.WithSysWalltime().WithSysNanotime()
+	}
 	mod, err := h.rt.InstantiateModule(v.ctx, h.compiled, mc)
 	if err != nil {
 		return nil, fmt.Errorf("instantiate: %w", err)
@@ -367,6 +389,31 @@ func (h *Host) instantiate(index int) (*vm, error) {
 		}
 	}
 	return v, nil
+}
+
+// now is the time the module sees.
+func (h *Host) now() time.Time {
+	if h.cfg.Clock != nil {
+		return h.cfg.Clock()
+	}
+	return time.Now()
+}
+
+// monotonic derives the module's monotonic clock from Config.Clock, never going back.
+func (h *Host) monotonic() int64 {
+	t := h.cfg.Clock()
+	h.monoMu.Lock()
+	defer h.monoMu.Unlock()
+	if h.monoBase.IsZero() {
+		h.monoBase = t
+	}
+	// Start one second in: Go's runtime refuses a monotonic clock that reads 0.
+	n := t.Sub(h.monoBase).Nanoseconds() + int64(time.Second)
+	if n < h.monoLast {
+		n = h.monoLast
+	}
+	h.monoLast = n
+	return n
 }
 
 // canary starts a throw-away VM with pluginConfig and reports whether the plugin
@@ -435,7 +482,6 @@ func (h *Host) Reconfigure(pluginConfig []byte) error {
 		h.bg.Add(1)
 		go h.retire(v, old, drained)
 	}
-	h.pluginConfig = pluginConfig
 	h.stats.reconfigures.Add(1)
 	if len(errs) > 0 {
 		return fmt.Errorf("host: reconfigure: %w", errors.Join(errs...))
@@ -458,16 +504,19 @@ func (h *Host) retire(v *vm, old *pctx, drained chan struct{}) {
 	v.finishRoot(old, h.cfg.DrainTimeout)
 }
 
-// Close shuts the gateway down the way Envoy does: new requests are refused, in-flight
-// ones get DrainTimeout to finish, each root context gets proxy_on_done (and time to
-// call proxy_done if it returned false) and proxy_on_delete, then ticks and callouts
-// stop and the runtime is closed.
+// Close shuts the gateway down the way Envoy drains: new requests are refused,
+// in-flight ones get DrainTimeout to finish and are then reset; each root context gets
+// proxy_on_done (and, if it returned false, up to DrainTimeout to call proxy_done, with
+// ticks and callouts still running) and proxy_on_delete; then ticks and callouts stop
+// and the runtime is closed.
 func (h *Host) Close() error {
 	h.closeOnce.Do(func() {
 		h.closing.Store(true)
 		h.reconfMu.Lock()
 		defer h.reconfMu.Unlock()
 		h.inflight.wait(h.cfg.DrainTimeout)
+		h.streamCancel()
+		h.inflight.wait(-1)
 		var wg sync.WaitGroup
 		for _, v := range h.vms {
 			wg.Add(1)
@@ -482,7 +531,6 @@ func (h *Host) Close() error {
 		}
 		wg.Wait()
 		h.cancel()
-		h.inflight.wait(-1)
 		h.bg.Wait()
 		h.client.CloseIdleConnections()
 		h.closeErr = h.rt.Close(context.Background())
@@ -574,6 +622,11 @@ func (h *Host) Serve(ctx context.Context, worker int, req *Request) *Response {
 	if h.closing.Load() {
 		return &Response{Status: 503, Local: true, Details: "host_closed", Worker: worker}
 	}
+	// The request also ends when Close gives up waiting for it.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(h.streamCtx, cancel)
+	defer stop()
 	resp, _ := h.vms[worker].serve(ctx, req, h.cfg.Upstream, true)
 	return resp
 }
@@ -731,16 +784,22 @@ func (h *Host) WritePrometheus(w io.Writer) error {
 // Logs returns the most recent plugin log lines, oldest first.
 func (h *Host) Logs() []LogEntry { return h.logs.entries() }
 
-// log records one plugin log line.
+// log records one plugin log line on behalf of the context running on v. The caller
+// holds v.mu.
 func (h *Host) log(v *vm, level int, msg string) {
+	var id uint32
+	if c := v.active(); c != nil {
+		id = c.id
+	}
+	h.logAt(v.index, id, level, msg)
+}
+
+// logAt records one log line without looking at a VM (callers that do not hold it).
+func (h *Host) logAt(worker int, ctxID uint32, level int, msg string) {
 	if level < h.cfg.LogLevel {
 		return
 	}
-	e := LogEntry{Time: time.Now(), Level: level, Worker: v.index, Message: msg}
-	if c := v.active(); c != nil {
-		e.Context = c.id
-	}
-	h.logs.add(e)
+	h.logs.add(LogEntry{Time: time.Now(), Level: level, Worker: worker, Context: ctxID, Message: msg})
 	if h.cfg.Log != nil {
 		h.cfg.Log(level, msg)
 	}

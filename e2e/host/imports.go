@@ -138,7 +138,7 @@ func hGetLogLevel(v *vm, mod api.Module, s []uint64) Status {
 }
 
 func hGetTime(v *vm, mod api.Module, s []uint64) Status {
-	if !mod.Memory().WriteUint64Le(u32(s[0]), uint64(time.Now().UnixNano())) {
+	if !mod.Memory().WriteUint64Le(u32(s[0]), uint64(v.host.now().UnixNano())) {
 		return StatusInvalidMemoryAccess
 	}
 	return StatusOK

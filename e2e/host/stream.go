@@ -269,10 +269,6 @@ func (v *vm) wait(ctx context.Context, c *pctx) (timedOut bool) {
 		v.mu.Lock()
 		c.reset = true
 		return false
-	case <-v.host.ctx.Done():
-		v.mu.Lock()
-		c.reset = true
-		return false
 	}
 	v.mu.Lock()
 	return timedOut
@@ -302,15 +298,11 @@ func (v *vm) serve(ctx context.Context, req *Request, upstream Upstream, allowPa
 	v.mu.Lock()
 	if v.failed != nil {
 		v.mu.Unlock()
-		if h.cfg.FailOpen {
-			return v.callUpstream(ctx, req, upstream), nil
-		}
-		return failedResponse(), nil
+		return v.failedAnswer(ctx, req, upstream), nil
 	}
 	c, err := v.newStream(req)
 	if err != nil {
-		v.mu.Unlock()
-		return failedResponse(), nil
+		return v.abandon(ctx, c, req, upstream), nil
 	}
 	var pauseErr error
 
@@ -414,10 +406,18 @@ func (v *vm) abandon(ctx context.Context, c *pctx, req *Request, upstream Upstre
 	delete(v.contexts, c.id)
 	c.parent.streams--
 	v.mu.Unlock()
+	return v.failedAnswer(ctx, req, upstream)
+}
+
+// failedAnswer answers a request whose VM has failed: unfiltered when fail-open, else
+// Envoy's 503.
+func (v *vm) failedAnswer(ctx context.Context, req *Request, upstream Upstream) *Response {
+	var resp *Response
 	if v.host.cfg.FailOpen {
-		return v.callUpstream(ctx, req, upstream)
+		resp = v.callUpstream(ctx, req, upstream)
+	} else {
+		resp = failedResponse()
 	}
-	resp := failedResponse()
 	resp.Worker = v.index
 	return resp
 }

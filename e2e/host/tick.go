@@ -12,10 +12,10 @@ type tickState struct {
 }
 
 // setTick records a new period for root and wakes the VM's tick loop. A period of 0
-// disables the timer. Retired roots (replaced by Reconfigure or shutting down) cannot
-// take the timer back. The caller holds v.mu.
+// disables the timer. A root replaced by Reconfigure cannot take the timer back from
+// its successor. The caller holds v.mu.
 func (v *vm) setTick(root *pctx, period time.Duration) {
-	if root.retired && period > 0 {
+	if root.retired && period > 0 && v.tick.root != root {
 		return
 	}
 	if period == 0 && v.tick.root != nil && v.tick.root != root {
@@ -59,7 +59,7 @@ func (v *vm) tickLoop() {
 			armed = false
 			v.mu.Lock()
 			root, p := v.tick.root, v.tick.period
-			if root != nil && p > 0 && !root.retired && v.failed == nil && v.host.ctx.Err() == nil {
+			if root != nil && p > 0 && !root.deleted && v.failed == nil && v.host.ctx.Err() == nil {
 				v.host.stats.ticks.Add(1)
 				_, _ = v.call(root, v.fns.onTick, uint64(root.id))
 				p = v.tick.period // the tick may have changed it

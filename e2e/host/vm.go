@@ -80,6 +80,7 @@ type pctx struct {
 	doneCh        chan struct{}
 	retired       bool          // replaced by Reconfigure or shutting down: takes no new streams or ticks
 	finished      bool          // proxy_on_done has been called
+	deleted       bool          // proxy_on_delete has been called
 	drained       chan struct{} // closed when a retired root's last stream ends
 	tickPeriod    time.Duration
 
@@ -250,13 +251,19 @@ func (v *vm) newRoot(pluginConfig []byte) (*pctx, error) {
 	root.id = v.allocID()
 	v.contexts[root.id] = root
 	mark := v.host.logs.mark()
+	prevTick := v.tick
 	fail := func(what string, err error) (*pctx, error) {
 		lines := joinLogs(v.host.logsOf(v, mark))
 		v.dropRoot(root)
-		if err != nil {
-			return nil, fmt.Errorf("%s on worker %d: %w (plugin log: %s)", what, v.index, err, lines)
+		if v.tick.root == root {
+			// The refused root may have taken the timer; give it back.
+			v.tick.root, v.tick.period = prevTick.root, prevTick.period
+			signal(v.tick.wake)
 		}
-		return nil, fmt.Errorf("%s on worker %d returned false: plugin refused its configuration (plugin log: %s)", what, v.index, lines)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w (plugin log: %s)", what, err, lines)
+		}
+		return nil, fmt.Errorf("%s returned false: the plugin refused its configuration (plugin log: %s)", what, lines)
 	}
 	if _, err := v.call(root, v.fns.onContextCreate, uint64(root.id), 0); err != nil {
 		return fail("proxy_on_context_create", err)
@@ -286,9 +293,6 @@ func (v *vm) dropRoot(root *pctx) {
 		c.cancel()
 		delete(root.calls, token)
 	}
-	if v.tick.root == root {
-		v.setTick(root, 0)
-	}
 }
 
 // finishRoot runs proxy_on_done on a root context, waits (bounded) for proxy_done if
@@ -300,9 +304,6 @@ func (v *vm) finishRoot(root *pctx, wait time.Duration) {
 	}
 	root.finished = true
 	root.retired = true
-	if v.tick.root == root {
-		v.setTick(root, 0)
-	}
 	done, err := v.call(root, v.fns.onDone, uint64(root.id))
 	if err == nil && v.fns.onDone != nil && done == 0 {
 		root.pendingDone = true
@@ -324,6 +325,12 @@ func (v *vm) finishRoot(root *pctx, wait time.Duration) {
 	for token, c := range root.calls {
 		c.cancel()
 		delete(root.calls, token)
+	}
+	// Envoy's timers live as long as the root context: they keep ticking while the
+	// plugin finishes (it may flush from proxy_on_tick), and stop with its deletion.
+	root.deleted = true
+	if v.tick.root == root {
+		v.setTick(root, 0)
 	}
 	_, _ = v.call(root, v.fns.onDelete, uint64(root.id))
 	delete(v.contexts, root.id)

@@ -336,6 +336,49 @@ func (s *Server) cleanupDir() {
 	}
 }
 
+// LaunchSentinel starts a Redis Sentinel (redis-server --sentinel) monitoring the
+// primary at masterAddr under name, with a quorum of 1 and short timeouts, and waits
+// until it answers PING. Call Stop when done.
+func LaunchSentinel(masterAddr, name string, o Options) (*Server, error) {
+	if err := lookPath("redis-server"); err != nil {
+		return nil, err
+	}
+	host, port, err := net.SplitHostPort(masterAddr)
+	if err != nil {
+		return nil, fmt.Errorf("master address %q: %w", masterAddr, err)
+	}
+	dir, temp, err := makeDir(o)
+	if err != nil {
+		return nil, fmt.Errorf("sentinel dir: %w", err)
+	}
+	s := &Server{dir: dir, tempDir: temp}
+	ports, err := freePorts(1, false)
+	if err != nil {
+		s.cleanupDir()
+		return nil, err
+	}
+	conf := filepath.Join(dir, "sentinel.conf")
+	body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s %s %s 1\n"+
+		"sentinel down-after-milliseconds %s 1000\nsentinel failover-timeout %s 5000\n",
+		ports[0], dir, name, host, port, name, name)
+	if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
+		s.cleanupDir()
+		return nil, fmt.Errorf("sentinel config: %w", err)
+	}
+	s.p = &proc{port: ports[0], dir: dir, args: append([]string{conf, "--sentinel"}, o.ExtraArgs...), log: o.Log}
+	if err := s.p.start(); err != nil {
+		s.cleanupDir()
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.startTimeout())
+	defer cancel()
+	if err := waitPing(ctx, s.p.addr()); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	return s, nil
+}
+
 // Cluster is a six-node Redis Cluster: three primaries with one replica each.
 type Cluster struct {
 	nodes   []*proc
@@ -354,6 +397,19 @@ func LaunchCluster(o Options) (*Cluster, error) {
 	if err := lookPath("redis-server", "redis-cli"); err != nil {
 		return nil, err
 	}
+	// A port found free can be taken by another process before redis-server binds it
+	// (several test binaries start servers at once): try again on other ports.
+	var err error
+	for attempt := 0; attempt < 2; attempt++ {
+		var c *Cluster
+		if c, err = launchCluster(o); err == nil {
+			return c, nil
+		}
+	}
+	return nil, err
+}
+
+func launchCluster(o Options) (*Cluster, error) {
 	dir, temp, err := makeDir(o)
 	if err != nil {
 		return nil, fmt.Errorf("redis dir: %w", err)

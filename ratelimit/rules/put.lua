@@ -10,11 +10,11 @@
 -- ARGV[4]  pub/sub channel
 -- ARGV[5]  number of log records kept
 --
--- Returns n on success, else the current version (never equal to n).
+-- Returns {1, n} on success, {0, current version} on conflict.
 
 local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
 if cur ~= tonumber(ARGV[1]) then
-  return cur
+  return {0, cur}
 end
 local n = string.format('%d', cur + 1)
 redis.call('SET', KEYS[3], ARGV[2])
@@ -22,4 +22,4 @@ redis.call('SET', KEYS[1], n)
 redis.call('LPUSH', KEYS[2], ARGV[3])
 redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[5]) - 1)
 redis.call('PUBLISH', ARGV[4], n)
-return cur + 1
+return {1, cur + 1}

@@ -142,13 +142,16 @@ func (s *Store) Put(ctx context.Context, base uint64, body []byte, rec Record) (
 	if err != nil {
 		return 0, fmt.Errorf("rules: record: %w", err)
 	}
-	got, err := putScript.Run(ctx, s.rdb, []string{currentKey, logKey, bodyKey(v)},
-		base, body, entry, Channel, Keep).Uint64()
+	res, err := putScript.Run(ctx, s.rdb, []string{currentKey, logKey, bodyKey(v)},
+		base, body, entry, Channel, Keep).Int64Slice()
 	if err != nil {
 		return 0, fmt.Errorf("rules: put version %d: %w", v, err)
 	}
-	if got != v {
-		return got, fmt.Errorf("%w: base %d, current %d", ErrConflict, base, got)
+	if len(res) != 2 || res[1] < 0 {
+		return 0, fmt.Errorf("rules: put version %d: unexpected reply %v", v, res)
+	}
+	if res[0] != 1 {
+		return uint64(res[1]), fmt.Errorf("%w: base %d, current %d", ErrConflict, base, res[1])
 	}
 	if v > Keep {
 		_ = s.rdb.Del(ctx, bodyKey(v-Keep)).Err() // best effort: older versions expire from rollback

@@ -135,6 +135,9 @@ func (w *Watcher) subscriber(ctx context.Context) {
 func (w *Watcher) subscribeOnce(ctx context.Context) {
 	ps := w.s.rdb.Subscribe(ctx, Channel)
 	defer ps.Close()
+	// ReceiveTimeout waits out its timeout even when ctx ends; closing wakes it.
+	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
+	defer stop()
 	if _, err := ps.ReceiveTimeout(ctx, time.Second); err != nil {
 		return
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -93,14 +94,18 @@ func isNil(err error) bool { return errors.Is(err, redis.Nil) }
 
 func (m *Metrics) error(kind string) { m.errors.WithLabelValues(kind).Inc() }
 
-// rule bounds the label values: ids beyond maxRuleLabels are counted as "other".
+// rule bounds the label values: ids beyond maxRuleLabels, long ids and ids that are
+// not UTF-8 (Prometheus panics on those; rule ids come from gateways) count as "other".
 func (m *Metrics) rule(id string) string {
+	if len(id) > 64 || !utf8.ValidString(id) {
+		return "other"
+	}
 	m.ruleMu.Lock()
 	defer m.ruleMu.Unlock()
 	if _, ok := m.ruleNames[id]; ok {
 		return id
 	}
-	if len(m.ruleNames) >= maxRuleLabels || len(id) > 64 {
+	if len(m.ruleNames) >= maxRuleLabels {
 		return "other"
 	}
 	m.ruleNames[id] = struct{}{}
@@ -144,4 +149,3 @@ func (m *Metrics) batch(endpoint string, b *wire.Batch, results []lease.SyncResu
 	}
 	m.keys.WithLabelValues(endpoint).Add(float64(len(keys)))
 }
-

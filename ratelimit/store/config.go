@@ -1,8 +1,10 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -127,7 +129,7 @@ func NewClient(cfg Config) (redis.UniversalClient, error) {
 			// network errors; two lets a batch follow one promotion.
 			MaxRedirects: max(c.MaxRetries, 2), MinRetryBackoff: retryBackoff / 4, MaxRetryBackoff: retryBackoff,
 			DialerRetries: 1, ContextTimeoutEnabled: true, DisableIdentity: true,
-			MaintNotificationsConfig: noMaint,
+			MaintNotificationsConfig: noMaint, ClusterStateReloadInterval: 5 * time.Second,
 		}), nil
 	case Sentinel:
 		if c.MasterName == "" {
@@ -143,3 +145,14 @@ func NewClient(cfg Config) (redis.UniversalClient, error) {
 		return nil, fmt.Errorf("%w: unknown mode %q (standalone, cluster, sentinel)", ErrConfig, c.Mode)
 	}
 }
+
+// slogLogger adapts go-redis's process-wide logger to slog.
+type slogLogger struct{ l *slog.Logger }
+
+func (s slogLogger) Printf(ctx context.Context, format string, v ...any) {
+	s.l.DebugContext(ctx, fmt.Sprintf(format, v...), "component", "go-redis")
+}
+
+// RouteRedisLogs sends go-redis's own log lines (dial failures during a failover, pool
+// events) to l at debug level instead of stderr. It is process-wide.
+func RouteRedisLogs(l *slog.Logger) { redis.SetLogger(slogLogger{l}) }

@@ -16,8 +16,7 @@ import (
 // refreshEvery, in the background, and caches the set's size.
 type fleet struct {
 	mu      sync.Mutex
-	local   map[string]time.Time // gateways this instance heard from
-	pending map[string]struct{}  // ...and has not recorded in Redis yet
+	local   map[string]time.Time // gateways this instance heard from, last time
 	last    time.Time
 	running bool
 	count   atomic.Uint32
@@ -28,7 +27,6 @@ const refreshEvery = time.Second
 
 func (f *fleet) init() {
 	f.local = map[string]time.Time{}
-	f.pending = map[string]struct{}{}
 }
 
 // note records node and returns the fleet size estimate.
@@ -36,9 +34,6 @@ func (f *fleet) note(s *Store, node string) uint32 {
 	now := time.Now()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if _, ok := f.local[node]; !ok || now.Sub(f.local[node]) > refreshEvery/2 {
-		f.pending[node] = struct{}{}
-	}
 	f.local[node] = now
 	live := uint32(0)
 	window := s.cfg.FleetWindow
@@ -50,19 +45,22 @@ func (f *fleet) note(s *Store, node string) uint32 {
 		live++
 	}
 	if !f.running && now.Sub(f.last) >= refreshEvery {
-		f.running, f.last = true, now
-		nodes := make([]string, 0, len(f.pending))
-		for n := range f.pending {
-			nodes = append(nodes, n)
+		// Record every gateway heard from since the last refresh.
+		f.running = true
+		var nodes []redis.Z
+		for n, t := range f.local {
+			if !t.Before(f.last) {
+				nodes = append(nodes, redis.Z{Score: float64(t.UnixMilli()), Member: n})
+			}
 		}
-		clear(f.pending)
+		f.last = now
 		f.wg.Add(1)
 		go f.refresh(s, nodes)
 	}
 	return max(f.count.Load(), live, 1)
 }
 
-func (f *fleet) refresh(s *Store, nodes []string) {
+func (f *fleet) refresh(s *Store, nodes []redis.Z) {
 	defer f.wg.Done()
 	defer func() { f.mu.Lock(); f.running = false; f.mu.Unlock() }()
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.AttemptBudget())
@@ -70,11 +68,7 @@ func (f *fleet) refresh(s *Store, nodes []string) {
 	now := time.Now()
 	pipe := s.rdb.Pipeline()
 	if len(nodes) > 0 {
-		zs := make([]redis.Z, len(nodes))
-		for i, n := range nodes {
-			zs[i] = redis.Z{Score: float64(now.UnixMilli()), Member: n}
-		}
-		pipe.ZAdd(ctx, nodesKey, zs...)
+		pipe.ZAdd(ctx, nodesKey, nodes...)
 	}
 	pipe.ZRemRangeByScore(ctx, nodesKey, "-inf", "("+strconv.FormatInt(now.Add(-s.cfg.FleetWindow).UnixMilli(), 10))
 	card := pipe.ZCard(ctx, nodesKey)
@@ -83,13 +77,7 @@ func (f *fleet) refresh(s *Store, nodes []string) {
 	_, err := pipe.Exec(ctx)
 	s.metrics.RoundTrip("fleet", time.Since(start), err)
 	if err != nil {
-		// Record them next time.
-		f.mu.Lock()
-		for _, n := range nodes {
-			f.pending[n] = struct{}{}
-		}
-		f.mu.Unlock()
-		return
+		return // the next refresh records them (they are still in local)
 	}
 	f.count.Store(uint32(min(card.Val(), 1<<32-1)))
 }

@@ -131,7 +131,7 @@ func New(rdb redis.UniversalClient, cfg Config, m Metrics) (*Store, error) {
 	s.fleet.init()
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.AttemptBudget())
 	defer cancel()
-	_ = s.loadScripts(ctx)
+	_ = s.loadScripts(ctx, time.Time{})
 	return s, nil
 }
 
@@ -148,6 +148,11 @@ func Open(cfg Config, m Metrics) (*Store, error) {
 	}
 	return s, nil
 }
+
+// SetTestClock makes the scripts use now() (µs) instead of Redis TIME. Tests only: it
+// lets them drive time (penalty cooldowns, lease expiry) without sleeping, and lets the
+// differential tests give Redis and the Go twin the same clock. Call before use.
+func (s *Store) SetTestClock(now func() int64) { s.nowUs = now }
 
 // Client is the underlying Redis client (the rules store shares it).
 func (s *Store) Client() redis.UniversalClient { return s.rdb }
@@ -176,17 +181,21 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // loadScripts loads every script on every node (cluster: primaries and replicas, so a
 // promoted replica already has them). Errors from single nodes are returned but the
-// others are still loaded.
-func (s *Store) loadScripts(ctx context.Context) error {
+// others are still loaded. Batches that hit NOSCRIPT together after a failover load
+// once: a load that started after since (when the caller's pipeline went out) will do.
+func (s *Store) loadScripts(ctx context.Context, since time.Time) error {
 	s.loadMu.Lock()
 	defer s.loadMu.Unlock()
+	if !since.IsZero() && s.loadedAt.After(since) {
+		return nil
+	}
+	s.loadedAt = time.Now()
 	var errs []error
 	for _, sc := range s.scripts {
 		if err := s.rdb.ScriptLoad(ctx, sc.src).Err(); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	s.loadedAt = time.Now()
 	return errors.Join(errs...)
 }
 
@@ -204,6 +213,7 @@ func Validate(b *wire.Batch) error {
 	if b.Node == "" {
 		return fmt.Errorf("%w: node: empty", ErrInvalid)
 	}
+
 	type bucket struct {
 		key, rule string
 		window    uint8
@@ -243,8 +253,10 @@ type Outcome struct {
 	Failed int
 }
 
-// Apply validates b and applies it: one EVALSHA per delta, pipelined per Redis node
-// (the cluster client splits a pipeline by slot owner and runs the nodes concurrently).
+// Apply validates b and applies it. Deltas are grouped per algorithm (and, on a
+// cluster, per hash slot, since all keys of one script call must share a slot) into
+// script calls of at most maxPerCall deltas, and all calls go out as one pipeline, which
+// the cluster client splits per node and runs concurrently: one round trip per shard.
 // If any delta fails the error wraps ErrUnavailable; the deltas that succeeded are
 // applied and a retry of the same batch will not apply them again.
 func (s *Store) Apply(ctx context.Context, b *wire.Batch) (*Outcome, error) {
@@ -256,59 +268,99 @@ func (s *Store) Apply(ctx context.Context, b *wire.Batch) (*Outcome, error) {
 		Results: make([]lease.SyncResult, len(b.Deltas)),
 	}
 	out.Nodes = s.fleet.note(s, b.Node)
+	for i := range b.Deltas {
+		d := &b.Deltas[i]
+		st := &out.States[i]
+		st.Key, st.Rule, st.Window = d.Key, d.Rule, d.Window
+	}
 	if len(b.Deltas) == 0 {
 		return out, nil
 	}
-	worker := strconv.FormatUint(uint64(b.Worker), 10)
-	seq := strconv.FormatUint(b.Seq, 10)
+	_, clustered := s.rdb.(*redis.ClusterClient)
+	groups := plan(b, clustered)
 	lc := s.cfg.Lease
 	now := ""
 	if s.nowUs != nil {
 		now = strconv.FormatInt(s.nowUs(), 10)
 	}
-	calls := make([]call, len(b.Deltas))
-	for i := range b.Deltas {
-		d := &b.Deltas[i]
-		calls[i] = call{
-			sc:   s.scripts[d.Algo],
-			keys: []string{BucketKey(d.Key, d.Rule, d.Window), PenaltyKey(d.Key)},
-			args: []any{
-				b.Node, worker, seq, d.Flags,
-				d.Leased, d.Over, d.Returned, d.Rejected, d.Early,
-				d.Algo, d.Limit, int64(d.WindowMs) * 1000, d.Burst,
-				lc.LeaseTTLUs, lc.HorizonMs, lc.PenaltyBaseUs, lc.PenaltyMaxUs, now,
-			},
+	head := []any{b.Node, strconv.FormatUint(uint64(b.Worker), 10), strconv.FormatUint(b.Seq, 10),
+		lc.LeaseTTLUs, lc.HorizonMs, lc.PenaltyBaseUs, lc.PenaltyMaxUs, now}
+	calls := make([]call, len(groups))
+	for g, grp := range groups {
+		keys := make([]string, 0, 2*len(grp.idx))
+		args := make([]any, 0, len(head)+1+9*len(grp.idx))
+		args = append(append(args, head...), grp.kind)
+		for _, i := range grp.idx {
+			d := &b.Deltas[i]
+			keys = append(keys, BucketKey(d.Key, d.Rule, d.Window), PenaltyKey(d.Key))
+			args = append(args, d.Flags, d.Leased, d.Over, d.Returned, d.Rejected, d.Early,
+				d.Limit, int64(d.WindowMs)*1000, d.Burst)
 		}
+		calls[g] = call{sc: s.scripts[grp.kind], keys: keys, args: args}
 	}
 	errs := s.run(ctx, "sync", calls)
 	var firstErr error
-	for i := range calls {
-		d := &b.Deltas[i]
-		st := &out.States[i]
-		st.Key, st.Rule, st.Window = d.Key, d.Rule, d.Window
-		if errs[i] != nil {
-			out.Failed++
-			if firstErr == nil {
-				firstErr = errs[i]
-			}
+	fail := func(n int, err error) {
+		out.Failed += n
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	for g, grp := range groups {
+		if errs[g] != nil {
+			fail(len(grp.idx), errs[g])
 			continue
 		}
-		r, nowUs, err := parseResult(calls[i].res)
+		nowUs, err := parseResults(calls[g].res, grp.idx, out.Results)
 		if err != nil {
-			out.Failed++
-			if firstErr == nil {
-				firstErr = err
-			}
+			fail(len(grp.idx), err)
 			continue
 		}
-		out.Results[i] = r
 		out.ServerTimeUs = max(out.ServerTimeUs, nowUs)
-		fillState(st, &r)
+		for _, i := range grp.idx {
+			fillState(&out.States[i], &out.Results[i])
+		}
 	}
 	if out.Failed > 0 {
-		return out, fmt.Errorf("%w: %d of %d deltas failed: %w", ErrUnavailable, out.Failed, len(calls), firstErr)
+		return out, fmt.Errorf("%w: %d of %d deltas failed: %w", ErrUnavailable, out.Failed, len(b.Deltas), firstErr)
 	}
 	return out, nil
+}
+
+// maxPerCall bounds the deltas of one script call: enough to amortize the call, few
+// enough that one call blocks Redis for about a millisecond at most.
+const maxPerCall = 100
+
+// group is the deltas (indexes into the batch, in batch order) of one script call.
+type group struct {
+	kind int
+	idx  []int
+}
+
+// plan groups a batch's deltas per algorithm, and per hash slot when clustered, in
+// order of first appearance, and cuts groups into calls of at most maxPerCall. The
+// deltas of one caller key are therefore applied in batch order within an algorithm,
+// and algorithm group by algorithm group (the Go twin in the tests follows the same
+// order).
+func plan(b *wire.Batch, clustered bool) []group {
+	type gk struct{ kind, slot int }
+	open := map[gk]int{} // group key -> index of its open (not yet full) group
+	var groups []group
+	for i := range b.Deltas {
+		d := &b.Deltas[i]
+		k := gk{kind: int(d.Algo)}
+		if clustered {
+			k.slot = Slot(KeyPrefix(d.Key))
+		}
+		g, ok := open[k]
+		if !ok || len(groups[g].idx) == maxPerCall {
+			groups = append(groups, group{kind: int(d.Algo)})
+			g = len(groups) - 1
+			open[k] = g
+		}
+		groups[g].idx = append(groups[g].idx, i)
+	}
+	return groups
 }
 
 // call is one script invocation of a batch.
@@ -348,18 +400,27 @@ func (s *Store) run(ctx context.Context, op string, calls []call) []error {
 		_, err := pipe.Exec(ctx)
 		s.metrics.RoundTrip(op, time.Since(start), err)
 		var retry []int
+		reload := false
 		for j, i := range pending {
 			res, err := cmds[j].Result()
+			if err != nil && !isRedisError(err) {
+				reload = true
+			}
 			if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && !eval {
 				retry = append(retry, i)
 				continue
 			}
 			calls[i].res, errs[i] = res, err
 		}
+		if cc, ok := s.rdb.(*redis.ClusterClient); ok && reload {
+			// go-redis reloads the slot map by itself on MOVED, not when a pipeline
+			// cannot reach a dead primary; ask for it so the promoted replica is found.
+			cc.ReloadState(ctx)
+		}
 		if len(retry) > 0 {
 			s.metrics.ScriptReload()
 			lctx, cancel := context.WithTimeout(ctx, s.cfg.AttemptBudget())
-			_ = s.loadScripts(lctx) // a node that is down fails again below, with its own error
+			_ = s.loadScripts(lctx, start) // a node that is down fails again below, with its own error
 			cancel()
 		}
 		pending = retry
@@ -370,25 +431,40 @@ func (s *Store) run(ctx context.Context, op string, calls []call) []error {
 	return errs
 }
 
-// parseResult checks the script's reply shape (lease.lua's return array).
-func parseResult(v any) (lease.SyncResult, int64, error) {
+// isRedisError reports an error answered by a server (as opposed to a network or
+// context error).
+func isRedisError(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled)
+}
+
+// parseResults checks the script's reply shape (lease.lua's return array) and stores
+// the results of the deltas idx into res. It returns the server time of the call.
+func parseResults(v any, idx []int, res []lease.SyncResult) (int64, error) {
 	arr, ok := v.([]any)
-	if !ok || len(arr) != 12 {
-		return lease.SyncResult{}, 0, fmt.Errorf("unexpected script reply %T %v", v, v)
+	if !ok || len(arr) != 1+resultFields*len(idx) {
+		return 0, fmt.Errorf("unexpected script reply for %d deltas: %T of length %d", len(idx), v, len(arr))
 	}
-	var n [12]int64
+	n := make([]int64, len(arr))
 	for i, x := range arr {
 		iv, ok := x.(int64)
 		if !ok {
-			return lease.SyncResult{}, 0, fmt.Errorf("script reply[%d]: %T %v is not an integer", i, x, x)
+			return 0, fmt.Errorf("script reply[%d]: %T %v is not an integer", i, x, x)
 		}
 		n[i] = iv
 	}
-	return lease.SyncResult{
-		Replay: n[0] == 1, Allowed: n[1] == 1, Remaining: n[2], Grant: n[3], Held: n[4],
-		ResetUs: n[5], RetryUs: n[6], PenaltyUs: n[7], Level: n[8], Overshoot: n[10], Reclaimed: n[11],
-	}, n[9], nil
+	for j, i := range idx {
+		r := n[1+resultFields*j:]
+		res[i] = lease.SyncResult{
+			Replay: r[0] == 1, Allowed: r[1] == 1, Remaining: r[2], Grant: r[3], Held: r[4],
+			ResetUs: r[5], RetryUs: r[6], PenaltyUs: r[7], Level: r[8], Overshoot: r[9], Reclaimed: r[10],
+		}
+	}
+	return n[0], nil
 }
+
+// resultFields is the number of reply values per delta.
+const resultFields = 11
 
 // fillState converts a script result to the wire State. Durations round up so gateways
 // reset late rather than early (RATIONALE.md §4).

@@ -30,7 +30,7 @@ type Params struct {
 	Kind Kind
 	// Limit is the number of permits per Window (the steady rate is Limit/Window).
 	Limit int64
-	// WindowUs is the window length in microseconds (> 0).
+	// WindowUs is the window length in microseconds, MinWindowUs to MaxWindowUs.
 	WindowUs int64
 	// Burst is the capacity for TokenBucket and GCRA (permits that may be taken at once);
 	// 0 means Limit. Ignored by the window algorithms.
@@ -50,10 +50,13 @@ type Result struct {
 	// State is the new state (when !Allowed, the state is unchanged except for
 	// bookkeeping the algorithm needs, e.g. window roll-over).
 	State State
-	// Remaining is how many permits could still be taken right after this decision.
+	// Remaining is how many permits could still be taken right after this decision,
+	// floored at 0 for headers (Available reports debt as a negative number). Unlike
+	// go-redis/redis_rate, a rejection reports what is left, not 0: a request costing 5
+	// may be rejected with 3 remaining.
 	Remaining int64
-	// ResetUs is the absolute time at which the bucket is back to full (windows: the
-	// end of the current window).
+	// ResetUs is the absolute time at which the bucket is back to full (FixedWindow: the
+	// end of the current window; see ResetAt).
 	ResetUs int64
 	// RetryAfterUs is, when !Allowed, how long from now until `cost` permits are
 	// available (never earlier than the algorithm would admit); 0 when Allowed.

@@ -8,6 +8,11 @@ package algo
 // The two stay separate Kinds so a rule says what its author meant and the state of one
 // is never read as the other (the tag byte differs).
 //
+// Intended differences from redis_rate (whose float seconds this replaces with exact
+// integers): retry-after and reset are rounded up to the µs (never early; redis_rate's
+// are exact reals); a rejection reports the permits left instead of 0; there is no
+// AllowAtMost; and Take/Refund (debt, returned leases) have no redis_rate counterpart.
+//
 // T is rarely a whole number of µs, so tat is kept as tat + frac/L µs with frac in
 // [0, L): exact rational arithmetic with no drift however many single permits are taken.
 

@@ -7,8 +7,9 @@
 // a jittered Retry-After that is never earlier than the bucket admits.
 //
 // It runs per request inside the Wasm filter, so it is pure (the caller injects time
-// and randomness), uses no reflection, no fmt and no encoding/json, and allocates at
-// most once per call for header values. The IETF fields follow
+// and randomness), uses no reflection, no fmt and no encoding/json, and allocates
+// little: Append builds all its values in one buffer, the body formatters append to a
+// caller's slice without allocating. The IETF fields follow
 // draft-ietf-httpapi-ratelimit-headers-10
 // (https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/10/),
 // serialized as RFC 9651 (formerly 8941) structured-field Lists.

@@ -378,6 +378,8 @@ func TestRetryAfterSeconds(t *testing.T) {
 		{"no jitter with rnd 0", 35_200_000, 1_000_000, 0, 36},
 		{"full jitter with max rnd", 35_200_000, 1_000_000, math.MaxUint64, 37},
 		{"half jitter", 35_000_000, 1_000_000, 1 << 63, 36},
+		{"max jitter lands exactly on the bound", 35_500_000, 1_500_000, math.MaxUint64, 37},
+		{"jitter of one microsecond", 2_000_000, 1, math.MaxUint64, 3},
 		{"negative jitter bound ignored", 2_000_000, -1, math.MaxUint64, 2},
 		{"overflow saturates", math.MaxInt64, math.MaxInt64, math.MaxUint64, math.MaxInt64/1_000_000 + 1},
 	}

@@ -112,6 +112,11 @@ type Bucket struct {
 	State   algo.State // "st"
 	Nodes   map[string]*NodeLease
 	Applied map[WorkerID]Applied
+	// SweepUs ("sw") is the earliest time any node's lease can have expired: the
+	// smallest LastSyncUs + LeaseTTLUs when the nodes were last swept (syncs since only
+	// move LastSyncUs forward). Sync looks at every node only when now passes it, which
+	// reclaims exactly what checking every node on every call would.
+	SweepUs int64
 }
 
 // Penalty is a caller key's progressive-penalty record (the hash rl:{key}:penalty).
@@ -188,13 +193,16 @@ func Sync(b *Bucket, pen *Penalty, node string, worker uint32, seq uint64, d *wi
 
 	// 2. Reclaim expired leases (one refund of the sum: algorithms cap refunds, so
 	// refunding node by node could depend on map order).
-	for m, nl := range b.Nodes {
-		if now-nl.LastSyncUs > cfg.LeaseTTLUs {
-			r.Reclaimed += nl.Outstanding
-			delete(b.Nodes, m)
-			for w := range b.Applied {
-				if w.Node == m {
-					delete(b.Applied, w)
+	swept := now > b.SweepUs
+	if swept {
+		for m, nl := range b.Nodes {
+			if now-nl.LastSyncUs > cfg.LeaseTTLUs {
+				r.Reclaimed += nl.Outstanding
+				delete(b.Nodes, m)
+				for w := range b.Applied {
+					if w.Node == m {
+						delete(b.Applied, w)
+					}
 				}
 			}
 		}
@@ -263,6 +271,15 @@ func Sync(b *Bucket, pen *Penalty, node string, worker uint32, seq uint64, d *wi
 	}
 	nl.Demand = min(nl.Demand, maxDemand)
 	nl.LastSyncUs = now
+	if swept {
+		first := now
+		for m, l := range b.Nodes {
+			if m != node && l.LastSyncUs < first {
+				first = l.LastSyncUs
+			}
+		}
+		b.SweepUs = first + cfg.LeaseTTLUs
+	}
 
 	// 6. Grant.
 	if !strict && !penalized {
@@ -357,15 +374,31 @@ func (b *Bucket) Outstanding() int64 {
 const (
 	FieldState  = "st"
 	FieldParams = "p"
+	// FieldTotalOut and FieldTotalDemand are Σ o and Σ d over all nodes, and
+	// FieldSweep the next expiry sweep (see Bucket.SweepUs): with them the script reads
+	// its own node's fields and its own worker record, not the whole fleet's.
+	FieldTotalOut    = "to"
+	FieldTotalDemand = "td"
+	FieldSweep       = "sw"
 )
 
 // Fields encodes b as the Redis hash fields the Lua script writes (decimal integers;
-// params as "kind:limit:window_us:burst").
+// params as "kind:limit:window_us:burst"; the node index).
 func (b *Bucket) Fields() map[string]string {
-	m := make(map[string]string, 2+3*len(b.Nodes)+2*len(b.Applied))
+	m := make(map[string]string, 3+3*len(b.Nodes)+2*len(b.Applied))
 	if b.Params.WindowUs != 0 {
 		m[FieldParams] = FormatParams(b.Params)
 		m[FieldState] = string(b.State)
+	}
+	if b.Params.WindowUs != 0 {
+		var to, td int64
+		for _, l := range b.Nodes {
+			to += l.Outstanding
+			td += l.Demand
+		}
+		m[FieldTotalOut] = strconv.FormatInt(to, 10)
+		m[FieldTotalDemand] = strconv.FormatInt(td, 10)
+		m[FieldSweep] = strconv.FormatInt(b.SweepUs, 10)
 	}
 	for n, l := range b.Nodes {
 		m["o:"+n] = strconv.FormatInt(l.Outstanding, 10)
@@ -430,6 +463,15 @@ func ParseBucket(fields map[string]string) (b Bucket, ignored int) {
 		switch {
 		case k == FieldState:
 			b.State = algo.State(v)
+		case k == FieldTotalOut || k == FieldTotalDemand:
+			// Derived from the node fields; Fields recomputes them.
+		case k == FieldSweep:
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				ignored++
+				continue
+			}
+			b.SweepUs = n
 		case k == FieldParams:
 			p, ok := ParseParams(v)
 			if !ok {

@@ -130,7 +130,8 @@ func DecodeBatch(data []byte, b *Batch) error {
 	return fill.batch(b)
 }
 
-// DecodeReply decodes data into r, reusing r.States' capacity. On error r is unchanged.
+// DecodeReply decodes data into rep, reusing rep.States' capacity. On error rep is
+// unchanged.
 // Strings share one allocation, as with DecodeBatch.
 func DecodeReply(data []byte, rep *Reply) error {
 	if len(data) > MaxBatchSize {
@@ -149,8 +150,7 @@ func DecodeReply(data []byte, rep *Reply) error {
 // string lengths; with fill it returns strings that live in arena.
 //
 // Errors are sticky: the first failure is kept in err and every later read returns a
-// zero value, so the field decoders stay small enough to inline and callers check err
-// once per element.
+// zero value, so an element is decoded as one struct literal and err checked once.
 type reader struct {
 	data     []byte
 	off      int
@@ -293,7 +293,7 @@ func (r *reader) truncated(field string) byte {
 }
 
 func (r *reader) uvarint(field string) uint64 {
-	// Fast path, small enough to inline: most counters and lengths fit in one byte.
+	// Fast path: most counters and lengths fit in one byte.
 	if i := r.off; i < len(r.data) {
 		if b := r.data[i]; b < 0x80 {
 			r.off = i + 1

@@ -13,6 +13,7 @@ import (
 	"encoding/binary"
 	"strconv"
 	"strings"
+	"time"
 	"unsafe"
 )
 
@@ -68,6 +69,9 @@ func proxyGetStatus(code *uint32, retPtr, retSize *uint32) uint32
 
 //go:wasmimport env proxy_done
 func proxyDone() uint32
+
+//go:wasmimport env proxy_get_current_time_nanoseconds
+func proxyGetCurrentTimeNanoseconds(ret *uint64) uint32
 
 //go:wasmimport env proxy_define_metric
 func proxyDefineMetric(t uint32, name *byte, nameSize uint32, retID *uint32) uint32
@@ -126,7 +130,7 @@ func bsp(b []byte) *byte {
 
 func logf(level uint32, msg string) { proxyLog(level, bp(msg), uint32(len(msg))) }
 
-func itoa(n int) string  { return strconv.Itoa(n) }
+func itoa(n int) string    { return strconv.Itoa(n) }
 func utoa(n uint32) string { return strconv.FormatUint(uint64(n), 10) }
 
 type pair = [2]string
@@ -380,6 +384,11 @@ func onRequestHeaders(id, n, eos uint32) uint32 {
 			return 1
 		}
 		calls[token] = call{stream: id, mode: q["mode"]}
+		return 1
+	case "/time":
+		var ns uint64
+		proxyGetCurrentTimeNanoseconds(&ns)
+		reply(200, "", []pair{{"x-host-ns", strconv.FormatUint(ns, 10)}, {"x-wasi-ns", strconv.FormatInt(time.Now().UnixNano(), 10)}})
 		return 1
 	case "/pause":
 		return 1

@@ -1,0 +1,375 @@
+// Package algodiff checks that the Lua fragments the sync service embeds
+// (ratelimit/store/scripts/algo_*.lua) compute exactly what shared/algo computes: the
+// same state bytes and the same numbers at every step, run inside a real redis-server.
+// shared/ cannot import Redis, so the differential test lives here.
+package algodiff
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math/rand"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-rl/tollgate/shared/algo"
+)
+
+// harness runs a sequence of operations through the fragment's functions. ARGV: limit,
+// window_us, burst, initial state, then (op, now, n) triples with op d(ecide), t(ake) or
+// r(efund). Before each op it reports available, reset_at and retry_after(n) of the
+// current state. Every number is checked to be an exact integer, so a fraction or a
+// value beyond 2^53 fails loudly instead of being truncated into an integer reply.
+const harness = `
+local function algo__int(x)
+  if type(x) ~= 'number' or x ~= math.floor(x) or x >= 2^53 or x <= -2^53 then
+    error('not an exact integer: ' .. tostring(x))
+  end
+  return x
+end
+local p = {limit = tonumber(ARGV[1]), window_us = tonumber(ARGV[2]), burst = tonumber(ARGV[3])}
+local st = ARGV[4]
+local out = {}
+for i = 5, #ARGV, 3 do
+  local op, now, n = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+  local row = {algo__int(algo_available(p, st, now)), algo__int(algo_reset_at(p, st, now)),
+    algo__int(algo_retry_after(p, st, now, n))}
+  if op == 'd' then
+    local allowed, st2, rem, reset, retry = algo_decide(p, st, now, n)
+    row[4], row[5], row[6], row[7] = algo__int(allowed), algo__int(rem), algo__int(reset), algo__int(retry)
+    st = st2
+  elseif op == 't' then
+    st = algo_take(p, st, now, n)
+  else
+    st = algo_refund(p, st, now, n)
+  end
+  if type(st) ~= 'string' then error('state is a ' .. type(st)) end
+  row[#row + 1] = st
+  out[#out + 1] = row
+end
+return out
+`
+
+type step struct {
+	op     byte
+	now, n int64
+}
+
+func startRedis(t *testing.T) *redis.Client {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("redis-server not found: %v", err)
+		}
+		t.Skipf("redis-server not found: %v", err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("finding a free port: %v", err)
+	}
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
+	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting redis-server: %v", err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + port})
+	t.Cleanup(func() { rdb.Close() })
+	for i := 0; ; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := rdb.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return rdb
+		}
+		if i == 100 {
+			t.Fatalf("redis-server on port %s did not answer PING: %v", port, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// randParams mixes valid rules (small and extreme) with out-of-range ones, which both
+// sides must clamp identically.
+func randParams(rng *rand.Rand, k algo.Kind) algo.Params {
+	limits := []int64{1, 2, 3, 7, 10, 100, 999, 12_345, algo.MaxLimit}
+	windows := []int64{algo.MinWindowUs, 7_919, 1_000_000, 60_000_000, 3_600_000_000, algo.MaxWindowUs}
+	p := algo.Params{Kind: k, Limit: limits[rng.Intn(len(limits))], WindowUs: windows[rng.Intn(len(windows))]}
+	if rng.Intn(3) == 0 {
+		p.WindowUs = algo.MinWindowUs + rng.Int63n(algo.MaxWindowUs)
+	}
+	if k == algo.SlidingWindowLog && p.Limit > 1000 && rng.Intn(2) == 0 {
+		p.Limit = 1 + rng.Int63n(50) // keep logs whose size matters
+	}
+	switch rng.Intn(6) {
+	case 0:
+		p.Burst = 1 + rng.Int63n(3*p.Limit)
+	case 1:
+		p.Burst = rng.Int63n(algo.MaxBurst + 1)
+	}
+	if rng.Intn(12) == 0 {
+		bad := []int64{-5, 0, 5, 999, 1 << 40, 1 << 62, -1 << 62}
+		switch rng.Intn(3) {
+		case 0:
+			p.Limit = bad[rng.Intn(len(bad))]
+		case 1:
+			p.WindowUs = bad[rng.Intn(len(bad))]
+		default:
+			p.Burst = bad[rng.Intn(len(bad))]
+		}
+	}
+	return p
+}
+
+func randStep(rng *rand.Rand, w, l int64) int64 {
+	w = min(max(w, algo.MinWindowUs), algo.MaxWindowUs)
+	l = min(max(l, 1), algo.MaxLimit)
+	switch rng.Intn(10) {
+	case 0:
+		return 0
+	case 1:
+		return -rng.Int63n(w/2 + 1) // clock stepping back (failover)
+	case 2, 3:
+		return rng.Int63n(3*w/l + 1)
+	case 4, 5:
+		return rng.Int63n(w/3 + 1)
+	case 6:
+		return rng.Int63n(3 * w)
+	case 7:
+		return rng.Int63n(1 << 40) // long idle gap
+	default:
+		return rng.Int63n(w/max(l, 1)*2 + 3)
+	}
+}
+
+func randN(rng *rand.Rand, capa int64) int64 {
+	switch rng.Intn(12) {
+	case 0:
+		return 0
+	case 1:
+		return -1 - rng.Int63n(5)
+	case 2:
+		return capa + 1 + rng.Int63n(capa+1)
+	case 3:
+		return rng.Int63n(1 << 45) // clamped amounts
+	case 4, 5:
+		return rng.Int63n(capa + 1)
+	default:
+		return 1 + rng.Int63n(min(capa, 3))
+	}
+}
+
+// boundary picks a time where a rounding slip would show: a µs either side of the
+// bucket being full, of cost n fitting, or of a window edge.
+func boundary(rng *rand.Rand, p algo.Params, st algo.State, now, n int64) int64 {
+	w := min(max(p.WindowUs, algo.MinWindowUs), algo.MaxWindowUs)
+	edge := (now/w)*w + w
+	if now < 0 {
+		edge = -((-now)/w)*w + w
+	}
+	switch rng.Intn(4) {
+	case 0:
+		return algo.ResetAt(p, st, now) + rng.Int63n(3) - 1
+	case 1:
+		return now + algo.RetryAfter(p, st, now, n) - rng.Int63n(2)
+	case 2:
+		return now + algo.RetryAfter(p, st, now, 1+rng.Int63n(3)) - rng.Int63n(2)
+	default:
+		return edge + rng.Int63n(3) - 1 + w*rng.Int63n(2)
+	}
+}
+
+// crafted returns states just inside and just outside what decoders accept.
+func crafted(rng *rand.Rand, k algo.Kind, p algo.Params, now int64) []byte {
+	const exact = 1 << 53
+	tag := 0x10 + byte(k)
+	w := min(max(p.WindowUs, algo.MinWindowUs), algo.MaxWindowUs)
+	fixed := func(t int64, a, b uint32, size int) []byte {
+		s := make([]byte, size)
+		s[0] = tag
+		binary.LittleEndian.PutUint64(s[1:], uint64(t))
+		binary.LittleEndian.PutUint32(s[9:], a)
+		if size == 17 {
+			binary.LittleEndian.PutUint32(s[13:], b)
+		}
+		return s
+	}
+	cur := (now / w) * w
+	switch k {
+	case algo.TokenBucket, algo.GCRA:
+		ts := []int64{exact - 1, exact, -exact + 1, -exact, now + algo.MaxAheadUs, now + algo.MaxAheadUs - 1, now - 1, now + 1}
+		fracs := []uint32{0, 1, 1<<32 - 1, uint32(rng.Int63n(algo.MaxLimit))}
+		return fixed(ts[rng.Intn(len(ts))], fracs[rng.Intn(len(fracs))], 0, 13)
+	case algo.FixedWindow, algo.SlidingWindowCounter:
+		starts := []int64{cur, cur - w, cur - 2*w, cur + w, cur + 2*w, cur + 1, exact - exact%w, -exact + (exact % w)}
+		size := 13
+		if k == algo.SlidingWindowCounter {
+			size = 17
+		}
+		counts := []uint32{0, 1, 1<<32 - 1, uint32(rng.Intn(100))}
+		return fixed(starts[rng.Intn(len(starts))], counts[rng.Intn(len(counts))], counts[rng.Intn(len(counts))], size)
+	default:
+		bases := []int64{now - 1, -exact + 1, exact - 1, now + w, now + w + 1}
+		counts := []uint64{0, 1, algo.MaxCount, algo.MaxCount + 1}
+		base := bases[rng.Intn(len(bases))]
+		s := fixed(base, 0, 0, 13)[:9]
+		for range 1 + rng.Intn(3) {
+			// Deltas at and beyond 2^53 (and ones landing the run next to now from a
+			// base far away) are where doubles would round.
+			deltas := []uint64{0, 1, exact - 1, exact, exact + 5, 1<<56 - 1, uint64(now - base), uint64(now - base - 1)}
+			s = binary.AppendUvarint(s, deltas[rng.Intn(len(deltas))])
+			s = binary.AppendUvarint(s, counts[rng.Intn(len(counts))])
+		}
+		return s
+	}
+}
+
+// randState starts most sequences fresh and some from malformed, foreign or crafted
+// states, which both sides must read identically.
+func randState(rng *rand.Rand, k algo.Kind, p algo.Params, now int64) []byte {
+	switch rng.Intn(10) {
+	case 4, 5:
+		return crafted(rng, k, p, now)
+	case 0:
+		b := make([]byte, rng.Intn(30))
+		rng.Read(b)
+		if len(b) > 0 && rng.Intn(2) == 0 {
+			b[0] = 0x10 + byte(k)
+		}
+		return b
+	case 1:
+		other := algo.Params{Kind: algo.Kind(rng.Intn(5)), Limit: 10, WindowUs: 1_000_000}
+		return algo.Take(other, nil, now, 7)
+	case 2, 3:
+		s := []byte(algo.Take(p, algo.Take(p, nil, now-5_000, 3), now, rng.Int63n(p.Capacity()+5)))
+		if len(s) > 1 {
+			switch rng.Intn(3) {
+			case 0:
+				s = s[:1+rng.Intn(len(s)-1)]
+			case 1:
+				s[1+rng.Intn(len(s)-1)] ^= byte(1 << rng.Intn(8))
+			}
+		}
+		return s
+	default:
+		return nil
+	}
+}
+
+func TestLuaMatchesGo(t *testing.T) {
+	rdb := startRedis(t)
+	ctx := context.Background()
+	kinds := []algo.Kind{algo.TokenBucket, algo.GCRA, algo.SlidingWindowLog, algo.SlidingWindowCounter, algo.FixedWindow}
+	for _, k := range kinds {
+		t.Run(k.String(), func(t *testing.T) {
+			frag, err := os.ReadFile("../store/scripts/algo_" + k.String() + ".lua")
+			if err != nil {
+				t.Fatalf("reading fragment: %v", err)
+			}
+			script := redis.NewScript(string(frag) + harness)
+			rng := rand.New(rand.NewSource(int64(k) + 1))
+			for seq := range 60 {
+				p := randParams(rng, k)
+				capa := p.Capacity()
+				starts := []int64{1_700_000_000_000_000 + rng.Int63n(1<<40), 0, rng.Int63n(1 << 30), -rng.Int63n(1 << 40), algo.MaxTimeUs - 1<<45}
+				now := starts[rng.Intn(len(starts))]
+				init := randState(rng, k, p, now)
+				var steps []step
+				st := algo.State(init) // Go's state while generating, to aim at boundaries
+				// One sequence in four is a stream of small takes close together: many
+				// log runs (merging), long debts.
+				trickle := rng.Intn(4) == 0
+				nsteps := 150
+				if trickle {
+					nsteps = 400
+				}
+				for range nsteps {
+					op := []byte{'d', 'd', 'd', 't', 'r'}[rng.Intn(5)]
+					n := randN(rng, capa)
+					if trickle {
+						if rng.Intn(5) > 0 {
+							op, n = 't', 1+rng.Int63n(2)
+						}
+						now += 1 + rng.Int63n(min(max(p.WindowUs, algo.MinWindowUs), algo.MaxWindowUs)/1000+2)
+					} else if rng.Intn(3) == 0 {
+						now = boundary(rng, p, st, now, n)
+					} else {
+						now += randStep(rng, p.WindowUs, p.Limit)
+					}
+					now = min(max(now, -algo.MaxTimeUs+1), algo.MaxTimeUs-1)
+					steps = append(steps, step{op: op, now: now, n: n})
+					switch op {
+					case 'd':
+						st = algo.Decide(p, st, now, n).State
+					case 't':
+						st = algo.Take(p, st, now, n)
+					default:
+						st = algo.Refund(p, st, now, n)
+					}
+				}
+				args := []any{p.Limit, p.WindowUs, p.Burst, init}
+				for _, s := range steps {
+					args = append(args, string(s.op), s.now, s.n)
+				}
+				res, err := script.Run(ctx, rdb, nil, args...).Slice()
+				if err != nil {
+					t.Fatalf("seq %d %+v: script: %v", seq, p, err)
+				}
+				if len(res) != len(steps) {
+					t.Fatalf("seq %d: %d rows for %d steps", seq, len(res), len(steps))
+				}
+				compare(t, fmt.Sprintf("seq %d %+v init %x", seq, p, init), p, init, steps, res)
+			}
+		})
+	}
+}
+
+func compare(t *testing.T, name string, p algo.Params, st []byte, steps []step, res []any) {
+	t.Helper()
+	for i, s := range steps {
+		row, ok := res[i].([]any)
+		if !ok {
+			t.Fatalf("%s step %d: row is %T", name, i, res[i])
+		}
+		want := []int64{algo.Available(p, st, s.now), algo.ResetAt(p, st, s.now), algo.RetryAfter(p, st, s.now, s.n)}
+		switch s.op {
+		case 'd':
+			r := algo.Decide(p, st, s.now, s.n)
+			allowed := int64(0)
+			if r.Allowed {
+				allowed = 1
+			}
+			want = append(want, allowed, r.Remaining, r.ResetUs, r.RetryAfterUs)
+			st = r.State
+		case 't':
+			st = algo.Take(p, st, s.now, s.n)
+		default:
+			st = algo.Refund(p, st, s.now, s.n)
+		}
+		if len(row) != len(want)+1 {
+			t.Fatalf("%s step %d: %d values, want %d", name, i, len(row), len(want)+1)
+		}
+		for j, w := range want {
+			if got, ok := row[j].(int64); !ok || got != w {
+				t.Fatalf("%s step %d (%c now=%d n=%d): value %d is %v from Lua, %d from Go (row %v)", name, i, s.op, s.now, s.n, j, row[j], w, row)
+			}
+		}
+		luaState, ok := row[len(want)].(string)
+		if !ok || !bytes.Equal([]byte(luaState), st) {
+			t.Fatalf("%s step %d (%c now=%d n=%d): state %x from Lua, %x from Go", name, i, s.op, s.now, s.n, row[len(want)], st)
+		}
+		st = []byte(luaState)
+	}
+}

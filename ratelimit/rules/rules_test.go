@@ -1,0 +1,165 @@
+package rules
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-rl/tollgate/internal/redistest"
+)
+
+var (
+	standalone *redistest.Server
+	cluster    *redistest.Cluster
+)
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	var err error
+	if standalone, err = redistest.Launch(redistest.Options{}); err != nil {
+		fmt.Fprintln(os.Stderr, "rules tests need Redis:", err)
+		return 1
+	}
+	defer standalone.Stop()
+	if cluster, err = redistest.LaunchCluster(redistest.Options{}); err != nil {
+		fmt.Fprintln(os.Stderr, "rules tests need a Redis Cluster:", err)
+		return 1
+	}
+	defer cluster.Stop()
+	return m.Run()
+}
+
+// clients returns a fresh, empty rules namespace per mode (tests of one mode run in
+// sequence: the keys are global).
+func clients(t *testing.T) map[string]redis.UniversalClient {
+	ctx := context.Background()
+	s := redis.NewClient(&redis.Options{Addr: standalone.Addr()})
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs()})
+	t.Cleanup(func() { s.Close(); c.Close() })
+	for _, cl := range []redis.UniversalClient{s, c} {
+		if err := cl.Del(ctx, currentKey, logKey).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return map[string]redis.UniversalClient{"standalone": s, "cluster": c}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%s: not within 5 s", what)
+		}
+	}
+}
+
+func TestPutConflictAndVersions(t *testing.T) {
+	for name, rdb := range clients(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			s := New(rdb)
+			v, err := s.Put(ctx, 0, []byte(`{"rules":[]}`), Record{By: "t", Action: "put"})
+			if err != nil || v != 1 {
+				t.Fatalf("first put: %d, %v", v, err)
+			}
+			if _, err := s.Put(ctx, 0, []byte(`{}`), Record{}); !errors.Is(err, ErrConflict) {
+				t.Fatalf("put on a stale base: %v, want ErrConflict", err)
+			}
+			set, err := s.Current(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var body map[string]any
+			if err := json.Unmarshal(set.Body, &body); err != nil || body["version"] != float64(1) {
+				t.Fatalf("stored body %s", set.Body)
+			}
+			v, err = s.Update(ctx, Record{Action: "put"}, func(cur *Set) ([]byte, error) { return cur.Body, nil })
+			if err != nil || v != 2 {
+				t.Fatalf("update: %d %v", v, err)
+			}
+			recs, err := s.Versions(ctx)
+			if err != nil || len(recs) != 2 || recs[0].Version != 2 {
+				t.Fatalf("versions %+v %v", recs, err)
+			}
+			if _, err := s.Get(ctx, 77); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("missing version: %v", err)
+			}
+			if _, err := s.Put(ctx, 2, []byte(`[1]`), Record{}); err == nil {
+				t.Fatal("a non-object body was stored")
+			}
+		})
+	}
+}
+
+// TestWatcherPubSub: with the poller off, a new version reaches the watcher through the
+// channel alone.
+func TestWatcherPubSub(t *testing.T) {
+	for name, rdb := range clients(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			s := New(rdb)
+			w := NewWatcher(s, nil)
+			done := make(chan struct{})
+			go func() { defer close(done); w.subscriber(ctx) }()
+			defer func() { cancel(); <-done }()
+			waitFor(t, "subscribed", w.Subscribed)
+			base := w.Version()
+			v, err := s.Put(ctx, base, []byte(`{}`), Record{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "version via pub/sub", func() bool { return w.Version() == v })
+		})
+	}
+}
+
+// TestWatcherPolls: with no subscription the poller finds new versions.
+func TestWatcherPolls(t *testing.T) {
+	for name, rdb := range clients(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			s := New(rdb)
+			w := NewWatcher(s, nil)
+			done := make(chan struct{})
+			go func() { defer close(done); w.poller(ctx) }()
+			defer func() { cancel(); <-done }()
+			cur, _ := s.CurrentVersion(ctx)
+			v, err := s.Put(ctx, cur, []byte(`{}`), Record{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "version via polling", func() bool { return w.Version() == v })
+			set, err := w.Current(ctx)
+			if err != nil || set.Version != v {
+				t.Fatalf("Current: %+v %v", set, err)
+			}
+		})
+	}
+}
+
+func TestWithVersion(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`{}`, `{"version":5}`},
+		{`{"version":1,"rules":[]}`, `{"rules":[],"version":5}`},
+		{`null`, `{"version":5}`},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := WithVersion([]byte(tc.in), 5)
+			if err != nil || string(got) != tc.want {
+				t.Fatalf("%s, %v; want %s", got, err, tc.want)
+			}
+		})
+	}
+	if _, err := WithVersion([]byte(`[]`), 1); err == nil {
+		t.Fatal("array accepted")
+	}
+}

@@ -1,0 +1,309 @@
+// Package service is the sync service's HTTP API: gateways POST their consumed deltas to
+// /v1/sync (and strict checks to /v1/check) in the binary wire format and fetch rule sets
+// from /v1/sync/rules; operators manage rule-set versions, allow/deny lists and caller
+// keys through a small JSON admin API. Decisions live in Redis (package store) and rule
+// sets in Redis too (package rules), so any number of instances can run behind one
+// load balancer with no state of their own.
+package service
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tollgate-rl/tollgate/ratelimit/rules"
+	"github.com/tollgate-rl/tollgate/ratelimit/store"
+	"github.com/tollgate-rl/tollgate/shared/wire"
+)
+
+// Config configures the HTTP API.
+type Config struct {
+	// SyncSecret authenticates gateways ("Authorization: Bearer <secret>"). Empty: the
+	// sync endpoints are open (a mesh with mTLS); New logs a warning.
+	SyncSecret string
+	// AdminToken authenticates the admin API. Empty: the admin API answers 401.
+	AdminToken string
+	// BatchTimeout bounds applying one batch, failures included. Default:
+	// (MaxRetries+1) × the store's AttemptBudget.
+	BatchTimeout time.Duration
+	Logger       *slog.Logger
+}
+
+// RulesVersionHeader carries the rule-set version on rule responses.
+const RulesVersionHeader = "X-Tollgate-Rules-Version"
+
+// ActorHeader names who makes an admin change, for the audit log.
+const ActorHeader = "X-Tollgate-Actor"
+
+// Service is the HTTP API. Create with New, serve Handler, and Run its background work.
+type Service struct {
+	cfg     Config
+	st      *store.Store
+	rules   *rules.Store
+	watcher *rules.Watcher
+	m       *Metrics
+	log     *slog.Logger
+	mux     *http.ServeMux
+	bufs    sync.Pool
+}
+
+// New builds the service on st. m must be the Metrics st reports to (nil: new ones,
+// without the store's Redis metrics).
+func New(cfg Config, st *store.Store, m *Metrics) *Service {
+	if m == nil {
+		m = NewMetrics()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	sc := st.Config()
+	if cfg.BatchTimeout <= 0 {
+		cfg.BatchTimeout = time.Duration(sc.MaxRetries+1) * sc.AttemptBudget()
+	}
+	s := &Service{cfg: cfg, st: st, rules: rules.New(st.Client()), m: m, log: cfg.Logger, mux: http.NewServeMux()}
+	s.watcher = rules.NewWatcher(s.rules, func(v uint64) {
+		m.rulesVersion.Set(float64(v))
+		s.log.Info("rules version", "version", v)
+	})
+	s.bufs.New = func() any { b := make([]byte, 0, 64<<10); return &b }
+	if cfg.SyncSecret == "" {
+		s.log.Warn("no sync secret configured: /v1/sync, /v1/check and /v1/sync/rules accept any caller")
+	}
+	s.routes()
+	return s
+}
+
+// Handler is the service's HTTP handler.
+func (s *Service) Handler() http.Handler { return s.mux }
+
+// Metrics returns the service's metrics.
+func (s *Service) Metrics() *Metrics { return s.m }
+
+// Watcher returns the rules-version watcher (tests use it to wait for propagation).
+func (s *Service) Watcher() *rules.Watcher { return s.watcher }
+
+// BatchTimeout is the effective per-batch deadline.
+func (s *Service) BatchTimeout() time.Duration { return s.cfg.BatchTimeout }
+
+// Run keeps the rules version current (pub/sub plus polling) until ctx ends.
+func (s *Service) Run(ctx context.Context) {
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.BatchTimeout)
+	_ = s.watcher.Poll(pctx)
+	cancel()
+	s.watcher.Run(ctx)
+}
+
+func (s *Service) routes() {
+	s.mux.HandleFunc("POST /v1/sync", s.handleBatch("sync", false))
+	s.mux.HandleFunc("POST /v1/check", s.handleBatch("check", true))
+	s.mux.HandleFunc("GET /v1/sync/rules", s.handleSyncRules)
+	s.mux.HandleFunc("GET /v1/rules", s.admin(s.handleGetRules))
+	s.mux.HandleFunc("PUT /v1/rules", s.admin(s.handlePutRules))
+	s.mux.HandleFunc("GET /v1/rules/versions", s.admin(s.handleVersions))
+	s.mux.HandleFunc("POST /v1/rules/rollback/{version}", s.admin(s.handleRollback))
+	s.mux.HandleFunc("GET /v1/lists/{list}", s.admin(s.handleGetList))
+	s.mux.HandleFunc("PUT /v1/lists/{list}", s.admin(s.handleEditList(true)))
+	s.mux.HandleFunc("DELETE /v1/lists/{list}", s.admin(s.handleEditList(false)))
+	s.mux.HandleFunc("GET /v1/usage/{key...}", s.admin(s.handleUsage))
+	s.mux.HandleFunc("POST /v1/reset/{key...}", s.admin(s.handleReset))
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	s.mux.HandleFunc("GET /readyz", s.handleReady)
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.m.Registry, promhttp.HandlerOpts{}))
+}
+
+// bearer checks "Authorization: Bearer <want>" in constant time.
+func bearer(r *http.Request, want string) bool {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
+
+func (s *Service) syncAuthorized(r *http.Request) bool {
+	return s.cfg.SyncSecret == "" || bearer(r, s.cfg.SyncSecret)
+}
+
+func (s *Service) admin(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.AdminToken == "" || !bearer(r, s.cfg.AdminToken) {
+			s.m.error("auth")
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate-admin"`)
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong admin token"})
+			return
+		}
+		h(w, r)
+	}
+}
+
+// handleBatch serves /v1/sync and /v1/check (strict: every delta is a strict check).
+func (s *Service) handleBatch(endpoint string, strict bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		outcome := "ok"
+		defer func() {
+			s.m.batches.WithLabelValues(endpoint, outcome).Inc()
+			s.m.batchSeconds.WithLabelValues(endpoint).Observe(time.Since(start).Seconds())
+		}()
+		fail := func(code int, kind, msg string) {
+			outcome = kind
+			s.m.error(kind)
+			http.Error(w, msg, code)
+		}
+		if !s.syncAuthorized(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate-sync"`)
+			fail(http.StatusUnauthorized, "unauthorized", "missing or wrong sync secret")
+			return
+		}
+		if r.ContentLength > wire.MaxBatchSize {
+			fail(http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("batch of %d bytes exceeds %d", r.ContentLength, wire.MaxBatchSize))
+			return
+		}
+		bp := s.bufs.Get().(*[]byte)
+		defer s.bufs.Put(bp)
+		body, err := readAll(http.MaxBytesReader(w, r.Body, wire.MaxBatchSize), (*bp)[:0])
+		*bp = body[:0]
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				fail(http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("batch exceeds %d bytes", wire.MaxBatchSize))
+				return
+			}
+			fail(http.StatusBadRequest, "decode", "reading body: "+err.Error())
+			return
+		}
+		var b wire.Batch
+		if err := wire.DecodeBatch(body, &b); err != nil {
+			if errors.Is(err, wire.ErrLimit) {
+				fail(http.StatusRequestEntityTooLarge, "too_large", err.Error())
+				return
+			}
+			fail(http.StatusBadRequest, "decode", err.Error())
+			return
+		}
+		if strict {
+			for i := range b.Deltas {
+				b.Deltas[i].Flags |= wire.FlagStrict
+			}
+		}
+		// A gateway that hangs up must not cut a batch in half: finish it (bounded).
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.BatchTimeout)
+		out, err := s.st.Apply(ctx, &b)
+		cancel()
+		if errors.Is(err, store.ErrInvalid) {
+			fail(http.StatusBadRequest, "invalid", err.Error())
+			return
+		}
+		if err != nil {
+			kind := "redis"
+			if errors.Is(err, context.DeadlineExceeded) {
+				kind = "timeout"
+			}
+			s.log.Warn("batch failed", "endpoint", endpoint, "node", b.Node, "worker", b.Worker, "seq", b.Seq, "deltas", len(b.Deltas), "err", err)
+			w.Header().Set("Retry-After", "1")
+			fail(http.StatusServiceUnavailable, "unavailable", err.Error())
+			s.m.error(kind)
+			return
+		}
+		s.m.batch(endpoint, &b, out.Results, out.States)
+		s.m.fleet.Set(float64(out.Nodes))
+		reply := wire.Reply{RulesVersion: s.watcher.Version(), ServerTimeUs: out.ServerTimeUs, Nodes: out.Nodes, States: out.States}
+		enc, err := wire.AppendReply(body[:0], &reply)
+		if err != nil {
+			fail(http.StatusInternalServerError, "internal", "encoding reply: "+err.Error())
+			return
+		}
+		*bp = enc[:0]
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Length", strconv.Itoa(len(enc)))
+		_, _ = w.Write(enc)
+	}
+}
+
+// readAll reads r into buf's capacity (growing it as needed).
+func readAll(r io.Reader, buf []byte) ([]byte, error) {
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+}
+
+func (s *Service) handleSyncRules(w http.ResponseWriter, r *http.Request) {
+	if !s.syncAuthorized(r) {
+		s.m.error("auth")
+		http.Error(w, "missing or wrong sync secret", http.StatusUnauthorized)
+		return
+	}
+	set, err := s.watcher.Current(r.Context())
+	if err != nil {
+		s.m.error("redis")
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	etag := `"v` + strconv.FormatUint(set.Version, 10) + `"`
+	w.Header().Set(RulesVersionHeader, strconv.FormatUint(set.Version, 10))
+	w.Header().Set("ETag", etag)
+	if r.Header.Get("If-None-Match") == etag {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(set.Body)
+}
+
+func (s *Service) handleReady(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.BatchTimeout)
+	defer cancel()
+	if err := s.st.Ping(ctx); err != nil {
+		http.Error(w, "redis: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = io.WriteString(w, "ok\n")
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func (s *Service) redisError(w http.ResponseWriter, err error) {
+	s.m.error("redis")
+	s.log.Warn("admin request failed", "err", err)
+	writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
+}
+
+// audit logs an admin change: who, from where, what.
+func (s *Service) audit(r *http.Request, action string, attrs ...any) {
+	args := append([]any{"action", action, "by", actor(r), "remote", r.RemoteAddr, "at", time.Now().UTC().Format(time.RFC3339Nano)}, attrs...)
+	s.log.Info("audit", args...)
+}
+
+func actor(r *http.Request) string {
+	if a := r.Header.Get(ActorHeader); a != "" {
+		if len(a) > 128 {
+			a = a[:128]
+		}
+		return a
+	}
+	return "admin"
+}

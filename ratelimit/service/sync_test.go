@@ -1,0 +1,318 @@
+package service
+
+import (
+	"bytes"
+	"encoding/binary"
+	"flag"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate-rl/tollgate/internal/redistest"
+	"github.com/tollgate-rl/tollgate/ratelimit/store"
+	"github.com/tollgate-rl/tollgate/shared/algo"
+	"github.com/tollgate-rl/tollgate/shared/wire"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata fixtures")
+
+func delta(key, rule string, kind algo.Kind, limit, windowMs uint32) wire.Delta {
+	return wire.Delta{Key: key, Rule: rule, Algo: uint8(kind), Limit: limit, WindowMs: windowMs}
+}
+
+func TestSyncAuth(t *testing.T) {
+	in := start(t, opts{})
+	b := &wire.Batch{Node: "n", Seq: 1, Deltas: []wire.Delta{delta(uniq("auth"), "r", algo.TokenBucket, 10, 1000)}}
+	body, _ := wire.AppendBatch(nil, b)
+	for _, tc := range []struct {
+		name, path, token string
+		want              int
+	}{
+		{"sync without token", "/v1/sync", "", http.StatusUnauthorized},
+		{"sync with admin token", "/v1/sync", adminToken, http.StatusUnauthorized},
+		{"check without token", "/v1/check", "", http.StatusUnauthorized},
+		{"sync", "/v1/sync", syncSecret, http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if code, _, out := in.do(t, http.MethodPost, tc.path, tc.token, body); code != tc.want {
+				t.Fatalf("%d %s, want %d", code, out, tc.want)
+			}
+		})
+	}
+	if code, _, _ := in.do(t, http.MethodGet, "/v1/sync/rules", "wrong", nil); code != http.StatusUnauthorized {
+		t.Fatalf("GET /v1/sync/rules with a wrong secret: %d", code)
+	}
+}
+
+// fixtures: malformed or invalid batches, named after the failure they provoke, and the
+// status each must get.
+var fixtures = map[string]struct {
+	status int
+	build  func() []byte
+}{
+	"truncated_batch.bin": {400, func() []byte { return validBatch()[:20] }},
+	"unknown_version.bin": {400, func() []byte { b := validBatch(); b[0] = 99; return b }},
+	"trailing_bytes.bin":  {400, func() []byte { return append(validBatch(), 0) }},
+	"empty_node.bin":      {400, func() []byte { return encode(&wire.Batch{Seq: 1, Deltas: []wire.Delta{delta("k", "r", 0, 10, 1000)}}) }},
+	"zero_limit.bin": {400, func() []byte {
+		return encode(&wire.Batch{Node: "n", Deltas: []wire.Delta{delta("k", "r", 0, 0, 1000)}})
+	}},
+	"unknown_algorithm.bin": {400, func() []byte {
+		return encode(&wire.Batch{Node: "n", Deltas: []wire.Delta{delta("k", "r", 7, 10, 1000)}})
+	}},
+	"duplicate_bucket.bin": {400, func() []byte {
+		d := delta("k", "r", 0, 10, 1000)
+		return encode(&wire.Batch{Node: "n", Deltas: []wire.Delta{d, d}})
+	}},
+	"too_many_deltas.bin": {413, func() []byte {
+		// Header of a batch claiming MaxDeltas+1 deltas (the encoder refuses to write one).
+		b := []byte{wire.Version, 1, 'n', 0, 1, 0}
+		return binary.AppendUvarint(b, wire.MaxDeltas+1)
+	}},
+}
+
+func validBatch() []byte {
+	return encode(&wire.Batch{Node: "gw-1", Seq: 7, Deltas: []wire.Delta{delta("key", "rule", 0, 10, 1000), delta("key2", "rule", 0, 10, 1000)}})
+}
+
+func encode(b *wire.Batch) []byte {
+	out, err := wire.AppendBatch(nil, b)
+	if err != nil {
+		panic(err) // test fixture construction only
+	}
+	return out
+}
+
+func TestSyncMalformed(t *testing.T) {
+	in := start(t, opts{})
+	for name, fx := range fixtures {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join("testdata", name)
+			if *update {
+				if err := os.WriteFile(path, fx.build(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			body, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create)", err)
+			}
+			code, _, out := in.do(t, http.MethodPost, "/v1/sync", syncSecret, body)
+			if code != fx.status {
+				t.Fatalf("%d %q, want %d", code, out, fx.status)
+			}
+			if len(bytes.TrimSpace(out)) == 0 {
+				t.Fatal("error answer without a reason")
+			}
+		})
+	}
+}
+
+func TestSyncOversized(t *testing.T) {
+	in := start(t, opts{})
+	big := make([]byte, wire.MaxBatchSize+1)
+	big[0] = wire.Version
+	if code, _, out := in.do(t, http.MethodPost, "/v1/sync", syncSecret, big); code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("%d %s, want 413", code, out)
+	}
+	// Without a Content-Length the limit still holds (chunked upload).
+	req, _ := http.NewRequest(http.MethodPost, in.http.URL+"/v1/sync", struct{ *bytes.Reader }{bytes.NewReader(big)})
+	req.Header.Set("Authorization", "Bearer "+syncSecret)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("chunked oversized batch: %d, want 413", resp.StatusCode)
+	}
+}
+
+// FuzzSyncBody: any body gets 200, 400 or 413 — never a 5xx or a hang — while Redis is up.
+func FuzzSyncBody(f *testing.F) {
+	in := start(f, opts{})
+	f.Add(validBatch())
+	for _, fx := range fixtures {
+		f.Add(fx.build())
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		code, _, out := in.do(t, http.MethodPost, "/v1/sync", syncSecret, body)
+		switch code {
+		case http.StatusOK, http.StatusBadRequest, http.StatusRequestEntityTooLarge:
+		default:
+			t.Fatalf("status %d (%s) for %x", code, out, body)
+		}
+	})
+}
+
+// TestSyncIdempotent: a retried batch (same node, worker, seq) is applied once and gets
+// the same lease back.
+func TestSyncIdempotent(t *testing.T) {
+	for _, mode := range []store.Mode{store.Standalone, store.Cluster} {
+		t.Run(string(mode), func(t *testing.T) {
+			in := start(t, opts{mode: mode})
+			key := uniq("idem")
+			d := delta(key, "api", algo.FixedWindow, 1000, 60_000)
+			d.Over = 100
+			b := &wire.Batch{Node: "gw-a", Worker: 2, Seq: uint64(time.Now().UnixMicro()), Deltas: []wire.Delta{d}}
+			first := in.sync(t, "/v1/sync", b)
+			again := in.sync(t, "/v1/sync", b)
+			f, g := first.States[0], again.States[0]
+			if f.Lease == 0 || f.Lease != g.Lease || f.LeaseHeld != g.LeaseHeld || f.Remaining != g.Remaining {
+				t.Fatalf("first %+v, retry %+v", f, g)
+			}
+			if got := f.Remaining + int64(f.LeaseHeld); got != 900 {
+				t.Fatalf("remaining %d + held %d, want 1000-100 charged once", f.Remaining, f.LeaseHeld)
+			}
+			if first.Nodes < 1 || first.ServerTimeUs == 0 {
+				t.Fatalf("reply without fleet size or server time: %+v", first)
+			}
+		})
+	}
+}
+
+// TestCheckStrict: /v1/check decides Over synchronously.
+func TestCheckStrict(t *testing.T) {
+	in := start(t, opts{})
+	key := uniq("strict")
+	for i := 1; i <= 5; i++ {
+		d := delta(key, "pay", algo.FixedWindow, 3, 60_000)
+		d.Over = 1
+		r := in.sync(t, "/v1/check", &wire.Batch{Node: "gw", Seq: uint64(i), Deltas: []wire.Delta{d}})
+		st := r.States[0]
+		if want := i <= 3; st.Allowed != want {
+			t.Fatalf("check %d: allowed %v, want %v (%+v)", i, st.Allowed, want, st)
+		}
+		if !st.Allowed && st.RetryInMs == 0 {
+			t.Fatalf("check %d refused without a retry time", i)
+		}
+		if st.Lease != 0 {
+			t.Fatalf("strict check granted a lease")
+		}
+	}
+}
+
+// TestPenaltiesGrowAndCap drives the service clock: callers that keep coming back
+// early get a cooldown that doubles per base interval up to the cap.
+func TestPenaltiesGrowAndCap(t *testing.T) {
+	in := start(t, opts{})
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixMicro())
+	in.st.SetTestClock(clock.Load)
+	cfg := in.st.Config().Lease
+	key := uniq("pen")
+	var level uint8
+	var capped int
+	for i := 1; i <= 8; i++ {
+		clock.Add(cfg.PenaltyBaseUs)
+		d := delta(key, "api", algo.TokenBucket, 10, 1000)
+		d.Rejected, d.Early = 3, 2
+		st := in.sync(t, "/v1/sync", &wire.Batch{Node: "gw", Seq: uint64(i), Deltas: []wire.Delta{d}}).States[0]
+		if st.PenaltyLevel < level {
+			t.Fatalf("step %d: level fell %d -> %d", i, level, st.PenaltyLevel)
+		}
+		level = st.PenaltyLevel
+		max := uint32(cfg.PenaltyMaxUs / 1000)
+		if st.PenaltyInMs > max {
+			t.Fatalf("step %d: cooldown %d ms above the cap %d", i, st.PenaltyInMs, max)
+		}
+		if st.PenaltyInMs == max {
+			capped++
+		}
+		if st.Lease != 0 {
+			t.Fatalf("penalized key got a lease")
+		}
+	}
+	if level < 3 || capped == 0 {
+		t.Fatalf("penalty did not grow to the cap: level %d, capped %d times", level, capped)
+	}
+}
+
+// TestSyncUnavailable: with Redis down /v1/sync answers 503 within the batch deadline
+// (an upper bound from config, plus scheduling slack), /readyz says not ready, and after
+// Redis comes back (empty, scripts gone) the gateway's late batch is applied and counted.
+func TestSyncUnavailable(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	in := start(t, opts{addrs: srv.Addrs(), store: func(c *store.Config) {
+		c.DialTimeout, c.ReadTimeout, c.WriteTimeout = 200*time.Millisecond, 200*time.Millisecond, 200*time.Millisecond
+	}})
+	key := uniq("down")
+	d := delta(key, "api", algo.FixedWindow, 100, 60_000)
+	d.Over = 5
+	in.sync(t, "/v1/sync", &wire.Batch{Node: "gw", Seq: 1, Deltas: []wire.Delta{d}})
+	if err := srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	d.Over = 30 // admitted locally while the service could not reach Redis
+	late := &wire.Batch{Node: "gw", Seq: 2, Deltas: []wire.Delta{d}}
+	body, _ := wire.AppendBatch(nil, late)
+	bound := in.svc.BatchTimeout() + time.Second
+	startAt := time.Now()
+	code, hdr, _ := in.do(t, http.MethodPost, "/v1/sync", syncSecret, body)
+	if took := time.Since(startAt); took > bound {
+		t.Errorf("503 took %v, more than the batch deadline %v + 1 s", took, in.svc.BatchTimeout())
+	}
+	if code != http.StatusServiceUnavailable || hdr.Get("Retry-After") == "" {
+		t.Fatalf("with Redis down: %d (Retry-After %q), want 503 with Retry-After", code, hdr.Get("Retry-After"))
+	}
+	if code, _, _ := in.do(t, http.MethodGet, "/readyz", "", nil); code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz with Redis down: %d", code)
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	st := in.sync(t, "/v1/sync", late).States[0]
+	if got := st.Remaining + int64(st.LeaseHeld); got != 70 {
+		t.Fatalf("late batch on the restarted server: remaining+held %d, want 100-30", got)
+	}
+	if code, _, _ := in.do(t, http.MethodGet, "/readyz", "", nil); code != http.StatusOK {
+		t.Fatalf("/readyz after restart: %d", code)
+	}
+}
+
+// TestSyncClusterManySlots: a 1000-delta batch over 1000 keys through HTTP on a cluster.
+func TestSyncClusterManySlots(t *testing.T) {
+	in := start(t, opts{mode: store.Cluster})
+	b := &wire.Batch{Node: "gw", Seq: 1}
+	prefix := uniq("slots")
+	for i := 0; i < 1000; i++ {
+		d := delta(prefix+"-"+string(rune('a'+i%26))+strings.Repeat("x", i%40)+"-"+strconv.Itoa(i), "api", algo.Kind(i%5), 500, 60_000)
+		d.Over = 2
+		b.Deltas = append(b.Deltas, d)
+	}
+	r := in.sync(t, "/v1/sync", b)
+	for i, st := range r.States {
+		if st.Key != b.Deltas[i].Key || st.Remaining+int64(st.LeaseHeld) != 498 {
+			t.Fatalf("state %d: %+v", i, st)
+		}
+	}
+}
+
+func TestHealthAndMetrics(t *testing.T) {
+	in := start(t, opts{})
+	for _, p := range []string{"/healthz", "/readyz"} {
+		if code, _, out := in.do(t, http.MethodGet, p, "", nil); code != http.StatusOK {
+			t.Fatalf("%s: %d %s", p, code, out)
+		}
+	}
+	d := delta(uniq("metrics"), "api", algo.TokenBucket, 10, 1000)
+	d.Over, d.Rejected = 1, 2
+	in.sync(t, "/v1/sync", &wire.Batch{Node: "gw", Seq: 1, Deltas: []wire.Delta{d}})
+	_, _, out := in.do(t, http.MethodGet, "/metrics", "", nil)
+	for _, want := range []string{
+		`tollgate_sync_batches_total{endpoint="sync",outcome="ok"} 1`,
+		`tollgate_sync_deltas_total{endpoint="sync"} 1`,
+		`tollgate_rejections_total{rule="api"} 2`,
+		`tollgate_lease_grants_total 1`,
+		`tollgate_redis_seconds_bucket{op="sync"`,
+	} {
+		if !bytes.Contains(out, []byte(want)) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}

@@ -1,0 +1,96 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-rl/tollgate/internal/redistest"
+	"github.com/tollgate-rl/tollgate/shared/lease"
+)
+
+// One standalone server and one cluster for the whole package (start-up is most of the
+// cost of these tests).
+var (
+	standalone *redistest.Server
+	cluster    *redistest.Cluster
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	RouteRedisLogs(slog.New(slog.DiscardHandler))
+	var err error
+	if standalone, err = redistest.Launch(redistest.Options{}); err != nil {
+		fmt.Fprintln(os.Stderr, "store tests need Redis:", err)
+		return 1
+	}
+	defer standalone.Stop()
+	if cluster, err = redistest.LaunchCluster(redistest.Options{}); err != nil {
+		fmt.Fprintln(os.Stderr, "store tests need a Redis Cluster:", err)
+		return 1
+	}
+	defer cluster.Stop()
+	return m.Run()
+}
+
+var testLease = lease.SyncConfig{LeaseTTLUs: 3_000_000, HorizonMs: 200, PenaltyBaseUs: 1_000_000, PenaltyMaxUs: 8_000_000}
+
+// countingMetrics counts script reloads and failed round trips.
+type countingMetrics struct {
+	reloads atomic.Int64
+	errors  atomic.Int64
+}
+
+func (c *countingMetrics) RoundTrip(_ string, _ time.Duration, err error) {
+	if err != nil && err != redis.Nil {
+		c.errors.Add(1)
+	}
+}
+func (c *countingMetrics) ScriptReload() { c.reloads.Add(1) }
+
+// newStore opens a store on the shared standalone server or the cluster.
+func newStore(t testing.TB, mode Mode, tweak func(*Config)) (*Store, *countingMetrics) {
+	t.Helper()
+	cfg := Config{Mode: mode, Lease: testLease}
+	switch mode {
+	case Cluster:
+		cfg.Addrs = cluster.Addrs()
+	default:
+		cfg.Addrs = standalone.Addrs()
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	m := &countingMetrics{}
+	s, err := Open(cfg, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s, m
+}
+
+// flushAll empties every primary (tests use distinct keys, but the differential test
+// compares whole hashes and wants no leftovers from an earlier -count run).
+func flushAll(t testing.TB, s *Store) {
+	t.Helper()
+	ctx := context.Background()
+	var err error
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.FlushAll(ctx).Err() })
+	} else {
+		err = s.rdb.FlushAll(ctx).Err()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
