@@ -5,7 +5,7 @@ WASM  := build/filter.wasm
 SVC   := build/tollgate-ratelimit
 GW    := build/tollgate-gateway
 export GOFLAGS := -buildvcs=false
-STATICCHECK := honnef.co/go/tools/cmd/staticcheck@2025.1.1
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.6.1
 
 .PHONY: all deps redis wasm build test unit e2e demo bench sim fuzz lint check clean
 

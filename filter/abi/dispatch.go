@@ -58,6 +58,8 @@ var (
 	streams = map[uint32]Stream{}
 	// callers maps a callout token to the stream that dispatched it.
 	callers = map[uint32]uint32{}
+	// newestRoot is the most recently created root context.
+	newestRoot uint32
 	// active is the context of the callback running now, for DispatchHTTPCall.
 	active uint32
 	// depth counts nested callbacks (a host call such as proxy_continue_stream may
@@ -105,6 +107,7 @@ func onContextCreate(id, parent uint32) {
 	active = id
 	if parent == 0 {
 		roots[id] = struct{}{}
+		newestRoot = id
 		return
 	}
 	if root == nil {

@@ -105,6 +105,7 @@ func (p *Plugin) decide(now int64, ops []bucketOp, commit bool) verdict {
 			p.undo(now, ops)
 			if commit && !v.failClosed {
 				p.storeRejection(v.reject)
+				p.flushIfAsked(now, ops) // a spent share is refilled by the next reply
 			}
 			return v
 		}

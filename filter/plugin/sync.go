@@ -77,7 +77,9 @@ func (s *syncer) flush(now int64) {
 		if len(s.pending) == 0 {
 			return
 		}
-		s.cut()
+		if s.cut(); s.unacked == nil {
+			return
+		}
 	}
 	token, err := s.p.host.HTTPCall(cfg.Sync.Cluster, s.callHeaders("/v1/sync"), s.unackedBody, uint32(cfg.Sync.TimeoutMs))
 	if err != nil {

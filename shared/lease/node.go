@@ -94,14 +94,16 @@ func Decide(r Record, p algo.Params, now, cost int64, env Env) (Record, Decision
 	switch {
 	case !env.Sync:
 		return decideLocal(r, p, now, cost, d)
-	case !env.Healthy || (synced && !leaseValid):
+	case !env.Healthy:
 		d.Degraded = true
 		return decideLocal(r, p, now, cost, d)
-	case !synced:
-		// Cold start: allow this gateway's fair share of a full bucket until the first
-		// reply arrives, and ask for that reply now.
+	case !leaseValid:
+		// Never synced, or idle past the lease TTL while the service is reachable: a cold
+		// start. Allow this gateway's fair share of a full bucket until the reply to the
+		// flush asked for here arrives.
 		d.Flush = true
-		if len(r.Local) == 0 && nodes > 1 {
+		if synced || len(r.Local) == 0 {
+			r.SyncedUs = 0
 			r.Local = algo.Take(p, nil, now, capacity-capacity/nodes)
 		}
 		return decideLocal(r, p, now, cost, d)
@@ -118,14 +120,18 @@ func Decide(r Record, p algo.Params, now, cost int64, env Env) (Record, Decision
 		d.Flush = true
 	default:
 		d.Flush = true
-		d.RetryAfterUs = r.RetryUs - now
-		if d.RetryAfterUs <= 0 || r.GlobalRemaining >= cost {
-			// The global bucket has permits but this gateway's share is spent: the next
-			// sync brings a new lease.
-			d.RetryAfterUs = env.IntervalUs
-		}
 		d.ResetUs = r.ResetUs
 		d.Remaining = 0
+		if r.GlobalRemaining >= cost || r.RetryUs <= now {
+			// The global bucket has permits but this gateway's share is spent: the flush
+			// asked for here brings a new lease within a sync interval. The caller did
+			// nothing wrong, so this refusal neither announces a Retry-After nor counts
+			// toward progressive penalties.
+			d.RetryAfterUs = env.IntervalUs
+			d.Rejected = 1
+			return r, d
+		}
+		d.RetryAfterUs = r.RetryUs - now
 		return reject(r, now, d)
 	}
 	d.Allowed = true

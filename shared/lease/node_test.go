@@ -36,7 +36,7 @@ func TestDecideModes(t *testing.T) {
 		{"lease first", synced, healthy(4), 2, true, 2, 0, 0, false, false, false},
 		{"overdraft when the lease is short", Record{SyncedUs: now - 1, LeaseLeft: 1, Overdraft: 2, GlobalRemaining: 10}, healthy(4), 2, true, 0, 2, 0, false, true, false},
 		{"rejects when lease and overdraft are spent", Record{SyncedUs: now - 1, GlobalRemaining: 0, RetryUs: now + 5*sec}, healthy(4), 1, false, 0, 0, 0, false, true, false},
-		{"stale lease is returned and decisions degrade", Record{SyncedUs: now - 2*sec, LeaseLeft: 7}, healthy(4), 1, true, 0, 1, 7, true, false, false},
+		{"stale lease is returned; a healthy fleet treats the bucket as cold", Record{SyncedUs: now - 2*sec, LeaseLeft: 7}, healthy(4), 1, true, 0, 1, 7, false, true, false},
 		{"open breaker degrades", synced, Env{Sync: true, Nodes: 4, LeaseTTLUs: sec}, 1, true, 0, 1, 3, true, false, false},
 		{"penalty cooldown rejects", Record{SyncedUs: now - 1, LeaseLeft: 50, PenaltyUntilUs: now + 4*sec, PenaltyLevel: 2}, healthy(4), 1, false, 0, 0, 0, false, false, true},
 	}
@@ -85,6 +85,16 @@ func TestColdStartShare(t *testing.T) {
 func TestEarlyRetriesCount(t *testing.T) {
 	now := int64(1_700_000_000) * sec
 	r := Record{SyncedUs: now, GlobalRemaining: 0, RetryUs: now + 10*sec}
+	// A refusal because this gateway's share ran out while the global bucket still has
+	// permits is not the caller's fault: it never counts as early.
+	soft := Record{SyncedUs: now, GlobalRemaining: 5, RetryUs: now}
+	for i := 0; i < 3; i++ {
+		var d Decision
+		soft, d = Decide(soft, perMinute100, now+int64(i), 1, healthy(1))
+		if d.Allowed || d.Early != 0 || d.Rejected != 1 || !d.Flush {
+			t.Fatalf("soft refusal %d: %+v", i, d)
+		}
+	}
 	env := healthy(1)
 	env.LeaseTTLUs = 100 * sec
 	r, d := Decide(r, perMinute100, now, 1, env)

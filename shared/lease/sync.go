@@ -440,7 +440,7 @@ func ParseParams(s string) (algo.Params, bool) {
 }
 
 // ParseBucket decodes the fields of a bucket hash (as HGETALL returns them). Unknown or
-// malformed fields are reported in the error-free ignored count so callers can alert.
+// malformed fields are skipped and counted in ignored, so callers can notice them.
 func ParseBucket(fields map[string]string) (b Bucket, ignored int) {
 	b.Nodes = map[string]*NodeLease{}
 	b.Applied = map[WorkerID]Applied{}

@@ -68,7 +68,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	var c config
 	fs := flag.NewFlagSet("tollgate-ratelimit", flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.StringVar(&c.listen, "listen", ":8080", "HTTP listen address")
+	fs.StringVar(&c.listen, "listen", ":8081", "HTTP listen address")
 	fs.StringVar(&c.redisMode, "redis-mode", "standalone", "Redis deployment: standalone, cluster or sentinel")
 	fs.StringVar(&c.redisAddrs, "redis-addrs", "127.0.0.1:6379", "comma-separated Redis addresses (server; cluster seed nodes; sentinels)")
 	fs.StringVar(&c.redisMaster, "redis-master", "", "Sentinel master name (sentinel mode)")

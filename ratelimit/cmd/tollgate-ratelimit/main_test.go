@@ -22,7 +22,7 @@ func TestParseConfig(t *testing.T) {
 		wantErr string
 	}{
 		{name: "defaults", check: func(c config) bool {
-			return c.listen == ":8080" && c.redisMode == "standalone" && c.leaseHorizon == 200*time.Millisecond
+			return c.listen == ":8081" && c.redisMode == "standalone" && c.leaseHorizon == 200*time.Millisecond
 		}},
 		{name: "env", env: map[string]string{"TOLLGATE_REDIS_MODE": "cluster", "TOLLGATE_REDIS_ADDRS": "a:1,b:2", "TOLLGATE_LEASE_TTL": "5s"},
 			check: func(c config) bool {
