@@ -10,7 +10,7 @@
 //
 // # What is modelled, and how closely
 //
-// Gateway side, mirroring filter/plugin (sync.go, decide.go, breaker.go):
+// Gateway side, mirroring filter/plugin (sync.go, decide.go) and sharing its breaker (shared/lease.Breaker):
 //   - one lease.Record per bucket per gateway, stored encoded (lease.AppendRecord) as in
 //     Envoy shared data, so the millisecond rounding of the record applies; every worker
 //     of a gateway decides against it (a VM is single threaded and the simulation runs one

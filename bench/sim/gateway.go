@@ -72,7 +72,7 @@ type worker struct {
 	inflight bool
 	call     uint64 // id of the call in flight
 	nodes    int64
-	breaker  breaker
+	breaker  lease.Breaker
 }
 
 type pendingDelta struct {
@@ -92,7 +92,7 @@ type outBatch struct {
 func (w *worker) env(s *sim) lease.Env {
 	return lease.Env{
 		Sync:       true,
-		Healthy:    w.breaker.healthy(),
+		Healthy:    w.breaker.Healthy(),
 		Nodes:      w.fleet(s),
 		LeaseTTLUs: us(s.cfg.LeaseTTL),
 		IntervalUs: us(s.cfg.Interval),
@@ -138,7 +138,7 @@ func (w *worker) record(s *sim, key uint32, d *lease.Decision, synced bool) {
 
 // flush sends the unacked batch, or cuts a new one from pending (syncer.flush).
 func (w *worker) flush(s *sim) {
-	if w.inflight || !w.breaker.allow(w.g.local(s)) {
+	if w.inflight || !w.breaker.Allow(w.g.local(s)) {
 		return
 	}
 	if w.unacked == nil {
@@ -189,7 +189,7 @@ func (w *worker) cut(s *sim) {
 func (w *worker) onReply(s *sim, c *call) {
 	w.inflight = false
 	w.unacked = nil
-	w.breaker.success()
+	w.breaker.Success()
 	if c.reply.Nodes > 0 {
 		w.nodes = int64(c.reply.Nodes)
 	}
@@ -212,9 +212,9 @@ func (w *worker) onReply(s *sim, c *call) {
 func (w *worker) onFailure(s *sim) {
 	w.inflight = false
 	s.res.SyncFailures++
-	was := w.breaker.state
-	w.breaker.failure(w.g.local(s))
-	if was != breakerOpen && w.breaker.state == breakerOpen {
+	was := w.breaker.State()
+	w.breaker.Failure(w.g.local(s))
+	if was != lease.BreakerOpen && w.breaker.State() == lease.BreakerOpen {
 		s.res.BreakerOpens++
 	}
 }
@@ -233,48 +233,4 @@ func u32(v int64) uint32 {
 		return 1<<32 - 1
 	}
 	return uint32(v)
-}
-
-// breaker is filter/plugin's circuit breaker, copied (it is unexported there): after
-// failures consecutive failures it opens for openUs, then lets one probe through
-// (half-open); the probe's success closes it, its failure opens it again.
-type breaker struct {
-	failures  int64
-	openUs    int64
-	consec    int64
-	openUntil int64
-	state     breakerState
-}
-
-type breakerState uint8
-
-const (
-	breakerClosed breakerState = iota
-	breakerOpen
-	breakerHalfOpen
-)
-
-func (b *breaker) allow(now int64) bool {
-	if b.state == breakerOpen {
-		if now < b.openUntil {
-			return false
-		}
-		b.state = breakerHalfOpen
-	}
-	return true
-}
-
-func (b *breaker) healthy() bool { return b.state != breakerOpen }
-
-func (b *breaker) success() {
-	b.consec = 0
-	b.state = breakerClosed
-}
-
-func (b *breaker) failure(now int64) {
-	b.consec++
-	if b.state == breakerHalfOpen || b.consec >= b.failures {
-		b.state = breakerOpen
-		b.openUntil = now + b.openUs
-	}
 }

@@ -181,7 +181,7 @@ func newSim(cfg Config) *sim {
 			wk := &worker{
 				g: gw, id: uint32(w), gi: len(s.workers),
 				pendingIdx: map[uint32]int32{},
-				breaker:    breaker{failures: cfg.BreakerFailures, openUs: us(cfg.BreakerOpen)},
+				breaker:    lease.Breaker{Failures: cfg.BreakerFailures, OpenUs: us(cfg.BreakerOpen)},
 			}
 			wk.seq = uint64(gw.local(s))
 			gw.workers = append(gw.workers, wk)

@@ -32,7 +32,7 @@ func (p *Plugin) env() lease.Env {
 	s := &p.cfg.Sync
 	return lease.Env{
 		Sync:       p.cfg.syncEnabled(),
-		Healthy:    p.sync.breaker.healthy(),
+		Healthy:    p.sync.breaker.Healthy(),
 		Nodes:      p.sync.fleet(),
 		LeaseTTLUs: s.LeaseTTLMs * 1000,
 		IntervalUs: s.IntervalMs * 1000,

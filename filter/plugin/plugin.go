@@ -112,7 +112,7 @@ func (p *Plugin) OnPluginStart(data []byte) bool {
 	if s.Authority == "" {
 		s.Authority = s.Cluster
 	}
-	p.sync.breaker = breaker{failures: s.BreakerFailures, openUs: s.BreakerOpenMs * 1000, state: p.sync.breaker.state}
+	p.sync.breaker.Failures, p.sync.breaker.OpenUs = s.BreakerFailures, s.BreakerOpenMs*1000
 	p.table.idleUs = s.IdleTTLMs * 1000
 	// A rule set fetched from the service by another worker (or before a restart of this
 	// VM) is newer than the plugin configuration: enforce it.

@@ -94,7 +94,7 @@ func (s *Stream) answer(now int64, v verdict, ops []bucketOp, strictStates []wir
 	case v.failClosed:
 		p.m.inc(p.m.failClosed)
 		p.m.inc(p.m.degraded)
-		retry := p.sync.breaker.openUntil - now
+		retry := p.sync.breaker.OpenUntil() - now
 		if retry < p.cfg.Sync.IntervalMs*1000 {
 			retry = p.cfg.Sync.IntervalMs * 1000
 		}
@@ -169,7 +169,7 @@ func (s *Stream) startStrict(now int64, applied []rule.Applied) Action {
 		return s.answer(now, v, st.ops, nil)
 	}
 	s.strict = st
-	if !p.sync.breaker.allow(now) {
+	if !p.sync.breaker.Allow(now) {
 		return s.strictUnavailable(now)
 	}
 	p.strictSeq++

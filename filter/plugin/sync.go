@@ -22,7 +22,7 @@ type syncer struct {
 	inflight    bool
 	token       uint32
 	nodes       int64
-	breaker     breaker
+	breaker     lease.Breaker
 	idBuf       []byte
 }
 
@@ -59,6 +59,9 @@ func (s *syncer) record(id string, op *bucketOp, d *lease.Decision) {
 		}
 		s.pending[id] = pd
 	}
+	if d.Degraded && d.Over > 0 {
+		pd.Flags |= wire.FlagDegraded
+	}
 	pd.Leased += u32(d.Leased)
 	pd.Over += u32(d.Over)
 	pd.Returned += u32(d.Returned)
@@ -70,7 +73,7 @@ func (s *syncer) record(id string, op *bucketOp, d *lease.Decision) {
 // tick and early when a bucket is new or ran out of lease.
 func (s *syncer) flush(now int64) {
 	cfg := &s.p.cfg
-	if !cfg.syncEnabled() || s.inflight || !s.breaker.allow(now) {
+	if !cfg.syncEnabled() || s.inflight || !s.breaker.Allow(now) {
 		return
 	}
 	if s.unacked == nil {
@@ -129,8 +132,8 @@ func (s *syncer) callHeaders(path string) [][2]string {
 
 func (s *syncer) failed(now int64) {
 	s.p.m.inc(s.p.m.syncFailed)
-	s.breaker.failure(now)
-	s.p.m.set(s.p.m.breakerState, uint64(s.breaker.state))
+	s.breaker.Failure(now)
+	s.p.m.set(s.p.m.breakerState, uint64(s.breaker.State()))
 }
 
 // onResponse handles the reply to the in-flight batch.
@@ -158,8 +161,8 @@ func (s *syncer) onResponse(now int64, headers [][2]string, body []byte) {
 		return
 	}
 	s.unacked, s.unackedBody = nil, nil
-	s.breaker.success()
-	s.p.m.set(s.p.m.breakerState, uint64(s.breaker.state))
+	s.breaker.Success()
+	s.p.m.set(s.p.m.breakerState, uint64(s.breaker.State()))
 	if reply.Nodes > 0 {
 		s.nodes = int64(reply.Nodes)
 	}

@@ -135,6 +135,9 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 				if rng.IntN(15) == 0 {
 					d.Flags |= wire.FlagNew
 				}
+				if rng.IntN(8) == 0 {
+					d.Flags |= wire.FlagDegraded
+				}
 				b.Deltas = append(b.Deltas, d)
 			}
 			if step%40 == 39 {

@@ -241,7 +241,12 @@ func Sync(b *Bucket, pen *Penalty, node string, worker uint32, seq uint64, d *wi
 	if charge > 0 {
 		avail := algo.Available(p, st, now)
 		r.Overshoot = max(0, charge-max(avail, 0))
-		st = algo.Take(p, st, now, charge)
+		if d.Flags&wire.FlagDegraded != 0 {
+			charge -= r.Overshoot // forgive what the outage admitted beyond the bucket
+		}
+		if charge > 0 {
+			st = algo.Take(p, st, now, charge)
+		}
 	}
 	r.Allowed = true
 	if strict && over > 0 {

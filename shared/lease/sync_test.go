@@ -376,3 +376,35 @@ func FuzzParseParams(f *testing.F) {
 		}
 	})
 }
+
+// Consumption admitted while a gateway was cut off (FlagDegraded) is charged only up to
+// what the bucket holds: the outage's over-admission is recorded as overshoot but not
+// turned into debt that would lock out callers within their limit afterwards. Ordinary
+// overage is still charged in full.
+func TestSyncForgivesDegradedOverage(t *testing.T) {
+	tests := []struct {
+		name      string
+		flags     uint8
+		wantAvail int64
+	}{
+		{"degraded overage is forgiven", wire.FlagDegraded, 0},
+		{"ordinary overage is debt", 0, -30},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var b Bucket
+			var pen Penalty
+			d := delta(algo.FixedWindow, 100, 3_600_000, 0)
+			d.Over, d.Flags = 130, tt.flags
+			now := int64(1_000_000)
+			r := Sync(&b, &pen, "a", 0, 1, &d, now, testCfg)
+			if r.Overshoot != 30 {
+				t.Fatalf("overshoot %d, want 30", r.Overshoot)
+			}
+			p := ParamsOf(&d)
+			if got := algo.Available(p, b.State, now); got != tt.wantAvail {
+				t.Fatalf("available %d, want %d", got, tt.wantAvail)
+			}
+		})
+	}
+}

@@ -49,6 +49,11 @@ const (
 	FlagStrict uint8 = 1 << iota
 	// FlagNew marks a bucket the node has just created (no lease yet).
 	FlagNew
+	// FlagDegraded says Over includes permits admitted while the node could not reach
+	// the service (fail-open). They are charged only up to what the global bucket holds:
+	// that over-admission already happened during the outage, and charging it as debt
+	// afterwards would lock out callers who are within their limit (RATIONALE §3).
+	FlagDegraded
 )
 
 // Batch is what one worker of one gateway sends per sync.

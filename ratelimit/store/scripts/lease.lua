@@ -19,7 +19,7 @@
 -- ARGV[4] lease_ttl_us   ARGV[5] horizon_ms   ARGV[6] penalty_base_us   ARGV[7] penalty_max_us
 -- ARGV[8] now_us: TESTS ONLY, overrides TIME when non-empty (production sends '')
 -- ARGV[9] algorithm kind (decimal, the fragment's)
--- ARGV[10+9(i-1) .. 18+9(i-1)] delta i: flags (bit 0 strict), leased, over, returned,
+-- ARGV[10+9(i-1) .. 18+9(i-1)] delta i: flags (bit 0 strict, bit 2 degraded), leased, over, returned,
 --             rejected, early, limit, window_us, burst
 --
 -- Returns {now_us, then per delta i: replay (0/1), allowed (0/1), remaining, grant, held,
@@ -117,6 +117,7 @@ end
 
 local function apply(bkey, pkey, a)
   local strict = tonumber(ARGV[a]) % 2 == 1
+  local degraded = math.floor(tonumber(ARGV[a]) / 4) % 2 == 1
   local leased, over, returned = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   local rejected, early = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
   local p = {limit = tonumber(ARGV[a + 6]), window_us = tonumber(ARGV[a + 7]), burst = tonumber(ARGV[a + 8])}
@@ -255,7 +256,12 @@ local function apply(bkey, pkey, a)
     if overshoot < 0 then
       overshoot = 0
     end
-    st = algo_take(p, st, now, charge)
+    if degraded then
+      charge = charge - overshoot -- forgive what the outage admitted beyond the bucket
+    end
+    if charge > 0 then
+      st = algo_take(p, st, now, charge)
+    end
   end
   local allowed = 1
   if strict and over > 0 then
