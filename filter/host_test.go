@@ -1,0 +1,41 @@
+package main
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/tollgate-rl/tollgate/e2e/host"
+	"github.com/tollgate-rl/tollgate/filter/wasmtest"
+)
+
+func TestExpWorkers(t *testing.T) {
+	h, err := host.New(host.Config{Wasm: wasmtest.FilterWasm(t), Workers: 2,
+		PluginConfig: []byte(`{"key":{"source":"header","name":"x-api-key"},"rules":[{"id":"api","limit":50,"window":"1h"}]}`),
+		Upstream:     host.StaticUpstream(200, nil, nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	for round := 0; round < 20; round++ {
+		var ok, rej atomic.Int64
+		var wg sync.WaitGroup
+		for i := 0; i < 400; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r := h.HandleOn(i%2, &host.Request{Method: "GET", Path: "/x", Authority: "api", Header: []host.Pair{{"x-api-key", "k" + itoa(round)}}})
+				switch r.Status {
+				case 200:
+					ok.Add(1)
+				case 429:
+					rej.Add(1)
+				default:
+					t.Errorf("status %d", r.Status)
+				}
+			}()
+		}
+		wg.Wait()
+		t.Logf("round %d ok %d rej %d metrics %v", round, ok.Load(), rej.Load(), h.Metrics()["tollgate.cas_retry_exhausted"])
+	}
+}
