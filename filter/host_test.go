@@ -5,14 +5,14 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/tollgate-rl/tollgate/e2e/host"
+	wasmhost "github.com/tollgate-rl/tollgate/e2e/host"
 	"github.com/tollgate-rl/tollgate/filter/wasmtest"
 )
 
 func TestExpWorkers(t *testing.T) {
-	h, err := host.New(host.Config{Wasm: wasmtest.FilterWasm(t), Workers: 2,
+	h, err := wasmhost.New(wasmhost.Config{Wasm: wasmtest.FilterWasm(t), Workers: 2,
 		PluginConfig: []byte(`{"key":{"source":"header","name":"x-api-key"},"rules":[{"id":"api","limit":50,"window":"1h"}]}`),
-		Upstream:     host.StaticUpstream(200, nil, nil)})
+		Upstream:     wasmhost.StaticUpstream(200, nil, nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,7 +24,7 @@ func TestExpWorkers(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				r := h.HandleOn(i%2, &host.Request{Method: "GET", Path: "/x", Authority: "api", Header: []host.Pair{{"x-api-key", "k" + itoa(round)}}})
+				r := h.HandleOn(i%2, &wasmhost.Request{Method: "GET", Path: "/x", Authority: "api", Header: []wasmhost.Pair{{"x-api-key", "k" + itoa(round)}}})
 				switch r.Status {
 				case 200:
 					ok.Add(1)
