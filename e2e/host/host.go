@@ -107,6 +107,12 @@ type Config struct {
 	// process-wide in-memory cache.
 	CompilationCacheDir string
 
+	// CountHostCalls makes every worker count the host functions the module calls and
+	// the proxy_on_memory_allocate calls the host makes into it (HostCalls), so a
+	// benchmark can show where a filter's time goes. Off by default: a counted call
+	// costs a map update.
+	CountHostCalls bool
+
 	// Clock replaces the time the module reads (WASI clock_time_get, both clocks, and
 	// proxy_get_current_time_nanoseconds), for deterministic tests. The monotonic clock
 	// follows it but never goes back. Ticks, timeouts and callouts keep real time.
@@ -321,6 +327,9 @@ func (h *Host) instantiate(index int) (*vm, error) {
 		nextID:   1,
 		metrics:  newVMMetrics(),
 		tick:     tickState{wake: make(chan struct{}, 1)},
+	}
+	if h.cfg.CountHostCalls {
+		v.calls = make(map[string]int64)
 	}
 	v.ctx = context.WithValue(context.Background(), vmKey{}, v)
 	name := fmt.Sprintf("worker-%d", index)
@@ -668,6 +677,21 @@ func (h *Host) CallOnVM(i int, f func(ctx context.Context, mod api.Module)) {
 	v.cur = v.root
 	f(v.ctx, v.mod)
 	v.cur = prev
+}
+
+// HostCalls sums, over the workers, the host function calls by name and the
+// allocations the host asked the module for ("proxy_on_memory_allocate"), when
+// Config.CountHostCalls is set; otherwise it is empty.
+func (h *Host) HostCalls() map[string]int64 {
+	out := make(map[string]int64)
+	for _, v := range h.vms {
+		v.mu.Lock()
+		for name, n := range v.calls {
+			out[name] += n
+		}
+		v.mu.Unlock()
+	}
+	return out
 }
 
 // RootContextID reports the id of worker i's active root context (1 until the first

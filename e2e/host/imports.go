@@ -39,6 +39,9 @@ func instantiateEnv(ctx context.Context, rt wazero.Runtime) error {
 					s[0] = uint64(StatusInternalFailure)
 					return
 				}
+				if v.calls != nil {
+					v.calls[name]++
+				}
 				s[0] = uint64(f(v, mod, s))
 			}), params, []api.ValueType{i32}).
 			Export(name)

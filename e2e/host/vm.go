@@ -49,6 +49,7 @@ type vm struct {
 	nextID   uint32
 	root     *pctx // the active root (plugin) context
 	metrics  *vmMetrics
+	calls    map[string]int64 // host calls by name, when Config.CountHostCalls is set
 
 	// State of the call in progress (see call).
 	cur        *pctx
@@ -207,6 +208,9 @@ func (v *vm) fail(err error) {
 func (v *vm) alloc(size uint32) (uint32, bool) {
 	if v.fns.malloc == nil {
 		return 0, false
+	}
+	if v.calls != nil {
+		v.calls["proxy_on_memory_allocate"]++
 	}
 	v.allocStack[0] = uint64(size)
 	if err := v.fns.malloc.CallWithStack(v.ctx, v.allocStack[:]); err != nil {

@@ -22,7 +22,7 @@ func (p *Plugin) views(now int64, ops []bucketOp, strict []wire.State) []header.
 			continue
 		}
 		v = append(v, header.Window{
-			Policy:         header.PolicyName(op.a.Rule.ID, op.params.WindowUs),
+			Policy:         p.policyName(op.a.Rule.ID, op.params.WindowUs),
 			Limit:          op.params.Limit,
 			Remaining:      op.dec.Remaining,
 			WindowSeconds:  header.WindowSeconds(op.params.WindowUs),
@@ -39,7 +39,7 @@ func (p *Plugin) views(now int64, ops []bucketOp, strict []wire.State) []header.
 		prm := r.Windows[st.Window]
 		reset := now + int64(st.ResetInMs)*1000
 		v = append(v, header.Window{
-			Policy:         header.PolicyName(r.ID, prm.WindowUs),
+			Policy:         p.policyName(r.ID, prm.WindowUs),
 			Limit:          prm.Limit,
 			Remaining:      st.Remaining,
 			WindowSeconds:  header.WindowSeconds(prm.WindowUs),
@@ -94,4 +94,22 @@ func (p *Plugin) checkLists(req *rule.Request) listResult {
 	}
 	lv := p.cfg.CheckLists(p.cfg.CallerKey(req), p.cfg.ClientIP(req))
 	return listResult{Verdict: lv.Action, Pattern: lv.Pattern, ByAddress: lv.ByAddress}
+}
+
+type policyKey struct {
+	rule     string
+	windowUs int64
+}
+
+// policyName returns the IETF policy name of a rule's window, formatted once per rule
+// set (the cache is dropped when rules are installed; it holds one entry per distinct
+// rule window, tiers and overrides included).
+func (p *Plugin) policyName(rule string, windowUs int64) string {
+	k := policyKey{rule, windowUs}
+	if n, ok := p.policies[k]; ok {
+		return n
+	}
+	n := header.PolicyName(rule, windowUs)
+	p.policies[k] = n
+	return n
 }

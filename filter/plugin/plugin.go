@@ -54,10 +54,11 @@ type Plugin struct {
 	curStream    uint32
 
 	// per-request scratch (a VM is single threaded)
-	applied []rule.Applied
-	ops     []bucketOp
-	viewBuf []header.Window
-	idBuf   []byte
+	applied  []rule.Applied
+	ops      []bucketOp
+	viewBuf  []header.Window
+	policies map[policyKey]string
+	idBuf    []byte
 }
 
 type callKind uint8
@@ -132,6 +133,7 @@ func (p *Plugin) OnPluginStart(data []byte) bool {
 func (p *Plugin) install(cfg *rule.Config, version uint64) {
 	p.cfg = config{cfg}
 	p.rulesVersion = version
+	p.policies = map[policyKey]string{}
 	if p.m != nil {
 		p.m.set(p.m.rulesVersion, version)
 	}
