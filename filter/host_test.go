@@ -1,41 +1,50 @@
 package main
 
 import (
+	"context"
+	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/tetratelabs/wazero/api"
 
 	wasmhost "github.com/tollgate-rl/tollgate/e2e/host"
 	"github.com/tollgate-rl/tollgate/filter/wasmtest"
 )
 
-func TestExpWorkers(t *testing.T) {
-	h, err := wasmhost.New(wasmhost.Config{Wasm: wasmtest.FilterWasm(t), Workers: 4,
+func TestExpLeak(t *testing.T) {
+	h, err := wasmhost.New(wasmhost.Config{Wasm: wasmtest.FilterWasm(t), Workers: 2,
 		PluginConfig: []byte(`{"key":{"source":"header","name":"x-api-key"},"rules":[{"id":"api","limit":50,"window":"1h"}]}`),
 		Upstream:     wasmhost.StaticUpstream(200, nil, nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	for round := 0; round < 100; round++ {
-		var ok, rej atomic.Int64
+	mem := func(w int) (n uint32) {
+		h.CallOnVM(w, func(ctx context.Context, mod api.Module) { n = mod.Memory().Size() })
+		return
+	}
+	start := time.Now()
+	const total = 1000000
+	for phase := 0; phase < 10; phase++ {
 		var wg sync.WaitGroup
-		for i := 0; i < 400; i++ {
+		for w := 0; w < 2; w++ {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				r := h.HandleOn(i%4, &wasmhost.Request{Method: "GET", Path: "/x", Authority: "api", Header: []wasmhost.Pair{{"x-api-key", "k" + itoa(round)}}})
-				switch r.Status {
-				case 200:
-					ok.Add(1)
-				case 429:
-					rej.Add(1)
-				default:
-					t.Errorf("status %d", r.Status)
+				req := &wasmhost.Request{Method: "GET", Path: "/x", Authority: "api", Header: []wasmhost.Pair{{"x-api-key", ""}}}
+				up := &wasmhost.Response{Status: 200}
+				for i := w; i < total/10; i += 2 {
+					req.Header[0][1] = "k" + strconv.Itoa((phase*total/10+i)%200000)
+					if _, err := h.Exchange(w, req, up); err != nil {
+						t.Error(err)
+						return
+					}
 				}
 			}()
 		}
 		wg.Wait()
-		t.Logf("round %d ok %d rej %d metrics %v", round, ok.Load(), rej.Load(), h.Metrics()["tollgate.cas_retry_exhausted"])
+		t.Logf("phase %d %v mem %d %d keys %d bytes %d metrics %v", phase, time.Since(start), mem(0), mem(1), h.SharedDataKeys(), h.SharedDataBytes(), h.Metrics())
 	}
 }

@@ -249,7 +249,3 @@ func (m *headerMap) byteSize() int {
 	}
 	return n
 }
-
-func (m *headerMap) clone() []Pair {
-	return append([]Pair(nil), m.pairs...)
-}

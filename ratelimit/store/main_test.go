@@ -1,7 +1,6 @@
 package store
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -77,20 +76,4 @@ func newStore(t testing.TB, mode Mode, tweak func(*Config)) (*Store, *countingMe
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	return s, m
-}
-
-// flushAll empties every primary (tests use distinct keys, but the differential test
-// compares whole hashes and wants no leftovers from an earlier -count run).
-func flushAll(t testing.TB, s *Store) {
-	t.Helper()
-	ctx := context.Background()
-	var err error
-	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.FlushAll(ctx).Err() })
-	} else {
-		err = s.rdb.FlushAll(ctx).Err()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
 }

@@ -149,7 +149,7 @@ func parseSweep(s string) (string, []string, error) {
 	}
 	name, list, ok := strings.Cut(s, "=")
 	if !ok || list == "" {
-		return "", nil, fmt.Errorf("sweep %q: want name=v1,v2,...", s)
+		return "", nil, fmt.Errorf("sweep %q: want name=v1,v2", s)
 	}
 	return name, strings.Split(list, ","), nil
 }
