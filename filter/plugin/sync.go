@@ -96,15 +96,22 @@ func (s *syncer) flush(now int64) {
 	s.p.m.add(s.p.m.batchDeltas, int64(len(s.unacked.Deltas)))
 }
 
+// maxBatchBytes caps one batch's encoding.
+const maxBatchBytes = wire.MaxBatchSize / 4
+
 // cut moves up to MaxBatch pending deltas into a new batch with the next seq.
 func (s *syncer) cut() {
 	cfg := &s.p.cfg
 	s.seq++
 	b := &wire.Batch{Node: cfg.Sync.Node, Worker: s.worker, Seq: s.seq, RulesVersion: s.p.rulesVersion}
+	size := wire.EncodedBatchSize(b)
 	for id, d := range s.pending {
-		if int64(len(b.Deltas)) >= cfg.Sync.MaxBatch {
-			break // the rest goes with the next tick
+		// The rest goes with the next tick. The byte cap keeps a batch of long keys (and
+		// its reply, which repeats them) well under the service's wire.MaxBatchSize.
+		if int64(len(b.Deltas)) >= cfg.Sync.MaxBatch || size+wire.DeltaSize(d) > maxBatchBytes {
+			break
 		}
+		size += wire.DeltaSize(d)
 		b.Deltas = append(b.Deltas, *d)
 		delete(s.pending, id)
 	}
