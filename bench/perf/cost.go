@@ -8,10 +8,10 @@ import (
 	"github.com/tollgate-rl/tollgate/e2e/host"
 )
 
-// LocalRuleConfig is the plugin configuration of the decision-cost benchmark: one
-// token-bucket rule keyed by x-api-key, decided locally (no sync section), with a limit
-// the benchmark never reaches, so every request takes the admit path.
-var LocalRuleConfig = []byte(`{"rules":[{"id":"api","limit":1000000,"window":"1s"}]}`)
+// DefaultKeyConfig is one local token-bucket rule (no sync section) with the default
+// key — x-api-key, falling back to the client IP — and a limit the benchmark never
+// reaches, so every request takes the admit path.
+var DefaultKeyConfig = []byte(`{"rules":[{"id":"api","limit":1000000,"window":"1s"}]}`)
 
 // BenchRequest is the request every decision-cost measurement sends: what a client
 // behind an edge proxy sends, with the headers Envoy's connection manager would have
@@ -40,7 +40,7 @@ var UpstreamOK = &host.Response{Status: 200, Header: []host.Pair{{"content-type"
 type Cost struct {
 	Module   string
 	Requests int64 // requests in the timed rounds
-	// NsPerRequest is the median over rounds of the wall time of one Exchange:
+	// NsPerRequest is the median over interleaved rounds of the wall time of one Exchange:
 	// proxy_on_context_create, proxy_on_request_headers, proxy_on_response_headers,
 	// proxy_on_log, proxy_on_done, proxy_on_delete.
 	NsPerRequest float64
@@ -53,18 +53,24 @@ type Cost struct {
 	HostCallsPerRequest float64
 	AllocsPerRequest    float64
 	Status              int // status of the last answer (all must be 200)
+	// GuestNsPerRequest is the CPU time per request spent in the module's own code
+	// (from a CPU profile of one extra round, see ProfileGuest), when profiled.
+	GuestNsPerRequest float64
+	// ProfiledNsPerRequest is all CPU time sampled in the timed rounds per request.
+	ProfiledNsPerRequest float64
 }
 
 // CostOptions sizes a decision-cost measurement.
 type CostOptions struct {
-	Rounds      int           // timed rounds (default 7)
+	Rounds      int           // timed rounds per module (default 9)
 	Round       time.Duration // length of one round (default 300 ms)
 	CountedReqs int           // requests of the counted run (default 20,000)
+	Profile     bool          // profile one extra round per module (GuestNsPerRequest)
 }
 
 func (o CostOptions) withDefaults() CostOptions {
 	if o.Rounds <= 0 {
-		o.Rounds = 7
+		o.Rounds = 9
 	}
 	if o.Round <= 0 {
 		o.Round = 300 * time.Millisecond
@@ -75,75 +81,122 @@ func (o CostOptions) withDefaults() CostOptions {
 	return o
 }
 
-// MeasureCost runs the same request through wasm (one worker, Exchange: no goroutine,
-// timer or HTTP) and reports ns per request and, from a second host with
-// host.Config.CountHostCalls, the host calls and host→guest allocations per request.
-func MeasureCost(name string, wasm, pluginConfig []byte, o CostOptions) (Cost, error) {
-	o = o.withDefaults()
-	c := Cost{Module: name}
-	req := BenchRequest("k-bench")
+// CostModule is one module of the decision-cost comparison.
+type CostModule struct {
+	Name   string
+	Wasm   []byte
+	Config []byte // plugin configuration
+}
 
-	h, err := host.New(host.Config{Wasm: wasm, PluginConfig: pluginConfig, Workers: 1, LogLevel: host.LogWarn})
-	if err != nil {
-		return c, fmt.Errorf("%s: %w", name, err)
-	}
-	defer h.Close()
-	exchange := func(n int) error {
-		for i := 0; i < n; i++ {
-			resp, err := h.Exchange(0, req, UpstreamOK)
-			if err != nil {
-				return fmt.Errorf("%s: %w", name, err)
-			}
-			c.Status = resp.Status
-			if resp.Status != 200 {
-				return fmt.Errorf("%s: status %d (%s)", name, resp.Status, resp.Body)
-			}
+// MeasureCosts runs the same request through each module (one worker each, Exchange:
+// no goroutine, timer or HTTP) and reports ns per request. The timed rounds are
+// interleaved — round r of every module before round r+1 of any — so that other work on
+// the machine disturbs every module alike. Then, per module, a profiled phase measures
+// the CPU spent in the module's own code (when o.Profile), and a second host with
+// host.Config.CountHostCalls counts host calls and host→guest allocations per request.
+func MeasureCosts(mods []CostModule, o CostOptions) ([]Cost, error) {
+	o = o.withDefaults()
+	req := BenchRequest("k-bench")
+	costs := make([]Cost, len(mods))
+	runs := make([]func(n int) error, len(mods))
+	chunks := make([]int, len(mods))
+	for i, m := range mods {
+		costs[i].Module = m.Name
+		h, err := host.New(host.Config{Wasm: m.Wasm, PluginConfig: m.Config, Workers: 1, LogLevel: host.LogWarn})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", m.Name, err)
 		}
-		return nil
+		defer h.Close()
+		c, name := &costs[i], m.Name
+		runs[i] = func(n int) error {
+			for k := 0; k < n; k++ {
+				resp, err := h.Exchange(0, req, UpstreamOK)
+				if err != nil {
+					return fmt.Errorf("%s: %w", name, err)
+				}
+				c.Status = resp.Status
+				if resp.Status != 200 {
+					return fmt.Errorf("%s: status %d (%s)", name, resp.Status, resp.Body)
+				}
+			}
+			return nil
+		}
+		if err := runs[i](5000); err != nil { // warm-up: buckets created, caches hot
+			return nil, err
+		}
+		// Size a chunk to about 10 ms so the clock is read rarely.
+		t0 := time.Now()
+		if err := runs[i](1000); err != nil {
+			return nil, err
+		}
+		chunks[i] = max(100, int(10*time.Millisecond/max(time.Since(t0)/1000, 1)))
 	}
-	if err := exchange(5000); err != nil { // warm-up: buckets created, caches hot
-		return c, err
-	}
-	// Size a chunk to about 10 ms so the clock is read rarely.
-	t0 := time.Now()
-	if err := exchange(1000); err != nil {
-		return c, err
-	}
-	chunk := max(100, int(10*time.Millisecond/max(time.Since(t0)/1000, 1)))
-	for r := 0; r < o.Rounds; r++ {
-		var n int64
+	round := func(i int) (n int64, err error) {
 		start := time.Now()
 		for time.Since(start) < o.Round {
-			if err := exchange(chunk); err != nil {
-				return c, err
+			if err := runs[i](chunks[i]); err != nil {
+				return n, err
 			}
-			n += int64(chunk)
+			n += int64(chunks[i])
 		}
-		c.Requests += n
-		c.RoundsNs = append(c.RoundsNs, float64(time.Since(start).Nanoseconds())/float64(n))
+		costs[i].RoundsNs = append(costs[i].RoundsNs, float64(time.Since(start).Nanoseconds())/float64(n))
+		return n, nil
 	}
-	c.NsPerRequest = median(c.RoundsNs)
+	for r := 0; r < o.Rounds; r++ {
+		for i := range mods {
+			n, err := round(i)
+			if err != nil {
+				return nil, err
+			}
+			costs[i].Requests += n
+		}
+	}
+	for i, m := range mods {
+		c := &costs[i]
+		c.NsPerRequest = median(c.RoundsNs)
+		if o.Profile {
+			var n int64
+			guest, total, err := ProfileGuest(func() error {
+				var err error
+				n, err = round(i)
+				c.RoundsNs = c.RoundsNs[:len(c.RoundsNs)-1] // the profiled round is not a timed one
+				return err
+			})
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", m.Name, err)
+			}
+			c.GuestNsPerRequest = float64(guest.Nanoseconds()) / float64(n)
+			c.ProfiledNsPerRequest = float64(total.Nanoseconds()) / float64(n)
+		}
+		if err := countCalls(c, m, req, o.CountedReqs); err != nil {
+			return nil, err
+		}
+	}
+	return costs, nil
+}
 
-	hc, err := host.New(host.Config{Wasm: wasm, PluginConfig: pluginConfig, Workers: 1, LogLevel: host.LogWarn, CountHostCalls: true})
+// countCalls fills c's host-call counts from a host that counts them.
+func countCalls(c *Cost, m CostModule, req *host.Request, n int) error {
+	hc, err := host.New(host.Config{Wasm: m.Wasm, PluginConfig: m.Config, Workers: 1, LogLevel: host.LogWarn, CountHostCalls: true})
 	if err != nil {
-		return c, fmt.Errorf("%s (counted): %w", name, err)
+		return fmt.Errorf("%s (counted): %w", m.Name, err)
 	}
 	defer hc.Close()
 	for i := 0; i < 1000; i++ { // the first requests create buckets; count the steady state
 		if _, err := hc.Exchange(0, req, UpstreamOK); err != nil {
-			return c, fmt.Errorf("%s (counted): %w", name, err)
+			return fmt.Errorf("%s (counted): %w", m.Name, err)
 		}
 	}
 	before := hc.HostCalls()
-	for i := 0; i < o.CountedReqs; i++ {
+	for i := 0; i < n; i++ {
 		if _, err := hc.Exchange(0, req, UpstreamOK); err != nil {
-			return c, fmt.Errorf("%s (counted): %w", name, err)
+			return fmt.Errorf("%s (counted): %w", m.Name, err)
 		}
 	}
 	after := hc.HostCalls()
 	c.HostCalls = map[string]float64{}
 	for k, v := range after {
-		d := float64(v-before[k]) / float64(o.CountedReqs)
+		d := float64(v-before[k]) / float64(n)
 		if d == 0 {
 			continue
 		}
@@ -154,7 +207,7 @@ func MeasureCost(name string, wasm, pluginConfig []byte, o CostOptions) (Cost, e
 		}
 		c.HostCalls[k] = d
 	}
-	return c, nil
+	return nil
 }
 
 func median(xs []float64) float64 {

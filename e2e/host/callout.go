@@ -18,15 +18,20 @@ import (
 const maxCalloutBody = 64 << 20
 
 // cluster is a named upstream for proxy_http_call, Envoy's cluster in miniature:
-// static endpoints, round robin.
+// static endpoints, round robin. As in Envoy, every worker has its own round-robin
+// position (each worker thread builds its own load balancer): a worker's consecutive
+// callouts go to consecutive endpoints whatever the other workers do.
 type cluster struct {
 	name      string
 	endpoints []string
-	next      atomic.Uint64
+	next      []atomic.Uint64 // per worker
 }
 
-func (c *cluster) pick() string {
-	n := c.next.Add(1) - 1
+func (c *cluster) pick(worker int) string {
+	if worker < 0 || worker >= len(c.next) {
+		worker = 0
+	}
+	n := c.next[worker].Add(1) - 1
 	return c.endpoints[n%uint64(len(c.endpoints))]
 }
 
@@ -129,7 +134,7 @@ func (v *vm) runCallout(ctx context.Context, c *callout, cl *cluster, r calloutR
 	h := v.host
 	defer h.bg.Done()
 	defer c.cancel()
-	endpoint := cl.pick()
+	endpoint := cl.pick(v.index)
 	req, err := http.NewRequestWithContext(ctx, r.method, "http://"+endpoint+r.path, bytes.NewReader(r.body))
 	if err != nil {
 		h.logAt(v.index, c.root.id, LogWarn, fmt.Sprintf("proxy_http_call to %q: %v", cl.name, err))

@@ -232,7 +232,7 @@ func New(cfg Config) (*Host, error) {
 		if len(eps) == 0 {
 			return nil, fmt.Errorf("host: cluster %q has no endpoints", name)
 		}
-		h.clusters[name] = &cluster{name: name, endpoints: append([]string(nil), eps...)}
+		h.clusters[name] = &cluster{name: name, endpoints: append([]string(nil), eps...), next: make([]atomic.Uint64, cfg.Workers)}
 	}
 	h.client = &http.Client{Transport: &http.Transport{
 		Proxy:               nil, // callouts go to the cluster, never through an environment proxy

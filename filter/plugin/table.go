@@ -20,6 +20,8 @@ type table struct {
 	slots  uint64
 	probes int
 	idleUs int64
+	// fence is the CAS value slots are created with (see fenceCas); 0 until known.
+	fence uint32
 	// scratch buffers: a wasm VM is single threaded, so one set per worker suffices.
 	keyBuf []byte
 	valBuf []byte
@@ -29,6 +31,7 @@ const (
 	defaultSlots  = 1 << 16
 	defaultProbes = 4
 	slotPrefix    = "tg:s:"
+	fenceKey      = "tg:fence"
 )
 
 // slot is one loaded bucket.
@@ -94,9 +97,35 @@ func (t *table) store(id string, s *slot) (bool, error) {
 	t.valBuf = appendSlot(t.valBuf[:0], id, &s.rec)
 	cas := s.cas
 	if !s.found {
-		cas = 0 // Envoy: 0 means unconditional; creation races lose at most one update
+		cas = t.fenceCas()
 	}
 	return t.host.SharedSet(s.key, t.valBuf, cas)
+}
+
+// fenceCas is the CAS value a missing slot is created with. Envoy ignores the CAS of a set
+// on a missing key, refuses a non-zero CAS that differs from an existing key's, and stamps
+// every successful set with the next value of one store-wide counter
+// (proxy-wasm-cpp-host SharedData::nextCas). So a value the counter already handed out —
+// the fence key's — never matches a key created later: a worker that found a slot missing
+// cannot overwrite a bucket another worker created meanwhile (it gets a CAS mismatch and
+// decides again). An unconditional create (CAS 0) would silently drop every update the
+// other worker made in between. Only after the 32-bit counter wraps could a new key get
+// the fence's value again. 0 (unconditional) while the fence cannot be read.
+func (t *table) fenceCas() uint32 {
+	if t.fence != 0 {
+		return t.fence
+	}
+	_, cas, found, err := t.host.SharedGet(fenceKey)
+	if err == nil && !found {
+		// Several workers may write it at once; any one of the values stays a valid fence.
+		if ok, serr := t.host.SharedSet(fenceKey, []byte{1}, 0); serr == nil && ok {
+			_, cas, found, err = t.host.SharedGet(fenceKey)
+		}
+	}
+	if err == nil && found {
+		t.fence = cas
+	}
+	return t.fence
 }
 
 func (t *table) slotKey(n uint64) string {

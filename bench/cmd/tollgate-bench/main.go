@@ -1,18 +1,278 @@
+// Command tollgate-bench runs Tollgate's benchmarks end to end and writes BENCHMARKS.md
+// and the charts in bench/charts (`make bench`): the filter's decision cost against a
+// pass-through module and the floor of its host calls, Tollgate against a per-request
+// Redis limiter (go-redis/redis_rate) in the same harness and through HTTP, Redis round
+// trips and CPU per 1M requests by key distribution, memory per bucket, the sync
+// service's ingest rate, the differential check against redis_rate and the fleet
+// simulation. Everything runs in this process against redis-servers it starts, so
+// every number of one report comes from one run on one machine.
+//
+//	go run ./bench/cmd/tollgate-bench -out BENCHMARKS.md
 package main
 
 import (
+	"context"
+	"flag"
 	"fmt"
+	"io"
+	"log"
 	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate-rl/tollgate/bench/perf"
+	"github.com/tollgate-rl/tollgate/internal/redistest"
+	"github.com/tollgate-rl/tollgate/ratelimit/store"
 )
 
 func main() {
-	for _, m := range []struct{ name, pkg string; cfg []byte }{{"empty", perf.EmptyPkg, nil}, {"floor", perf.FloorPkg, nil}, {"filter", perf.FilterPkg, perf.LocalRuleConfig}} {
-		w, err := perf.BuildModule(m.pkg)
-		if err != nil { fmt.Println(err); os.Exit(1) }
-		c, err := perf.MeasureCost(m.name, w, m.cfg, perf.CostOptions{})
-		if err != nil { fmt.Println(err); os.Exit(1) }
-		fmt.Printf("%+v\n", c)
+	if err := run(os.Args[1:], os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "tollgate-bench:", err)
+		os.Exit(1)
 	}
 }
+
+// options are the command's flags.
+type options struct {
+	out, charts string
+	scale       float64 // multiplies every measured duration (a quick smoke run: 0.2)
+	cluster     bool
+}
+
+func run(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("tollgate-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	fs.StringVar(&o.out, "out", "BENCHMARKS.md", "report to write")
+	fs.StringVar(&o.charts, "charts", "bench/charts", "directory for the PNG charts (linked from the report relative to it)")
+	fs.Float64Var(&o.scale, "scale", 1, "multiplier for every measured duration (0.2 for a quick smoke run)")
+	fs.BoolVar(&o.cluster, "cluster", true, "also measure the service's ingest on a 6-node Redis Cluster")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if o.scale <= 0 {
+		return fmt.Errorf("-scale %v: must be positive", o.scale)
+	}
+	logger := log.New(stderr, "tollgate-bench: ", log.Ltime)
+	r := &report{started: time.Now().UTC(), args: args, scale: o.scale, loads: map[string]perf.LoadResult{}}
+	if err := measure(r, o, logger); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(o.charts, 0o755); err != nil {
+		return fmt.Errorf("charts directory: %w", err)
+	}
+	logger.Print("charts")
+	if err := r.charts(o.charts); err != nil {
+		return err
+	}
+	r.elapsed = time.Since(r.started)
+	rel, err := filepath.Rel(filepath.Dir(o.out), o.charts)
+	if err != nil {
+		rel = o.charts
+	}
+	f, err := os.Create(o.out)
+	if err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	if err := r.write(f, filepath.ToSlash(rel)); err != nil {
+		f.Close()
+		return fmt.Errorf("report: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	logger.Printf("wrote %s in %s", o.out, r.elapsed.Round(time.Second))
+	return nil
+}
+
+// dur scales a measured duration by -scale.
+func (o options) dur(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * o.scale)
+}
+
+// measure runs every benchmark in order and fills r.
+func measure(r *report, o options, logger *log.Logger) error {
+	r.machine = readMachine()
+	ctx := context.Background()
+
+	logger.Print("building modules (GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath)")
+	mods := map[string][]byte{}
+	for _, pkg := range []string{perf.EmptyPkg, perf.FloorPkg, perf.FilterPkg} {
+		b, err := perf.BuildModule(pkg)
+		if err != nil {
+			return err
+		}
+		mods[pkg] = b
+		r.moduleSizes = append(r.moduleSizes, moduleSize{pkg, len(b)})
+	}
+
+	logger.Print("starting redis-server")
+	srv, err := redistest.Launch(redistest.Options{})
+	if err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	defer srv.Stop()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+	in, err := perf.ReadInfo(ctx, rdb)
+	if err != nil {
+		return err
+	}
+	r.machine.redis = in.Version
+	svc, err := perf.StartService(store.Standalone, srv.Addrs())
+	if err != nil {
+		return err
+	}
+	defer svc.Close()
+	st := &perf.Stack{Filter: mods[perf.FilterPkg], Empty: mods[perf.EmptyPkg], Redis: rdb, Service: svc}
+	// Redis's own background work (serverCron, the service's rules polling) as a baseline.
+	idle0, _ := perf.ReadInfo(ctx, rdb)
+	time.Sleep(2 * time.Second)
+	idle1, _ := perf.ReadInfo(ctx, rdb)
+	r.redisIdleMsPerSec = idle1.Since(idle0).CPU * 1e3 / 2
+
+	// 1. Decision cost.
+	logger.Print("decision cost: empty, floor, filter (interleaved rounds)")
+	costs, err := perf.MeasureCosts([]perf.CostModule{
+		{Name: "empty (pass-through)", Wasm: mods[perf.EmptyPkg]},
+		{Name: "floor (unavoidable host calls)", Wasm: mods[perf.FloorPkg]},
+		{Name: "Tollgate filter, key from x-api-key", Wasm: mods[perf.FilterPkg], Config: perf.LocalConfig("token_bucket", 1_000_000)},
+		{Name: "Tollgate filter, default key (x-api-key, fallback client IP)", Wasm: mods[perf.FilterPkg], Config: perf.DefaultKeyConfig},
+	}, perf.CostOptions{Round: o.dur(300 * time.Millisecond), Profile: true})
+	if err != nil {
+		return err
+	}
+	r.costs = costs
+
+	// 2. Against a per-request limiter.
+	base := perf.LoadOptions{Duration: o.dur(5 * time.Second), Warmup: o.dur(time.Second)}
+	type loadRun struct {
+		what string
+		fn   func() (perf.LoadResult, error)
+	}
+	hot := base
+	hot.KeySpace = 100
+	paced := base
+	paced.Rate = pacedRate
+	for _, lr := range []loadRun{
+		{"pass-through", func() (perf.LoadResult, error) { return st.RunPassThrough(base) }},
+		{"tollgate local", func() (perf.LoadResult, error) { return st.RunTollgate(base, "gcra", loadLimit, false) }},
+		{"tollgate", func() (perf.LoadResult, error) { return st.RunTollgate(base, "gcra", loadLimit, true) }},
+		{"redis_rate", func() (perf.LoadResult, error) { return st.RunRedisRate(base, loadLimit) }},
+		{"tollgate 100 keys", func() (perf.LoadResult, error) { return st.RunTollgate(hot, "gcra", loadLimit, true) }},
+		{"redis_rate 100 keys", func() (perf.LoadResult, error) { return st.RunRedisRate(hot, loadLimit) }},
+		{"paced pass-through", func() (perf.LoadResult, error) { return st.RunPassThrough(paced) }},
+		{"paced tollgate local", func() (perf.LoadResult, error) { return st.RunTollgate(paced, "gcra", loadLimit, false) }},
+		{"paced tollgate", func() (perf.LoadResult, error) { return st.RunTollgate(paced, "gcra", loadLimit, true) }},
+		{"paced redis_rate", func() (perf.LoadResult, error) { return st.RunRedisRate(paced, loadLimit) }},
+		{"http pass-through", func() (perf.LoadResult, error) { return st.RunHTTP(base, perf.HTTPPassThrough, loadLimit) }},
+		{"http tollgate", func() (perf.LoadResult, error) { return st.RunHTTP(base, perf.HTTPTollgate, loadLimit) }},
+		{"http redis_rate", func() (perf.LoadResult, error) { return st.RunHTTP(base, perf.HTTPRedisRate, loadLimit) }},
+	} {
+		logger.Printf("load: %s", lr.what)
+		res, err := lr.fn()
+		if err != nil {
+			return fmt.Errorf("%s: %w", lr.what, err)
+		}
+		r.loads[lr.what] = res
+	}
+
+	// 3. Redis cost by key distribution.
+	distOpts := perf.LoadOptions{Duration: o.dur(3 * time.Second), Warmup: o.dur(time.Second)}
+	for _, d := range perf.Distributions {
+		logger.Printf("redis cost: %s", d.Name)
+		c, err := st.RunRedisCost(d, distOpts, distLimit)
+		if err != nil {
+			return fmt.Errorf("redis cost %s: %w", d.Name, err)
+		}
+		r.dists = append(r.dists, c)
+	}
+
+	// 4. Memory.
+	logger.Print("memory")
+	for _, a := range perf.Algorithms {
+		for _, synced := range []bool{false, true} {
+			m, err := st.MeasureSharedData(a, synced, memKeys)
+			if err != nil {
+				return err
+			}
+			r.shared = append(r.shared, m)
+		}
+	}
+	if r.redisMem, err = perf.MeasureRedisMemory(ctx, svc.Store, memShapes); err != nil {
+		return err
+	}
+	if r.redisRateMem, err = perf.RedisRateMemory(ctx, rdb); err != nil {
+		return err
+	}
+
+	// 5. Service ingest.
+	for _, conc := range []int{1, 4} {
+		for _, viaHTTP := range []bool{false, true} {
+			logger.Printf("ingest: standalone, concurrency %d, http %v", conc, viaHTTP)
+			res, err := perf.RunIngest(svc, rdb, viaHTTP, conc, o.dur(3*time.Second))
+			if err != nil {
+				return err
+			}
+			r.ingest = append(r.ingest, res)
+		}
+	}
+	if o.cluster {
+		logger.Print("starting a 6-node Redis Cluster")
+		cl, err := redistest.LaunchCluster(redistest.Options{})
+		if err != nil {
+			return fmt.Errorf("cluster: %w", err)
+		}
+		csvc, err := perf.StartService(store.Cluster, cl.Addrs())
+		if err != nil {
+			cl.Stop()
+			return err
+		}
+		for _, conc := range []int{1, 4} {
+			for _, viaHTTP := range []bool{false, true} {
+				logger.Printf("ingest: cluster, concurrency %d, http %v", conc, viaHTTP)
+				res, err := perf.RunIngest(csvc, nil, viaHTTP, conc, o.dur(3*time.Second))
+				if err != nil {
+					csvc.Close()
+					cl.Stop()
+					return err
+				}
+				r.ingest = append(r.ingest, res)
+			}
+		}
+		csvc.Close()
+		cl.Stop()
+	}
+
+	// 6. Differential.
+	logger.Print("differential check against redis_rate")
+	if r.diff, err = perf.Differential(ctx, rdb, 5, 400); err != nil {
+		return err
+	}
+
+	// 7. Simulation.
+	logger.Print("fleet simulation")
+	r.simGateways = perf.SweepGateways(simGateways)
+	r.simInterval = perf.SweepInterval(simIntervals)
+	return nil
+}
+
+// Workload constants, quoted in the report.
+const (
+	loadLimit = 1000  // GCRA, per key per second, in the load comparison: never reached
+	distLimit = 1000  // token bucket, per key per second, in the Redis-cost runs
+	pacedRate = 20000 // requests/s of the fixed-rate latency runs
+	memKeys   = 10_000
+)
+
+var (
+	memShapes    = [][2]int{{1, 1}, {4, 2}, {16, 2}}
+	simGateways  = []int{1, 2, 3, 4, 6, 8, 10, 12, 14, 16, 18, 20}
+	simIntervals = []time.Duration{10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond,
+		100 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond, time.Second}
+)

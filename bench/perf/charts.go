@@ -1,0 +1,233 @@
+package perf
+
+import (
+	"fmt"
+	"image/color"
+	"math"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+)
+
+// Chart size: 768 × 432 px at the PNG canvas's 96 dpi, a few tens of KB each.
+const (
+	chartW = 8 * vg.Inch
+	chartH = 4.5 * vg.Inch
+)
+
+// series is one line of a sweep chart.
+type series struct {
+	label string
+	xy    plotter.XYs
+}
+
+func newPlot(title, x, y string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = x
+	p.Y.Label.Text = y
+	p.Legend.Top = true
+	p.Legend.Left = false
+	p.Add(plotter.NewGrid())
+	return p
+}
+
+func addLines(p *plot.Plot, ss []series) error {
+	for i, s := range ss {
+		l, pts, err := plotter.NewLinePoints(s.xy)
+		if err != nil {
+			return fmt.Errorf("chart %q: %w", s.label, err)
+		}
+		l.Color = plotutil.Color(i)
+		l.Dashes = plotutil.Dashes(i)
+		pts.Color = plotutil.Color(i)
+		pts.Shape = plotutil.Shape(i)
+		p.Add(l, pts)
+		p.Legend.Add(s.label, l, pts)
+	}
+	return nil
+}
+
+// legendRoom starts the Y axis at 0 and leaves the top third of the plot to the legend.
+func legendRoom(p *plot.Plot, ss []series) {
+	top := 0.0
+	for _, s := range ss {
+		for _, xy := range s.xy {
+			top = max(top, xy.Y)
+		}
+	}
+	p.Y.Min = 0
+	p.Y.Max = max(top, 0.1) * 1.6
+}
+
+// sweepSeries turns sim points into the four lines both sweep charts show.
+func sweepSeries(points []SimPoint, x func(SimPoint) float64) []series {
+	ss := []series{
+		{label: "over-admission, worst key (adversarial 10x)"},
+		{label: "over-admission, mean over keys (adversarial 10x)"},
+		{label: "false rejections (bursty)"},
+		{label: "false rejections (ninety: 90 % of limit)"},
+	}
+	for _, pt := range points {
+		r := pt.Result
+		switch pt.Scenario {
+		case "adversarial 10x":
+			ss[0].xy = append(ss[0].xy, plotter.XY{X: x(pt), Y: r.OverAdmissionPct})
+			ss[1].xy = append(ss[1].xy, plotter.XY{X: x(pt), Y: r.MeanOverAdmissionPct})
+		case "bursty":
+			ss[2].xy = append(ss[2].xy, plotter.XY{X: x(pt), Y: r.FalseRejectionPct})
+		case "ninety":
+			ss[3].xy = append(ss[3].xy, plotter.XY{X: x(pt), Y: r.FalseRejectionPct})
+		}
+	}
+	return ss
+}
+
+// ChartSimGateways draws over-admission and false rejections against fleet size.
+func ChartSimGateways(points []SimPoint, path string) error {
+	p := newPlot(fmt.Sprintf("Fleet simulation: %d keys, token bucket 100/s, 100 ms sync, %s simulated", SimKeys, SimDuration),
+		"gateways (2 workers each)", "% of limit (over-admission) / % of deserved requests (false rejections)")
+	p.Y.Label.Text = "%"
+	ss := sweepSeries(points, func(pt SimPoint) float64 { return float64(pt.Gateways) })
+	if err := addLines(p, ss); err != nil {
+		return err
+	}
+	var ticks plot.ConstantTicks
+	for _, pt := range ss[0].xy {
+		ticks = append(ticks, plot.Tick{Value: pt.X, Label: strconv.Itoa(int(pt.X))})
+	}
+	p.X.Tick.Marker = ticks
+	legendRoom(p, ss)
+	return p.Save(chartW, chartH, path)
+}
+
+// ChartSimInterval draws over-admission and false rejections against the sync interval.
+func ChartSimInterval(points []SimPoint, path string) error {
+	p := newPlot(fmt.Sprintf("Fleet simulation: %d keys, 4 gateways, lease horizon 2 intervals, %s simulated", SimKeys, SimDuration),
+		"sync interval (ms, log scale)", "%")
+	p.X.Scale = plot.LogScale{}
+	var ticks plot.ConstantTicks
+	seen := map[time.Duration]bool{}
+	for _, pt := range points {
+		if !seen[pt.Interval] {
+			seen[pt.Interval] = true
+			ms := float64(pt.Interval.Milliseconds())
+			ticks = append(ticks, plot.Tick{Value: ms, Label: strconv.FormatInt(pt.Interval.Milliseconds(), 10)})
+		}
+	}
+	p.X.Tick.Marker = ticks
+	ss := sweepSeries(points, func(pt SimPoint) float64 { return float64(pt.Interval.Milliseconds()) })
+	if err := addLines(p, ss); err != nil {
+		return err
+	}
+	legendRoom(p, ss)
+	return p.Save(chartW, chartH, path)
+}
+
+// Bars is one series of a grouped bar chart: a value per group.
+type Bars struct {
+	Label  string
+	Values []float64
+}
+
+// ChartGroupedBars draws groups of bars (one bar per series in each group).
+func ChartGroupedBars(title, ylabel string, groups []string, bars []Bars, logY bool, path string) error {
+	p := newPlot(title, "", ylabel)
+	w := vg.Points(float64(chartW) / float64(len(groups)*(len(bars)+1)) * 0.8)
+	for i, b := range bars {
+		vals := make(plotter.Values, len(b.Values))
+		for j, v := range b.Values {
+			vals[j] = v
+			if logY {
+				vals[j] = math.Log10(max(v, 1))
+			}
+		}
+		bc, err := plotter.NewBarChart(vals, w)
+		if err != nil {
+			return fmt.Errorf("chart %q: %w", b.Label, err)
+		}
+		bc.Color = plotutil.Color(i)
+		bc.LineStyle.Width = 0
+		bc.Offset = w * vg.Length(float64(i)-float64(len(bars)-1)/2)
+		p.Add(bc)
+		p.Legend.Add(b.Label, bc)
+		// Print each bar's value above it.
+		labels, err := plotter.NewLabels(barLabels(vals, b.Values))
+		if err == nil {
+			for k := range labels.TextStyle {
+				labels.TextStyle[k].XAlign = draw.XCenter
+				labels.TextStyle[k].Font.Size = vg.Points(8)
+			}
+			labels.Offset = vg.Point{X: bc.Offset, Y: vg.Points(2)}
+			p.Add(labels)
+		}
+	}
+	p.NominalX(groups...)
+	p.Y.Min = 0
+	if logY {
+		var ticks plot.ConstantTicks
+		top := 0.0
+		for _, b := range bars {
+			for _, v := range b.Values {
+				top = max(top, math.Log10(max(v, 1)))
+			}
+		}
+		for e := 0; float64(e) <= top+1; e++ {
+			ticks = append(ticks, plot.Tick{Value: float64(e), Label: humanCount(math.Pow(10, float64(e)))})
+		}
+		p.Y.Tick.Marker = ticks
+		p.Y.Max = math.Ceil(top) + 1.5
+	} else {
+		top := 0.0
+		for _, b := range bars {
+			for _, v := range b.Values {
+				top = max(top, v)
+			}
+		}
+		p.Y.Max = top * 1.4
+	}
+	p.Legend.Top = true
+	p.Legend.Left = false
+	p.X.Tick.Label.Color = color.Black
+	return p.Save(chartW, chartH, path)
+}
+
+func barLabels(heights plotter.Values, raw []float64) plotter.XYLabels {
+	out := plotter.XYLabels{}
+	for j, h := range heights {
+		out.XYs = append(out.XYs, plotter.XY{X: float64(j), Y: h})
+		out.Labels = append(out.Labels, humanCount(raw[j]))
+	}
+	return out
+}
+
+// humanCount formats a count compactly: 950, 12k, 1.2M.
+func humanCount(v float64) string {
+	switch a := math.Abs(v); {
+	case a >= 1e6:
+		return trimZero(fmt.Sprintf("%.1f", v/1e6)) + "M"
+	case a >= 1e3:
+		return trimZero(fmt.Sprintf("%.1f", v/1e3)) + "k"
+	case a >= 10 || a == 0:
+		return fmt.Sprintf("%.0f", v)
+	default:
+		return trimZero(fmt.Sprintf("%.2f", v))
+	}
+}
+
+func trimZero(s string) string {
+	if strings.Contains(s, ".") {
+		s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	}
+	return s
+}
+
+// ChartPath joins the charts directory and a file name.
+func ChartPath(dir, name string) string { return filepath.Join(dir, name) }

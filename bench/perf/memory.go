@@ -1,0 +1,153 @@
+package perf
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-rl/tollgate/e2e/host"
+	"github.com/tollgate-rl/tollgate/ratelimit/store"
+	"github.com/tollgate-rl/tollgate/shared/algo"
+	"github.com/tollgate-rl/tollgate/shared/wire"
+)
+
+// Algorithms lists the five algorithms by configuration name, in algo.Kind order.
+var Algorithms = []string{"token_bucket", "gcra", "sliding_window_log", "sliding_window_counter", "fixed_window"}
+
+// SharedMem is what the filter keeps in Envoy shared data per bucket. The filter stores
+// buckets in a fixed table of slot keys ("tg:s:<n>", filter/plugin/table.go) whose value
+// is uvarint(len(id)) ‖ bucket id ‖ encoded lease.Record; the record is the per-bucket
+// state, the id (rule, window and caller key) is what lets a slot be shared by hashing.
+type SharedMem struct {
+	Algo   string
+	Synced bool
+	Slots  int // slot keys added (one per bucket unless slots collided)
+	// RecordBytes is the mean encoded record, MaxRecord the largest; IDBytes the mean
+	// bucket id with its length prefix; KeyBytes the mean slot key.
+	RecordBytes, IDBytes, KeyBytes float64
+	MaxRecord                      int
+	// TotalPerBucket is the growth of SharedDataBytes (keys + values) per bucket sent.
+	TotalPerBucket float64
+	SampleKey      string
+	Evictions      int64 // tollgate.bucket_evictions during the run
+}
+
+// MeasureSharedData sends one request for each of n keys through the filter (one rule
+// of algorithm name at 100/s, synced to the service when synced), waits for the sync to
+// fold the replies in, and measures what the new slot entries hold.
+func (s *Stack) MeasureSharedData(name string, synced bool, n int) (SharedMem, error) {
+	m := SharedMem{Algo: name, Synced: synced}
+	cfg := LocalConfig(name, 100)
+	if synced {
+		cfg = SyncRuleConfig("gw-mem", name, 100)
+	}
+	h, err := host.New(host.Config{Wasm: s.Filter, Workers: 1, PluginConfig: cfg, NodeID: "gw-mem",
+		Clusters: map[string][]string{ClusterName: {s.Service.Addr}}, LogLevel: host.LogWarn})
+	if err != nil {
+		return m, fmt.Errorf("shared data %s: %w", name, err)
+	}
+	defer h.Close()
+	before := map[string]bool{}
+	h.SharedData().Range(func(k string, _ []byte, _ uint32) { before[k] = true })
+	bytes0 := h.SharedDataBytes()
+	prefix := fmt.Sprintf("mem%d-%s-", time.Now().UnixNano()%1e6, name)
+	for i := 0; i < n; i++ {
+		resp, err := h.Exchange(0, BenchRequest(prefix+strconv.Itoa(i)), UpstreamOK)
+		if err != nil {
+			return m, err
+		}
+		if resp.Status != 200 {
+			return m, fmt.Errorf("shared data %s: status %d", name, resp.Status)
+		}
+	}
+	if synced {
+		time.Sleep(600 * time.Millisecond) // a few sync rounds: every bucket has its lease
+	}
+	var kb, ib, rb int
+	h.SharedData().Range(func(k string, v []byte, _ uint32) {
+		if before[k] || !strings.HasPrefix(k, "tg:s:") {
+			return
+		}
+		idLen, p := binary.Uvarint(v)
+		if p <= 0 || idLen > uint64(len(v)-p) {
+			return
+		}
+		m.Slots++
+		if m.SampleKey == "" {
+			m.SampleKey = k
+		}
+		kb += len(k)
+		ib += p + int(idLen)
+		rec := len(v) - p - int(idLen)
+		rb += rec
+		m.MaxRecord = max(m.MaxRecord, rec)
+	})
+	if m.Slots == 0 {
+		return m, fmt.Errorf("shared data %s: no new slot keys", name)
+	}
+	m.KeyBytes = float64(kb) / float64(m.Slots)
+	m.IDBytes = float64(ib) / float64(m.Slots)
+	m.RecordBytes = float64(rb) / float64(m.Slots)
+	m.TotalPerBucket = float64(h.SharedDataBytes()-bytes0) / float64(n)
+	m.Evictions = h.Metrics()["tollgate.bucket_evictions"]
+	return m, nil
+}
+
+// RedisMem is MEMORY USAGE of one bucket's hash after nodes gateways of workers
+// workers each have synced it.
+type RedisMem struct {
+	Algo           string
+	Nodes, Workers int
+	Bytes          int64
+	Fields         int64 // hash fields (HLEN)
+}
+
+// MeasureRedisMemory applies, for each algorithm and fleet shape, one sync delta per
+// (node, worker) to a fresh bucket (rule "api", 100 per 60 s) through the store and
+// reads MEMORY USAGE of the bucket's hash: the algorithm state plus the lease fields
+// (o:, d:, s: per node; q:, g: per node and worker) of RATIONALE.md §2.
+func MeasureRedisMemory(ctx context.Context, st *store.Store, shapes [][2]int) ([]RedisMem, error) {
+	var out []RedisMem
+	run := fmt.Sprintf("m%d", time.Now().UnixNano()%1e9)
+	for k, name := range Algorithms {
+		for _, shape := range shapes {
+			key := fmt.Sprintf("%s-%s-%dx%d", run, name, shape[0], shape[1])
+			for n := 0; n < shape[0]; n++ {
+				for w := 0; w < shape[1]; w++ {
+					b := &wire.Batch{Node: fmt.Sprintf("gw-%02d", n), Worker: uint32(w), Seq: uint64(time.Now().UnixMicro()),
+						Deltas: []wire.Delta{{Key: key, Rule: "api", Flags: wire.FlagNew, Over: 3, Rejected: 0,
+							Algo: uint8(algo.Kind(k)), Limit: 100, WindowMs: 60_000}}}
+					if _, err := st.Apply(ctx, b); err != nil {
+						return nil, fmt.Errorf("memory %s: %w", name, err)
+					}
+				}
+			}
+			bytes, err := st.MemoryUsage(ctx, key, "api", 0)
+			if err != nil {
+				return nil, fmt.Errorf("MEMORY USAGE %s: %w", name, err)
+			}
+			fields, err := st.Client().HLen(ctx, store.BucketKey(key, "api", 0)).Result()
+			if err != nil {
+				return nil, fmt.Errorf("HLEN %s: %w", name, err)
+			}
+			out = append(out, RedisMem{Algo: name, Nodes: shape[0], Workers: shape[1], Bytes: bytes, Fields: fields})
+		}
+	}
+	return out, nil
+}
+
+// RedisRateMemory is MEMORY USAGE of one go-redis/redis_rate key (a string holding the
+// theoretical arrival time as a float).
+func RedisRateMemory(ctx context.Context, rdb *redis.Client) (int64, error) {
+	key := fmt.Sprintf("memrr-%d", time.Now().UnixNano())
+	if _, err := redis_rate.NewLimiter(rdb).Allow(ctx, key, redis_rate.PerMinute(100)); err != nil {
+		return 0, fmt.Errorf("redis_rate: %w", err)
+	}
+	return rdb.MemoryUsage(ctx, "rate:"+key, 0).Result()
+}

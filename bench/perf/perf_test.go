@@ -1,0 +1,117 @@
+package perf
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tollgate-rl/tollgate/e2e/host"
+	"github.com/tollgate-rl/tollgate/filter/wasmtest"
+)
+
+// benchModules are the three modules of the decision-cost comparison and their plugin
+// configurations.
+var benchModules = []struct {
+	name, pkg string
+	config    []byte
+}{
+	{"empty", EmptyPkg, nil},
+	{"floor", FloorPkg, nil},
+	{"filter", FilterPkg, LocalConfig("token_bucket", 1_000_000)},
+}
+
+// BenchmarkDecision is the decision cost of issue 3 under go test: one request through
+// proxy_on_request_headers and proxy_on_response_headers, context create and delete
+// included, in wazero's compiler via the host's direct Exchange path.
+func BenchmarkDecision(b *testing.B) {
+	for _, m := range benchModules {
+		b.Run(m.name, func(b *testing.B) {
+			wasm := wasmtest.BuildWasm(b, m.pkg)
+			h, err := host.New(host.Config{Wasm: wasm, PluginConfig: m.config, Workers: 1, LogLevel: host.LogWarn})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer h.Close()
+			req := BenchRequest("k-bench")
+			for i := 0; i < 1000; i++ {
+				if _, err := h.Exchange(0, req, UpstreamOK); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				resp, err := h.Exchange(0, req, UpstreamOK)
+				if err != nil || resp.Status != 200 {
+					b.Fatalf("status %v, err %v", resp, err)
+				}
+			}
+		})
+	}
+}
+
+// TestFloorHostCalls pins what the decision-cost comparison rests on: the floor module
+// makes exactly the host calls of one single-rule decision, and the host counts them
+// (Config.CountHostCalls) per request, with two host→guest allocations (the header map
+// and the shared-data value).
+func TestFloorHostCalls(t *testing.T) {
+	wasm := wasmtest.BuildWasm(t, FloorPkg)
+	h, err := host.New(host.Config{Wasm: wasm, Workers: 1, CountHostCalls: true, LogLevel: host.LogWarn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	req := BenchRequest("k-test")
+	if _, err := h.Exchange(0, req, UpstreamOK); err != nil { // creates the bucket
+		t.Fatal(err)
+	}
+	const n = 100
+	before := h.HostCalls()
+	for i := 0; i < n; i++ {
+		resp, err := h.Exchange(0, req, UpstreamOK)
+		if err != nil || resp.Status != 200 {
+			t.Fatalf("exchange: %v, %+v", err, resp)
+		}
+	}
+	after := h.HostCalls()
+	want := map[string]int64{
+		"proxy_get_header_map_pairs": 1,
+		"proxy_get_shared_data":      1,
+		"proxy_set_shared_data":      1,
+		"proxy_add_header_map_value": 4,
+		"proxy_on_memory_allocate":   2,
+	}
+	for name, per := range want {
+		if got := after[name] - before[name]; got != per*n {
+			t.Errorf("%s: %d calls in %d requests, want %d", name, got, n, per*n)
+		}
+	}
+	for name, v := range after {
+		if _, ok := want[name]; !ok && v != before[name] {
+			t.Errorf("unexpected host call %s: %d", name, v-before[name])
+		}
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	sorted := []time.Duration{ms(1), ms(2), ms(3), ms(4), ms(5), ms(6), ms(7), ms(8), ms(9), ms(10)}
+	cases := []struct {
+		name string
+		in   []time.Duration
+		p    float64
+		want time.Duration
+	}{
+		{"empty", nil, 99, 0},
+		{"min", sorted, 0, ms(1)},
+		{"median", sorted, 50, ms(5)},
+		{"p99", sorted, 99, ms(9)},
+		{"max", sorted, 100, ms(10)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := Percentile(c.in, c.p); got != c.want {
+				t.Fatalf("Percentile(%v, %v) = %v, want %v", c.in, c.p, got, c.want)
+			}
+		})
+	}
+}

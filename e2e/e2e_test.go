@@ -1,0 +1,217 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgate-rl/tollgate/e2e/internal/harness"
+	"github.com/tollgate-rl/tollgate/internal/redistest"
+	"github.com/tollgate-rl/tollgate/ratelimit/store"
+)
+
+const (
+	adminToken = "e2e-admin-token"
+	syncSecret = "e2e-sync-secret"
+	// pinned is the rule-set version written into the plugin configuration of every
+	// gateway that must keep its own rules: the rules scenario stores rule sets at the
+	// service, and a gateway adopts one only when it is newer than its own.
+	pinned = 1 << 40
+)
+
+// env is what every scenario shares: a six-node Redis Cluster, two service replicas in
+// front of it, and the upstream. Scenarios bring their own gateways and caller keys.
+type env struct {
+	bins     *harness.Binaries
+	redis    *redistest.Cluster
+	svc      []*harness.Service
+	upstream *harness.Upstream
+	client   *harness.Client
+}
+
+var (
+	envOnce sync.Once
+	shared  *env
+	envErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared != nil {
+		shared.stop()
+	}
+	os.Exit(code)
+}
+
+// sharedEnv starts the environment on first use (so `go test -run X` starts only what X
+// needs) and fails the test when it cannot.
+func sharedEnv(t *testing.T) *env {
+	t.Helper()
+	envOnce.Do(func() {
+		start := time.Now()
+		shared, envErr = startEnv()
+		if envErr == nil {
+			t.Logf("environment up in %v: Redis Cluster %v, services %s and %s",
+				time.Since(start).Round(time.Millisecond), shared.redis.Addrs(), shared.svc[0].Addr(), shared.svc[1].Addr())
+		}
+	})
+	if envErr != nil {
+		t.Fatalf("e2e environment: %v", envErr)
+	}
+	return shared
+}
+
+func startEnv() (*env, error) {
+	e := &env{client: harness.NewClient()}
+	var err error
+	if e.bins, err = harness.Build(); err != nil {
+		return nil, err
+	}
+	if e.redis, err = redistest.LaunchCluster(redistest.Options{}); err != nil {
+		e.stop()
+		return nil, err
+	}
+	for i := 0; i < 2; i++ {
+		s, err := harness.StartService(e.serviceConfig(sharedServiceArgs...))
+		if err != nil {
+			e.stop()
+			return nil, err
+		}
+		e.svc = append(e.svc, s)
+	}
+	if e.upstream, err = harness.StartUpstream(); err != nil {
+		e.stop()
+		return nil, err
+	}
+	return e, nil
+}
+
+// sharedServiceArgs configure the two shared replicas. Progressive penalties are made
+// negligible (1 ms cooldowns): the fleet scenarios drive a key at 10x its limit while
+// ignoring Retry-After, which penalties exist to stop, and they measure the lease
+// protocol's bounds, which a locked-out key would make trivially true. The policy
+// scenario runs its own service with real penalties.
+var sharedServiceArgs = []string{"--penalty-base", "1ms", "--penalty-max", "1ms"}
+
+func (e *env) serviceConfig(args ...string) harness.ServiceConfig {
+	return harness.ServiceConfig{
+		Bin: e.bins.Service, RedisMode: "cluster", RedisAddrs: e.redis.Addrs(),
+		AdminToken: adminToken, SyncSecret: syncSecret, Args: args,
+	}
+}
+
+func (e *env) stop() {
+	for _, s := range e.svc {
+		s.Stop()
+	}
+	if e.upstream != nil {
+		e.upstream.Close()
+	}
+	if e.redis != nil {
+		e.redis.Stop()
+	}
+	e.client.Close()
+	e.bins.Remove()
+}
+
+func (e *env) admin() harness.Admin { return harness.Admin{Base: e.svc[0].URL(), Token: adminToken} }
+
+func (e *env) serviceAddrs() []string {
+	out := make([]string, len(e.svc))
+	for i, s := range e.svc {
+		out[i] = s.Addr()
+	}
+	return out
+}
+
+// fleet starts n gateways named <name>-gw<i> running rules, pinned to them unless pin is
+// false, syncing with the shared services; they are closed at the end of the test.
+func (e *env) fleet(t *testing.T, name string, n int, rules string, pin bool, s harness.Sync) []*harness.Gateway {
+	t.Helper()
+	var v uint64
+	if pin {
+		v = pinned
+	}
+	if s.ExpectedNodes == 0 {
+		s.ExpectedNodes = n
+	}
+	gws := make([]*harness.Gateway, n)
+	for i := range gws {
+		g, err := harness.StartGateway(harness.GatewayConfig{
+			Wasm: e.bins.Wasm, Workers: 2, NodeID: fmt.Sprintf("%s-gw%d", name, i+1),
+			Rules: []byte(rules), Pin: v, Services: e.serviceAddrs(), Secret: syncSecret,
+			Sync: s, Upstream: e.upstream.URL,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(g.Close)
+		gws[i] = g
+	}
+	return gws
+}
+
+// uniqueKey is a caller key no earlier run used (Redis state outlives a test in -count=N).
+func uniqueKey(prefix string) string {
+	return prefix + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+}
+
+// sumMetric adds a filter metric over gateways.
+func sumMetric(gws []*harness.Gateway, name string) int64 {
+	var n int64
+	for _, g := range gws {
+		n += g.Metric(name)
+	}
+	return n
+}
+
+// tokenBucketConsumed is what Redis has charged a token bucket since its first charge at
+// t0 (client clock; Redis runs on the same machine): permits out of the bucket now plus
+// the refill since t0, minus leases still outstanding (reserved, not consumed). It holds
+// while the bucket never filled up again after t0 — the scenarios keep it under load.
+func tokenBucketConsumed(b *store.BucketUsage, nowUs int64, t0 time.Time) float64 {
+	elapsedUs := float64(nowUs - t0.UnixMicro())
+	refill := float64(b.Limit) * elapsedUs / float64(b.WindowMs*1000)
+	capacity := b.Burst
+	if capacity == 0 {
+		capacity = b.Limit
+	}
+	return float64(capacity-b.Remaining) + refill - float64(b.Outstanding)
+}
+
+// statusHistogram renders status codes and their counts, e.g. "200×101 429×399".
+func statusHistogram(answers []harness.Answer) string {
+	counts := map[int]int{}
+	for i := range answers {
+		counts[answers[i].Status]++
+	}
+	var parts []string
+	for _, code := range []int{200, 403, 429, 503, 504, 0} {
+		if n := counts[code]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d×%d", code, n))
+			delete(counts, code)
+		}
+	}
+	for code, n := range counts {
+		parts = append(parts, fmt.Sprintf("%d×%d", code, n))
+	}
+	return strings.Join(parts, " ")
+}
+
+// logTable prints a scenario's measurements.
+func logTable(t *testing.T, title, table string) {
+	t.Helper()
+	t.Logf("%s\n%s", title, table)
+}
+
+// ctxFor is a context bounded by d, cancelled at the end of the test.
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}

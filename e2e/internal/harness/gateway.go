@@ -1,0 +1,220 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/tollgate-rl/tollgate/e2e/host"
+)
+
+// SyncCluster is the cluster name gateways call the sync service by (as in envoy.yaml).
+const SyncCluster = "tollgate_ratelimit"
+
+// Sync is the "sync" section of a gateway's plugin configuration. Zero fields take the
+// values below (the filter's documented defaults, except the node id).
+type Sync struct {
+	IntervalMs      int // 100
+	TimeoutMs       int // 250
+	LeaseTTLMs      int // 1000
+	ExpectedNodes   int // 1
+	BreakerFailures int // 3
+	BreakerOpenMs   int // 1000
+}
+
+func (s Sync) withDefaults() Sync {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&s.IntervalMs, 100)
+	def(&s.TimeoutMs, 250)
+	def(&s.LeaseTTLMs, 1000)
+	def(&s.ExpectedNodes, 1)
+	def(&s.BreakerFailures, 3)
+	def(&s.BreakerOpenMs, 1000)
+	return s
+}
+
+// GatewayConfig describes one gateway: an Envoy stand-in with Workers worker VMs.
+type GatewayConfig struct {
+	Wasm    []byte
+	Workers int    // default 2
+	NodeID  string // sync.node and the node.id property
+	// Rules is the rule document (shared/rule/SCHEMA.md) without "sync": the harness
+	// adds the sync section.
+	Rules []byte
+	// Pin, when > 0, is written as the document's "version". A gateway adopts a rule set
+	// from the service only when the service's version is newer, so a pinned gateway
+	// keeps its own rules whatever other scenarios stored at the service.
+	Pin uint64
+	// Services are the endpoints of the sync cluster (round robin). Empty: no sync, the
+	// gateway limits on its own.
+	Services []string
+	Secret   string
+	Sync     Sync
+	// Upstream is the URL allowed requests go to; empty answers 200 "ok".
+	Upstream string
+}
+
+// PluginConfig returns the plugin configuration the gateway's filter receives.
+func (c GatewayConfig) PluginConfig() ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(c.Rules))
+	dec.UseNumber()
+	var doc map[string]any
+	if err := dec.Decode(&doc); err != nil {
+		return nil, fmt.Errorf("rules document: %w", err)
+	}
+	if c.Pin > 0 {
+		doc["version"] = c.Pin
+	}
+	if len(c.Services) > 0 {
+		s := c.Sync.withDefaults()
+		doc["sync"] = map[string]any{
+			"cluster": SyncCluster, "authority": "ratelimit", "secret": c.Secret, "node": c.NodeID,
+			"interval_ms": s.IntervalMs, "timeout_ms": s.TimeoutMs, "lease_ttl_ms": s.LeaseTTLMs,
+			"expected_nodes": s.ExpectedNodes, "breaker_failures": s.BreakerFailures,
+			"breaker_open_ms": s.BreakerOpenMs,
+		}
+	}
+	return json.Marshal(doc)
+}
+
+// Gateway is a running gateway: a host.Host behind an HTTP listener.
+type Gateway struct {
+	Name string
+	URL  string // http://127.0.0.1:port
+	host *host.Host
+	srv  *http.Server
+	done chan struct{}
+}
+
+// StartGateway starts the host and its listener on a free loopback port.
+func StartGateway(cfg GatewayConfig) (*Gateway, error) {
+	if cfg.Workers == 0 {
+		cfg.Workers = 2
+	}
+	pc, err := cfg.PluginConfig()
+	if err != nil {
+		return nil, err
+	}
+	upstream := host.StaticUpstream(200, []host.Pair{{"content-type", "text/plain"}}, []byte("ok\n"))
+	if cfg.Upstream != "" {
+		if upstream, err = host.ProxyUpstream(cfg.Upstream); err != nil {
+			return nil, err
+		}
+	}
+	clusters := map[string][]string{}
+	if len(cfg.Services) > 0 {
+		clusters[SyncCluster] = cfg.Services
+	}
+	h, err := host.New(host.Config{
+		Wasm:         cfg.Wasm,
+		Workers:      cfg.Workers,
+		PluginConfig: pc,
+		RootID:       "tollgate",
+		PluginName:   "tollgate",
+		NodeID:       cfg.NodeID,
+		Clusters:     clusters,
+		Upstream:     upstream,
+		LogLevel:     host.LogInfo,
+		// A request the filter pauses waits at most this long (a strict check).
+		StreamIdleTimeout: 10 * time.Second,
+		UpstreamTimeout:   10 * time.Second,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gateway %q: %w", cfg.NodeID, err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		_ = h.Close()
+		return nil, fmt.Errorf("gateway %q: listen: %w", cfg.NodeID, err)
+	}
+	g := &Gateway{Name: cfg.NodeID, URL: "http://" + ln.Addr().String(), host: h, done: make(chan struct{})}
+	g.srv = &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
+	go func() {
+		defer close(g.done)
+		// Serve only ends with Shutdown (ErrServerClosed) or a dead listener, which the
+		// scenario then sees as failed requests.
+		_ = g.srv.Serve(ln)
+	}()
+	return g, nil
+}
+
+// Host is the gateway's wasm host (metrics, logs, shared data).
+func (g *Gateway) Host() *host.Host { return g.host }
+
+// Metric is one of the filter's metrics by its full name ("tollgate.requests_allowed").
+func (g *Gateway) Metric(name string) int64 { return g.host.Metrics()[name] }
+
+// Reconfigure hands the filter a new plugin configuration (Envoy's hot reload).
+func (g *Gateway) Reconfigure(cfg GatewayConfig) error {
+	pc, err := cfg.PluginConfig()
+	if err != nil {
+		return err
+	}
+	return g.host.Reconfigure(pc)
+}
+
+// Close stops the listener and the host. Safe to call twice.
+func (g *Gateway) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = g.srv.Shutdown(ctx)
+	<-g.done
+	_ = g.host.Close()
+}
+
+// hopByHop response headers are the connection's business, not the filter's.
+var hopByHop = map[string]bool{"connection": true, "keep-alive": true, "transfer-encoding": true, "content-length": true}
+
+// maxBody bounds a request body the gateway buffers for the filter.
+const maxBody = 1 << 20
+
+// ServeHTTP runs one request through the filter, the way e2e/cmd/tollgate-gateway does:
+// a client connection stays on one worker.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
+	if err != nil {
+		http.Error(w, "read request body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	req := &host.Request{
+		Method: r.Method, Path: r.URL.RequestURI(), Authority: r.Host, Protocol: r.Proto,
+		Body: body, RemoteAddr: r.RemoteAddr,
+	}
+	if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+		req.LocalAddr = la.String()
+	}
+	keys := make([]string, 0, len(r.Header))
+	for k := range r.Header {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		for _, v := range r.Header[k] {
+			req.Header = append(req.Header, host.Pair{k, v})
+		}
+	}
+	resp := g.host.Serve(r.Context(), g.host.PickWorker(r.RemoteAddr), req)
+	if resp.Reset {
+		panic(http.ErrAbortHandler) // Envoy resets the stream: the client sees the connection drop
+	}
+	for _, p := range resp.Header {
+		if hopByHop[p[0]] || strings.HasPrefix(p[0], ":") {
+			continue
+		}
+		w.Header().Add(p[0], p[1])
+	}
+	w.WriteHeader(resp.Status)
+	_, _ = w.Write(resp.Body)
+}

@@ -1,0 +1,153 @@
+package e2e
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tollgate-rl/tollgate/e2e/internal/harness"
+)
+
+// TestServiceReplicaKilled is scenario 4: one of the two service replicas is SIGKILLed
+// under load. The gateways' cluster lists both (round robin, as Envoy's static cluster
+// would), so callouts that reach the dead one fail and the same batch is resent on the
+// next tick, reaching the live one. Traffic continues: no failed request, no degraded
+// answer, every gateway keeps syncing, and nothing is lost or counted twice (Redis and
+// the gateways' counters agree with what the clients saw). Restarted on its address,
+// the replica takes its share of the syncs again.
+func TestServiceReplicaKilled(t *testing.T) {
+	e := sharedEnv(t)
+	victim := e.svc[1]
+	gws := e.fleet(t, uniqueKey("replica"), 4, failoverRules, true, harness.Sync{})
+	hotKey := uniqueKey("rp-hot")
+	acctKey := hotKey + "-acct"
+
+	ctx := ctxFor(t, 2*time.Minute)
+	stop := make(chan struct{})
+	runStart := time.Now()
+	tr := startTraffic(ctx, e, gws, hotKey, acctKey, stop)
+	stopped := false
+	stopTraffic := func() {
+		if !stopped {
+			stopped = true
+			close(stop)
+			tr.wg.Wait()
+		}
+	}
+	defer stopTraffic()
+
+	time.Sleep(2 * time.Second) // load duration before the kill
+	failedBefore := sumMetric(gws, "tollgate.sync_failed")
+	sentBefore := sumMetric(gws, "tollgate.sync_sent")
+	killAt := time.Now()
+	if err := victim.Kill(); err != nil {
+		t.Fatalf("kill service %s: %v", victim.Addr(), err)
+	}
+	t.Cleanup(func() {
+		if !victim.Running() {
+			if err := victim.Restart(); err != nil {
+				t.Errorf("restart service: %v", err)
+			}
+		}
+	})
+
+	// While the replica is down, every gateway must keep syncing through the other one:
+	// Redis shows each gateway's last sync of the hot key as recent.
+	admin := e.admin()
+	syncing := map[string]int64{}
+	var syncErr error
+	deadline := time.Now().Add(4 * time.Second)
+	for time.Now().Before(deadline) { // bounded: the replica stays down this long
+		b, _, err := admin.Bucket(hotKey, "hot", 0)
+		if err == nil && b != nil && time.Since(killAt) > time.Second {
+			for _, l := range b.Leases {
+				if l.LastSyncAgoMs > syncing[l.Node] {
+					syncing[l.Node] = l.LastSyncAgoMs
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, g := range gws {
+		if _, ok := syncing[g.Name]; !ok {
+			syncErr = fmt.Errorf("gateway %s has no lease record on the hot key", g.Name)
+		}
+	}
+	failedDuring := sumMetric(gws, "tollgate.sync_failed") - failedBefore
+	sentDuring := sumMetric(gws, "tollgate.sync_sent") - sentBefore
+	downFor := time.Since(killAt)
+
+	// Restart on the same address: the replica must serve syncs again.
+	if err := victim.Restart(); err != nil {
+		t.Fatalf("restart service %s: %v", victim.Addr(), err)
+	}
+	restartedAt := time.Now()
+	var victimOK float64
+	backErr := harness.Poll(10*time.Second, 50*time.Millisecond, func() (bool, error) {
+		v, err := victim.Metric(`tollgate_sync_batches_total{endpoint="sync",outcome="ok"}`)
+		victimOK = v
+		return v > 0, err
+	})
+	backAfter := time.Since(restartedAt)
+	time.Sleep(time.Second) // load duration after the restart
+	stopTraffic()
+
+	n := len(gws)
+	hot, acct := tr.hot, tr.acct
+	ht, at := harness.Count(hot, n), harness.Count(acct, n)
+	var acctCounted int64
+	acctErr := harness.Poll(10*time.Second, 100*time.Millisecond, func() (bool, error) {
+		b, _, err := admin.Bucket(acctKey, "acct", 0)
+		if err != nil || b == nil {
+			return false, err
+		}
+		acctCounted = fixedWindowConsumed(t, b, runStart)
+		return acctCounted == int64(at.OK), nil
+	})
+	gwAllowed := sumMetric(gws, "tollgate.requests_allowed")
+
+	var rows [][]string
+	for _, g := range gws {
+		rows = append(rows, []string{g.Name, fmt.Sprintf("%d ms", syncing[g.Name])})
+	}
+	logTable(t, "scenario 4: while a replica was down, each gateway's longest gap between syncs of the hot key (Redis s:<node>)",
+		harness.Table([]string{"gateway", "max last_sync_ago"}, rows))
+	logTable(t, "scenario 4: one of two service replicas SIGKILLed under load", harness.KV(
+		"replica down for", downFor.Round(time.Millisecond).String(),
+		"syncs sent / failed while down", fmt.Sprintf("%d / %d", sentDuring, failedDuring),
+		"hot key statuses", statusHistogram(hot),
+		"accounting key statuses", statusHistogram(acct),
+		"degraded answers", fmt.Sprint(ht.Degraded+at.Degraded),
+		"restart → first sync served by the replica", fmt.Sprintf("%v (%.0f batches ok)", backAfter.Round(time.Millisecond), victimOK),
+		"accounting key: admitted vs Redis count", fmt.Sprintf("%d vs %d", at.OK, acctCounted),
+		"gateways' requests_allowed vs clients' 200s", fmt.Sprintf("%d vs %d", gwAllowed, ht.OK+at.OK),
+	))
+
+	if ht.Failed+at.Failed+ht.Unavailable+at.Unavailable+ht.OtherStatus+at.OtherStatus > 0 {
+		t.Errorf("requests failed: hot %s, accounting %s", statusHistogram(hot), statusHistogram(acct))
+	}
+	if failedDuring == 0 {
+		t.Errorf("no sync failed while a replica was down: the kill did not take effect")
+	}
+	if ht.Degraded+at.Degraded > 0 {
+		t.Errorf("%d degraded answers: the live replica should have carried every resent batch", ht.Degraded+at.Degraded)
+	}
+	if syncErr != nil {
+		t.Error(syncErr)
+	}
+	for node, gap := range syncing {
+		// A worker syncs every 100 ms; a failed callout costs one tick before the resend.
+		if gap > 1000 {
+			t.Errorf("gateway %s went %d ms without a sync while one replica was up", node, gap)
+		}
+	}
+	if backErr != nil {
+		t.Errorf("restarted replica served no sync: %v", backErr)
+	}
+	if acctErr != nil {
+		t.Errorf("accounting key: Redis counts %d, clients saw %d admitted: %v", acctCounted, at.OK, acctErr)
+	}
+	if gwAllowed != int64(ht.OK+at.OK) {
+		t.Errorf("gateways counted %d allowed, clients saw %d", gwAllowed, ht.OK+at.OK)
+	}
+}
