@@ -54,7 +54,7 @@ type Cost struct {
 	AllocsPerRequest    float64
 	Status              int // status of the last answer (all must be 200)
 	// GuestNsPerRequest is the CPU time per request spent in the module's own code
-	// (from a CPU profile of one extra round, see ProfileGuest), when profiled.
+	// (from a CPU profile of at least 1 s more, see ProfileGuest), when profiled.
 	GuestNsPerRequest float64
 	// ProfiledNsPerRequest is all CPU time sampled in the timed rounds per request.
 	ProfiledNsPerRequest float64
@@ -65,7 +65,7 @@ type CostOptions struct {
 	Rounds      int           // timed rounds per module (default 9)
 	Round       time.Duration // length of one round (default 300 ms)
 	CountedReqs int           // requests of the counted run (default 20,000)
-	Profile     bool          // profile one extra round per module (GuestNsPerRequest)
+	Profile     bool          // profile ≥ 1 s more per module (GuestNsPerRequest)
 }
 
 func (o CostOptions) withDefaults() CostOptions {
@@ -157,10 +157,16 @@ func MeasureCosts(mods []CostModule, o CostOptions) ([]Cost, error) {
 		if o.Profile {
 			var n int64
 			guest, total, err := ProfileGuest(func() error {
-				var err error
-				n, err = round(i)
-				c.RoundsNs = c.RoundsNs[:len(c.RoundsNs)-1] // the profiled round is not a timed one
-				return err
+				// At least 1 s: the profiler samples every 10 ms.
+				for start := time.Now(); time.Since(start) < max(3*o.Round, time.Second); {
+					k, err := round(i)
+					if err != nil {
+						return err
+					}
+					n += k
+					c.RoundsNs = c.RoundsNs[:len(c.RoundsNs)-1] // profiled rounds are not timed ones
+				}
+				return nil
 			})
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", m.Name, err)

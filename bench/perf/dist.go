@@ -29,8 +29,6 @@ type RedisCost struct {
 	RoundTripsPer1M, CommandsPer1M         float64
 	ScriptsPer1M, CPUSecPer1M, DeltasPer1M float64
 	AdmittedPct                            float64
-	// ScriptUsecPerDelta is Redis's server time in scripts per delta applied.
-	ScriptUsecPerDelta float64
 }
 
 // Per1M scales n events over checks to 1M requests.
@@ -60,9 +58,6 @@ func (s *Stack) RunRedisCost(d Distribution, o LoadOptions, limit int) (RedisCos
 	c.ScriptsPer1M = Per1M(float64(res.Redis.Scripts()), res.Checks)
 	c.CPUSecPer1M = Per1M(res.Redis.CPU, res.Checks)
 	c.DeltasPer1M = Per1M(float64(res.Metrics["tollgate.sync_deltas_sent"]), res.Checks)
-	if d := res.Metrics["tollgate.sync_deltas_sent"]; d > 0 {
-		c.ScriptUsecPerDelta = float64(res.Redis.ScriptUsec()) / float64(d)
-	}
 	if res.Checks > 0 {
 		c.AdmittedPct = 100 * float64(res.Admitted) / float64(res.Checks)
 	}

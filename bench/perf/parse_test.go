@@ -82,3 +82,19 @@ func FuzzParsePprofTop(f *testing.F) {
 		}
 	})
 }
+
+func TestHumanCount(t *testing.T) {
+	cases := []struct {
+		in   float64
+		want string
+	}{
+		{0, "0"}, {0.25, "0.25"}, {950, "950"}, {1000, "1k"}, {12345, "12.3k"}, {1_000_000, "1M"}, {4_300_000, "4.3M"},
+	}
+	for _, c := range cases {
+		t.Run(c.want, func(t *testing.T) {
+			if got := humanCount(c.in); got != c.want {
+				t.Fatalf("humanCount(%v) = %q, want %q", c.in, got, c.want)
+			}
+		})
+	}
+}

@@ -103,11 +103,6 @@ func (in RedisInfo) Since(before RedisInfo) RedisWork {
 	return w
 }
 
-// ScriptUsec is the server time spent running scripts, µs.
-func (w RedisWork) ScriptUsec() int64 {
-	return w.Usec["evalsha"] + w.Usec["eval"] + w.Usec["fcall"] + w.Usec["evalsha_ro"] + w.Usec["eval_ro"]
-}
-
 // Scripts is the script calls (EVALSHA, EVAL, FCALL) in w.
 func (w RedisWork) Scripts() int64 {
 	return w.Calls["evalsha"] + w.Calls["eval"] + w.Calls["fcall"] + w.Calls["evalsha_ro"] + w.Calls["eval_ro"]

@@ -35,7 +35,7 @@
 //
 // Service side, mirroring ratelimit/store: every delta of a batch is applied with one
 // lease.Sync at the service's clock, which is the simulated clock; the result becomes a
-// wire.State as store.fillState does; Reply.Nodes counts gateways that synced within
+// wire.State with lease.SyncResult.Fill (as the service does); Reply.Nodes counts gateways that synced within
 // FleetWindow; buckets and penalty records expire with the TTLs lease.lua sets. The
 // batch's cost is counted as store.Apply incurs it: deltas grouped into script calls of
 // at most 100 (per hash slot, store.Slot, on a cluster of Shards shards), one pipeline,

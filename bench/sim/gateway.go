@@ -3,7 +3,6 @@ package sim
 import (
 	"strconv"
 
-	"github.com/tollgate-rl/tollgate/shared/algo"
 	"github.com/tollgate-rl/tollgate/shared/lease"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
@@ -20,11 +19,11 @@ type gateway struct {
 	workers []*worker
 }
 
-// slotSize fits every record of a fixed-size algorithm; recordHeader is the fixed part
+// slotSize fits every record of a fixed-size algorithm plus a length byte (Envoy shared
+// data knows each value's length; a fixed slab must store it)
 // of lease's record encoding.
 const (
-	slotSize     = lease.MaxRecordSize
-	recordHeader = lease.MaxRecordSize - algo.MaxStateSize
+	slotSize = 1 + lease.MaxRecordSize
 )
 
 func (g *gateway) load(key uint32, r *lease.Record) bool {
@@ -34,8 +33,8 @@ func (g *gateway) load(key uint32, r *lease.Record) bool {
 		return false
 	}
 	s := g.slab[int(i)*slotSize:]
-	n := recordHeader + int(s[recordHeader-1]) // the header's last byte is the state length
-	if n > slotSize || lease.DecodeRecord(s[:n], r) != nil {
+	n := int(s[0])
+	if n+1 > slotSize || lease.DecodeRecord(s[1:1+n], r) != nil {
 		*r = lease.Record{Local: r.Local[:0]}
 		return false
 	}
@@ -50,7 +49,13 @@ func (g *gateway) store(key uint32, r *lease.Record, buf []byte) []byte {
 		g.recs[key] = i
 		g.slab = append(g.slab, make([]byte, slotSize)...)
 	}
-	copy(g.slab[int(i)*slotSize:int(i+1)*slotSize], buf)
+	slot := g.slab[int(i)*slotSize : int(i+1)*slotSize]
+	if len(buf)+1 > slotSize {
+		slot[0] = 0 // only a sliding-window log outgrows a slot; it restarts fresh
+		return buf
+	}
+	slot[0] = byte(len(buf))
+	copy(slot[1:], buf)
 	return buf
 }
 
@@ -202,7 +207,7 @@ func (w *worker) onReply(s *sim, c *call) {
 			s.res.LeaseGranted += int64(st.Lease)
 		}
 		w.g.load(key, rec)
-		*rec = lease.ApplyReply(*rec, st, now, w.fleet(s))
+		*rec = lease.ApplyReply(*rec, st, now, w.fleet(s), int64(c.batch.b.Deltas[i].Over))
 		s.keyOverdraft(key, rec.Overdraft)
 		s.buf = w.g.store(key, rec, s.buf)
 	}

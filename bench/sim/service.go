@@ -106,7 +106,7 @@ func (sv *service) apply(s *sim, ob *outBatch) *wire.Reply {
 		r := sv.sync(s, key, ob.b.Node, ob.b.Worker, ob.b.Seq, d, now)
 		st := &rep.States[i]
 		st.Key, st.Rule, st.Window = d.Key, d.Rule, d.Window
-		fillState(st, &r)
+		r.Fill(st)
 		s.res.Deltas++
 		if r.Replay {
 			s.res.Replays++
@@ -248,16 +248,6 @@ func (sv *service) expire(now int64) {
 
 // fillState is ratelimit/store's conversion of a script result to a wire.State
 // (durations round up, so gateways reset late rather than early).
-func fillState(st *wire.State, r *lease.SyncResult) {
-	st.Allowed = r.Allowed
-	st.Remaining = r.Remaining
-	st.Lease = u32(r.Grant)
-	st.LeaseHeld = u32(r.Held)
-	st.ResetInMs = u32(ceilMs(r.ResetUs))
-	st.RetryInMs = u32(ceilMs(r.RetryUs))
-	st.PenaltyInMs = u32(ceilMs(r.PenaltyUs))
-	st.PenaltyLevel = uint8(min(max(r.Level, 0), 255))
-}
 
 func ceilMs(us int64) int64 {
 	if us <= 0 {

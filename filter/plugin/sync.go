@@ -167,6 +167,7 @@ func (s *syncer) onResponse(now int64, headers [][2]string, body []byte) {
 		s.failed(now)
 		return
 	}
+	batch := s.unacked
 	s.unacked, s.unackedBody = nil, nil
 	s.breaker.Success()
 	s.p.m.set(s.p.m.breakerState, uint64(s.breaker.State()))
@@ -174,7 +175,13 @@ func (s *syncer) onResponse(now int64, headers [][2]string, body []byte) {
 		s.nodes = int64(reply.Nodes)
 	}
 	for i := range reply.States {
-		s.apply(now, &reply.States[i])
+		st := &reply.States[i]
+		// The service answers one state per delta, in order.
+		var reported int64
+		if i < len(batch.Deltas) && batch.Deltas[i].Key == st.Key && batch.Deltas[i].Rule == st.Rule && batch.Deltas[i].Window == st.Window {
+			reported = int64(batch.Deltas[i].Over)
+		}
+		s.apply(now, st, reported)
 	}
 	if reply.RulesVersion > s.p.rulesVersion {
 		s.p.rulesBehind(reply.RulesVersion)
@@ -182,7 +189,7 @@ func (s *syncer) onResponse(now int64, headers [][2]string, body []byte) {
 }
 
 // apply folds one bucket's authoritative state into shared data (bounded CAS retries).
-func (s *syncer) apply(now int64, st *wire.State) {
+func (s *syncer) apply(now int64, st *wire.State, reportedOver int64) {
 	p := s.p
 	id := s.bucketID(st.Key, st.Rule, int(st.Window))
 	if st.Lease > 0 {
@@ -196,7 +203,7 @@ func (s *syncer) apply(now int64, st *wire.State) {
 		if !sl.mine {
 			break // evicted meanwhile: hand the lease back below
 		}
-		sl.rec = lease.ApplyReply(sl.rec, st, now, s.fleet())
+		sl.rec = lease.ApplyReply(sl.rec, st, now, s.fleet(), reportedOver)
 		ok, err := p.table.store(id, &sl)
 		if err != nil {
 			break

@@ -318,7 +318,7 @@ func (s *Store) Apply(ctx context.Context, b *wire.Batch) (*Outcome, error) {
 		}
 		out.ServerTimeUs = max(out.ServerTimeUs, nowUs)
 		for _, i := range grp.idx {
-			fillState(&out.States[i], &out.Results[i])
+			out.Results[i].Fill(&out.States[i])
 		}
 	}
 	if out.Failed > 0 {
@@ -466,24 +466,5 @@ func parseResults(v any, idx []int, res []lease.SyncResult) (int64, error) {
 // resultFields is the number of reply values per delta.
 const resultFields = 11
 
-// fillState converts a script result to the wire State. Durations round up so gateways
-// reset late rather than early (RATIONALE.md §4).
-func fillState(st *wire.State, r *lease.SyncResult) {
-	st.Allowed = r.Allowed
-	st.Remaining = r.Remaining
-	st.Lease = u32(r.Grant)
-	st.LeaseHeld = u32(r.Held)
-	st.ResetInMs = u32(ceilMs(r.ResetUs))
-	st.RetryInMs = u32(ceilMs(r.RetryUs))
-	st.PenaltyInMs = u32(ceilMs(r.PenaltyUs))
-	st.PenaltyLevel = uint8(min(max(r.Level, 0), 255))
-}
-
-func ceilMs(us int64) int64 {
-	if us <= 0 {
-		return 0
-	}
-	return (us + 999) / 1000
-}
 
 func u32(v int64) uint32 { return uint32(min(max(v, 0), 1<<32-1)) }

@@ -177,3 +177,10 @@ func (s *Store) Reset(ctx context.Context, key string) (int64, error) {
 func (s *Store) MemoryUsage(ctx context.Context, key, rule string, window uint8) (int64, error) {
 	return s.rdb.MemoryUsage(ctx, BucketKey(key, rule, window), 0).Result()
 }
+
+func ceilMs(us int64) int64 {
+	if us <= 0 {
+		return 0
+	}
+	return (us + 999) / 1000
+}

@@ -30,7 +30,13 @@ type Record struct {
 	RetryUs        int64 // global bucket admits one permit again
 	PenaltyUntilUs int64 // progressive-penalty cooldown end
 	AnnouncedUs    int64 // earliest time the last 429 told the caller to come back
-	PenaltyLevel   uint8
+	// UsedUs is the last decision on this bucket (what makes it busy, not idle).
+	UsedUs int64
+	// OverSinceSync is what this gateway admitted outside its lease (cold start,
+	// overdraft) that no applied reply has accounted for yet: a reply's remaining cannot
+	// include it, so ApplyReply takes it off (RATIONALE §3).
+	OverSinceSync int64
+	PenaltyLevel  uint8
 }
 
 // Env is what a decision needs to know about the gateway beyond the bucket.
@@ -71,10 +77,12 @@ type Decision struct {
 // store if the request is admitted by every bucket it touches. It never mutates r.
 func Decide(r Record, p algo.Params, now, cost int64, env Env) (Record, Decision) {
 	var d Decision
+	r.UsedUs = now
 	if r.PenaltyUntilUs > now {
 		d.PenaltyLevel = r.PenaltyLevel
 		d.Penalized = true
-		d.RetryAfterUs = r.PenaltyUntilUs - now
+		// Never earlier than the bucket itself would admit the request.
+		d.RetryAfterUs = max(r.PenaltyUntilUs-now, r.RetryUs-now, algo.RetryAfter(p, r.Local, now, cost))
 		d.ResetUs = maxI(r.ResetUs, r.PenaltyUntilUs)
 		return reject(r, now, d)
 	}
@@ -99,14 +107,33 @@ func Decide(r Record, p algo.Params, now, cost int64, env Env) (Record, Decision
 		return decideLocal(r, p, now, cost, d)
 	case !leaseValid:
 		// Never synced, or idle past the lease TTL while the service is reachable: a cold
-		// start. Allow this gateway's fair share of a full bucket until the reply to the
-		// flush asked for here arrives.
+		// start. Allow this gateway's fair share of what the bucket can hold until the
+		// reply to the flush asked for here arrives.
 		d.Flush = true
-		if synced || len(r.Local) == 0 {
-			r.SyncedUs = 0
-			r.Local = algo.Take(p, nil, now, capacity-capacity/nodes)
+		if synced && r.RetryUs > now && r.GlobalRemaining < cost {
+			// The service last said the bucket is empty until RetryUs: that still holds.
+			d.RetryAfterUs = r.RetryUs - now
+			d.ResetUs = r.ResetUs
+			return reject(r, now, d)
 		}
-		return decideLocal(r, p, now, cost, d)
+		if synced || len(r.Local) == 0 {
+			avail := capacity
+			if synced {
+				// What the bucket held at the last reply plus what it refilled since.
+				refill := (now - r.SyncedUs) / max(1, p.WindowUs/max(1, p.Limit))
+				avail = min(capacity, max(0, r.GlobalRemaining)+refill)
+			}
+			r.SyncedUs = 0
+			r.Local = algo.Take(p, nil, now, capacity-avail/nodes)
+		}
+		r, d = decideLocal(r, p, now, cost, d)
+		if !d.Allowed {
+			// This gateway's cold slice is spent, not necessarily the bucket: not the
+			// caller's fault, so no announced Retry-After and no penalty signal.
+			return soft(r, d, env)
+		}
+		r.OverSinceSync += cost
+		return r, d
 	}
 	// Synced with a valid lease.
 	switch {
@@ -116,22 +143,23 @@ func Decide(r Record, p algo.Params, now, cost int64, env Env) (Record, Decision
 	case r.Overdraft >= cost:
 		r.Overdraft -= cost
 		r.GlobalRemaining -= cost
+		r.OverSinceSync += cost
 		d.Over = cost
 		d.Flush = true
 	default:
 		d.Flush = true
 		d.ResetUs = r.ResetUs
 		d.Remaining = 0
-		if r.GlobalRemaining >= cost || r.RetryUs <= now {
+		if r.GlobalRemaining >= cost {
 			// The global bucket has permits but this gateway's share is spent: the flush
-			// asked for here brings a new lease within a sync interval. The caller did
-			// nothing wrong, so this refusal neither announces a Retry-After nor counts
-			// toward progressive penalties.
-			d.RetryAfterUs = env.IntervalUs
-			d.Rejected = 1
-			return r, d
+			// asked for here brings a new lease within a sync interval.
+			return soft(r, d, env)
 		}
-		d.RetryAfterUs = r.RetryUs - now
+		// The global bucket is empty as far as this gateway knows: wait until the
+		// service's retry time, and at least until the steady rate refills the deficit
+		// (the last reply's retry time predates what this gateway spent since).
+		perPermit := max(1, p.WindowUs/max(1, p.Limit))
+		d.RetryAfterUs = max(r.RetryUs-now, (cost-r.GlobalRemaining)*perPermit)
 		return reject(r, now, d)
 	}
 	d.Allowed = true
@@ -175,14 +203,33 @@ func reject(r Record, now int64, d Decision) (Record, Decision) {
 	return r, d
 }
 
+// soft refuses without blaming the caller: the gateway's share ran out while the global
+// bucket may still hold permits. It answers one sync interval, announces nothing and
+// sends no penalty signal; the flush it asks for brings a new lease.
+func soft(r Record, d Decision, env Env) (Record, Decision) {
+	d.Allowed = false
+	d.Flush = true
+	d.Rejected = 1
+	d.Early = 0
+	d.Remaining = 0
+	d.RetryAfterUs = max(env.IntervalUs, 1)
+	return r, d
+}
+
 // ApplyReply folds the service's authoritative state into r at local time now.
-func ApplyReply(r Record, s *wire.State, now, nodes int64) Record {
+// reportedOver is the Over of the delta this reply answers (0 for a bucket the batch did
+// not carry): the rest of r.OverSinceSync has not reached the service yet, so it is taken
+// off the reply's remaining, and stays counted until a reply accounts for it.
+func ApplyReply(r Record, s *wire.State, now, nodes, reportedOver int64) Record {
 	if nodes < 1 {
 		nodes = 1
 	}
+	unreported := max(0, r.OverSinceSync-reportedOver)
+	remaining := s.Remaining - unreported
+	r.OverSinceSync = unreported
 	r.LeaseLeft += int64(s.Lease)
-	r.GlobalRemaining = s.Remaining
-	r.Overdraft = maxI(0, s.Remaining) / nodes
+	r.GlobalRemaining = remaining
+	r.Overdraft = max(0, remaining) / nodes
 	r.SyncedUs = now
 	r.ResetUs = now + int64(s.ResetInMs)*1000
 	r.RetryUs = now + int64(s.RetryInMs)*1000
@@ -201,31 +248,34 @@ func (r *Record) Synced() bool { return r.SyncedUs != 0 }
 // Idle reports whether r has seen nothing for idleUs and holds no lease worth keeping,
 // so its shared-data slot may be reused.
 func (r *Record) Idle(now, idleUs int64) bool {
-	last := maxI(r.SyncedUs, r.AnnouncedUs)
+	last := max(r.SyncedUs, r.AnnouncedUs, r.UsedUs)
 	return r.LeaseLeft == 0 && now-last > idleUs && r.PenaltyUntilUs <= now
 }
 
-// Encoding: a fixed 40-byte header followed by the algorithm state (≤ 24 bytes for every
-// algorithm but the sliding window log), so a record is ≤ 64 bytes:
+// Encoding: a fixed 47-byte header followed by the algorithm state (13 or 17 bytes for
+// every algorithm but the sliding window log), so a record is ≤ 64 bytes:
 //
-//	0      version (1)
-//	1      flags (bit 0: synced)
+//	0      version (2)
+//	1      flags (bit 0: synced, bit 1: used)
 //	2      penalty level
-//	3..11  base time (int64 µs): SyncedUs when synced, else the earliest set time
-//	11..15 LeaseLeft, 15..19 Overdraft, 19..23 GlobalRemaining (int32, saturated)
-//	23..27 ResetUs, 27..31 RetryUs, 31..35 PenaltyUntilUs, 35..39 AnnouncedUs
-//	       (int32 milliseconds after base, rounded up so a deadline is never brought
-//	       forward; ±24 days is far beyond any window)
-//	39     length of the algorithm state
-//	40..   algorithm state
+//	3..11  base (int64 µs): UsedUs, or the earliest time set when never used; the
+//	       times below are relative to it
+//	11..15 SyncedUs, 15..19 ResetUs, 19..23 RetryUs, 23..27 PenaltyUntilUs,
+//	27..31 AnnouncedUs: int32 milliseconds relative to UsedUs, rounded up so a deadline
+//	       is never brought forward (SyncedUs rounded down, so a lease never looks younger);
+//	       ±24 days is far beyond any window or lease
+//	31..35 LeaseLeft, 35..39 Overdraft, 39..43 GlobalRemaining, 43..47 OverSinceSync
+//	       (int32, saturated)
+//	47..   algorithm state (the rest of the value)
 const (
-	recordVersion = 1
-	headerSize    = 40
+	recordVersion = 2
+	headerSize    = 47
 	flagSynced    = 1
+	flagUsed      = 2
 )
 
-// MaxRecordSize is the encoded size bound for fixed-size algorithms.
-const MaxRecordSize = headerSize + algo.MaxStateSize
+// MaxRecordSize is the encoded size bound for the fixed-size algorithms.
+const MaxRecordSize = 64
 
 // ErrRecord reports an undecodable record.
 var ErrRecord = errors.New("lease: malformed record")
@@ -234,32 +284,33 @@ var ErrRecord = errors.New("lease: malformed record")
 func AppendRecord(dst []byte, r *Record) []byte {
 	var h [headerSize]byte
 	h[0] = recordVersion
-	base := r.SyncedUs
-	if base != 0 {
-		h[1] = flagSynced
-	} else {
-		for _, t := range [...]int64{r.ResetUs, r.RetryUs, r.PenaltyUntilUs, r.AnnouncedUs} {
+	base := r.UsedUs
+	if base == 0 {
+		for _, t := range [...]int64{r.SyncedUs, r.ResetUs, r.RetryUs, r.PenaltyUntilUs, r.AnnouncedUs} {
 			if t != 0 && (base == 0 || t < base) {
 				base = t
 			}
 		}
 	}
+	if r.SyncedUs != 0 {
+		h[1] |= flagSynced
+	}
+	if r.UsedUs != 0 {
+		h[1] |= flagUsed
+	}
 	h[2] = r.PenaltyLevel
 	binary.LittleEndian.PutUint64(h[3:], uint64(base))
-	putI32(h[11:], r.LeaseLeft)
-	putI32(h[15:], r.Overdraft)
-	putI32(h[19:], r.GlobalRemaining)
-	putRel(h[23:], r.ResetUs, base)
-	putRel(h[27:], r.RetryUs, base)
-	putRel(h[31:], r.PenaltyUntilUs, base)
-	putRel(h[35:], r.AnnouncedUs, base)
-	n := len(r.Local)
-	if n > 255 {
-		n = 0 // only an unbounded sliding-window log gets here: it restarts fresh
-	}
-	h[39] = byte(n)
+	putRel(h[11:], r.SyncedUs, base, false)
+	putRel(h[15:], r.ResetUs, base, true)
+	putRel(h[19:], r.RetryUs, base, true)
+	putRel(h[23:], r.PenaltyUntilUs, base, true)
+	putRel(h[27:], r.AnnouncedUs, base, true)
+	putI32(h[31:], r.LeaseLeft)
+	putI32(h[35:], r.Overdraft)
+	putI32(h[39:], r.GlobalRemaining)
+	putI32(h[43:], r.OverSinceSync)
 	dst = append(dst, h[:]...)
-	return append(dst, r.Local[:n]...)
+	return append(dst, r.Local...)
 }
 
 // DecodeRecord decodes data into r, reusing r.Local's capacity.
@@ -267,33 +318,38 @@ func DecodeRecord(data []byte, r *Record) error {
 	if len(data) < headerSize || data[0] != recordVersion {
 		return ErrRecord
 	}
-	n := int(data[39])
-	if len(data) != headerSize+n {
-		return ErrRecord
-	}
 	base := int64(binary.LittleEndian.Uint64(data[3:]))
-	r.SyncedUs = 0
-	if data[1]&flagSynced != 0 {
-		r.SyncedUs = base
+	r.UsedUs = 0
+	if data[1]&flagUsed != 0 {
+		r.UsedUs = base
 	}
 	r.PenaltyLevel = data[2]
-	r.LeaseLeft = getI32(data[11:])
-	r.Overdraft = getI32(data[15:])
-	r.GlobalRemaining = getI32(data[19:])
-	r.ResetUs = getRel(data[23:], base)
-	r.RetryUs = getRel(data[27:], base)
-	r.PenaltyUntilUs = getRel(data[31:], base)
-	r.AnnouncedUs = getRel(data[35:], base)
+	r.SyncedUs = 0
+	if data[1]&flagSynced != 0 {
+		r.SyncedUs = getRel(data[11:], base)
+	}
+	r.ResetUs = getRel(data[15:], base)
+	r.RetryUs = getRel(data[19:], base)
+	r.PenaltyUntilUs = getRel(data[23:], base)
+	r.AnnouncedUs = getRel(data[27:], base)
+	r.LeaseLeft = getI32(data[31:])
+	r.Overdraft = getI32(data[35:])
+	r.GlobalRemaining = getI32(data[39:])
+	r.OverSinceSync = getI32(data[43:])
 	r.Local = append(r.Local[:0], data[headerSize:]...)
 	return nil
 }
 
 const relNone = -1 << 31 // marks a zero (unset) time
 
-func putRel(b []byte, t, base int64) {
+func putRel(b []byte, t, base int64, up bool) {
 	v := int64(relNone)
 	if t != 0 {
-		v = clampI32(ceilDiv(t-base, 1000))
+		if up {
+			v = clampI32(ceilDiv(t-base, 1000))
+		} else {
+			v = clampI32(floorDiv(t-base, 1000))
+		}
 		if v == relNone {
 			v++
 		}
@@ -313,6 +369,14 @@ func ceilDiv(a, b int64) int64 {
 	q := a / b
 	if a%b != 0 && a > 0 {
 		q++
+	}
+	return q
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
 	}
 	return q
 }

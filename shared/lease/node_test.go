@@ -36,7 +36,7 @@ func TestDecideModes(t *testing.T) {
 		{"lease first", synced, healthy(4), 2, true, 2, 0, 0, false, false, false},
 		{"overdraft when the lease is short", Record{SyncedUs: now - 1, LeaseLeft: 1, Overdraft: 2, GlobalRemaining: 10}, healthy(4), 2, true, 0, 2, 0, false, true, false},
 		{"rejects when lease and overdraft are spent", Record{SyncedUs: now - 1, GlobalRemaining: 0, RetryUs: now + 5*sec}, healthy(4), 1, false, 0, 0, 0, false, true, false},
-		{"stale lease is returned; a healthy fleet treats the bucket as cold", Record{SyncedUs: now - 2*sec, LeaseLeft: 7}, healthy(4), 1, true, 0, 1, 7, false, true, false},
+		{"stale lease is returned; a healthy fleet treats the bucket as cold", Record{SyncedUs: now - 2*sec, LeaseLeft: 7, GlobalRemaining: 40}, healthy(4), 1, true, 0, 1, 7, false, true, false},
 		{"open breaker degrades", synced, Env{Sync: true, Nodes: 4, LeaseTTLUs: sec}, 1, true, 0, 1, 3, true, false, false},
 		{"penalty cooldown rejects", Record{SyncedUs: now - 1, LeaseLeft: 50, PenaltyUntilUs: now + 4*sec, PenaltyLevel: 2}, healthy(4), 1, false, 0, 0, 0, false, false, true},
 	}
@@ -114,12 +114,12 @@ func TestEarlyRetriesCount(t *testing.T) {
 func TestApplyReply(t *testing.T) {
 	now := int64(1_700_000_000) * sec
 	r := Record{LeaseLeft: 2}
-	r = ApplyReply(r, &wire.State{Lease: 5, Remaining: 40, ResetInMs: 3000, RetryInMs: 0, PenaltyInMs: 2000, PenaltyLevel: 1}, now, 4)
+	r = ApplyReply(r, &wire.State{Lease: 5, Remaining: 40, ResetInMs: 3000, RetryInMs: 0, PenaltyInMs: 2000, PenaltyLevel: 1}, now, 4, 0)
 	if r.LeaseLeft != 7 || r.Overdraft != 10 || r.GlobalRemaining != 40 || r.SyncedUs != now ||
 		r.ResetUs != now+3*sec || r.PenaltyUntilUs != now+2*sec || r.PenaltyLevel != 1 {
 		t.Fatalf("record %+v", r)
 	}
-	r = ApplyReply(r, &wire.State{Remaining: -5}, now+sec, 4)
+	r = ApplyReply(r, &wire.State{Remaining: -5}, now+sec, 4, 0)
 	if r.Overdraft != 0 || r.PenaltyUntilUs != 0 {
 		t.Fatalf("debt must leave no overdraft and a cleared penalty: %+v", r)
 	}
@@ -133,6 +133,7 @@ func TestRecordEncoding(t *testing.T) {
 	}{
 		{"zero", Record{}},
 		{"cold with times", Record{AnnouncedUs: now + 3*sec, ResetUs: now + 60*sec, Local: algo.Take(perMinute100, nil, now, 3)}},
+		{"used after sync", Record{UsedUs: now + 2*sec, SyncedUs: now, LeaseLeft: 1, OverSinceSync: 6, RetryUs: now + 3*sec, Local: algo.Take(perMinute100, nil, now, 1)}},
 		{"synced", Record{SyncedUs: now, LeaseLeft: 12, Overdraft: 3, GlobalRemaining: -4, ResetUs: now + 60*sec, RetryUs: now + 2*sec,
 			PenaltyUntilUs: now + 8*sec, AnnouncedUs: now + sec, PenaltyLevel: 3, Local: algo.Take(perMinute100, nil, now, 1)}},
 	}
@@ -146,8 +147,10 @@ func TestRecordEncoding(t *testing.T) {
 			if err := DecodeRecord(b, &got); err != nil {
 				t.Fatal(err)
 			}
-			if got.SyncedUs != tt.rec.SyncedUs || got.LeaseLeft != tt.rec.LeaseLeft || got.Overdraft != tt.rec.Overdraft ||
+			// SyncedUs is kept in milliseconds rounded down: a lease never looks younger.
+			if got.SyncedUs > tt.rec.SyncedUs || tt.rec.SyncedUs-got.SyncedUs >= 1000 || got.LeaseLeft != tt.rec.LeaseLeft || got.Overdraft != tt.rec.Overdraft ||
 				got.GlobalRemaining != tt.rec.GlobalRemaining || got.PenaltyLevel != tt.rec.PenaltyLevel ||
+				got.UsedUs != tt.rec.UsedUs || got.OverSinceSync != tt.rec.OverSinceSync ||
 				string(got.Local) != string(tt.rec.Local) {
 				t.Fatalf("round trip:\n got %+v\nwant %+v", got, tt.rec)
 			}
@@ -175,4 +178,79 @@ func FuzzDecodeRecord(f *testing.F) {
 			t.Fatalf("re-encoded record does not decode: %v", err)
 		}
 	})
+}
+
+// Over admitted outside the lease that the reply could not include (other workers, or after
+// the batch was cut) is taken off the reply's remaining and stays counted until reported.
+func TestApplyReplySubtractsUnreportedOver(t *testing.T) {
+	now := int64(1_700_000_000) * sec
+	r := Record{OverSinceSync: 30}
+	r = ApplyReply(r, &wire.State{Remaining: 100}, now, 2, 10)
+	if r.GlobalRemaining != 80 || r.Overdraft != 40 || r.OverSinceSync != 20 {
+		t.Fatalf("record %+v", r)
+	}
+	r = ApplyReply(r, &wire.State{Remaining: 60}, now, 2, 20)
+	if r.GlobalRemaining != 60 || r.OverSinceSync != 0 {
+		t.Fatalf("once reported nothing is taken off: %+v", r)
+	}
+}
+
+// A bucket whose lease expired restarts cold, but never beyond what the service last said:
+// an empty bucket stays refused until its RetryUs, and a partial one restarts from the
+// last-known remaining plus the refill since.
+func TestExpiredLeaseRestart(t *testing.T) {
+	now := int64(1_700_000_000) * sec
+	env := healthy(1)
+	empty := Record{SyncedUs: now - 2*sec, GlobalRemaining: 0, RetryUs: now + 30*sec}
+	if _, d := Decide(empty, perMinute100, now, 1, env); d.Allowed || d.RetryAfterUs != 30*sec {
+		t.Fatalf("a spent bucket refilled after a pause: %+v", d)
+	}
+	// 2 s at 100/min refills 3 (one per 600 ms); 5 were left: 8 admitted, then refusals.
+	r := Record{SyncedUs: now - 2*sec, GlobalRemaining: 5, RetryUs: now - sec}
+	admitted := 0
+	for i := 0; i < 20; i++ {
+		var d Decision
+		r, d = Decide(r, perMinute100, now, 1, env)
+		if d.Allowed {
+			admitted++
+		} else if d.Early != 0 || d.RetryAfterUs != env.IntervalUs {
+			t.Fatalf("a spent cold slice must be a soft refusal: %+v", d)
+		}
+	}
+	if admitted != 8 {
+		t.Fatalf("admitted %d after the restart, want 8", admitted)
+	}
+	if r.OverSinceSync != 8 {
+		t.Fatalf("OverSinceSync %d", r.OverSinceSync)
+	}
+}
+
+// A never-synced bucket in use is not idle (local mode eviction).
+func TestIdleUsesLastDecision(t *testing.T) {
+	now := int64(1_700_000_000) * sec
+	r, _ := Decide(Record{}, perMinute100, now, 1, Env{Nodes: 1})
+	if r.Idle(now+sec, 10*sec) {
+		t.Fatal("a bucket used a second ago is idle")
+	}
+	if !r.Idle(now+11*sec, 10*sec) {
+		t.Fatal("a bucket unused for 11 s is not idle")
+	}
+}
+
+// Penalized and refused answers never tell the caller to come back before the bucket
+// itself would admit the request.
+func TestRetryNeverBeforeTheBucket(t *testing.T) {
+	now := int64(1_700_000_000) * sec
+	env := healthy(1)
+	env.LeaseTTLUs = 100 * sec
+	pen := Record{SyncedUs: now, PenaltyUntilUs: now + sec, RetryUs: now + 5*sec, PenaltyLevel: 1}
+	if _, d := Decide(pen, perMinute100, now, 1, env); !d.Penalized || d.RetryAfterUs != 5*sec {
+		t.Fatalf("penalty shorter than the bucket's wait: %+v", d)
+	}
+	// The overdraft is spent and the global bucket was at 2 when the reply came (RetryUs
+	// then was "now"): refill at 100/min is 600 ms a permit, so a cost of 4 waits 1.2 s.
+	spent := Record{SyncedUs: now, GlobalRemaining: 2, RetryUs: now}
+	if _, d := Decide(spent, perMinute100, now+sec/10, 4, env); d.Allowed || d.RetryAfterUs != 1200*sec/1000 {
+		t.Fatalf("refusal with a stale retry time: %+v", d)
+	}
 }

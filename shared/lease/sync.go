@@ -144,6 +144,28 @@ type SyncResult struct {
 	Reclaimed int64
 }
 
+// Fill writes r into the wire State a gateway receives. Durations round up to
+// milliseconds so gateways reset late rather than early (RATIONALE.md §4).
+func (r *SyncResult) Fill(st *wire.State) {
+	st.Allowed = r.Allowed
+	st.Remaining = r.Remaining
+	st.Lease = clampU32(r.Grant)
+	st.LeaseHeld = clampU32(r.Held)
+	st.ResetInMs = clampU32(ceilMs(r.ResetUs))
+	st.RetryInMs = clampU32(ceilMs(r.RetryUs))
+	st.PenaltyInMs = clampU32(ceilMs(r.PenaltyUs))
+	st.PenaltyLevel = uint8(min(max(r.Level, 0), 255))
+}
+
+func ceilMs(us int64) int64 {
+	if us <= 0 {
+		return 0
+	}
+	return (us + 999) / 1000
+}
+
+func clampU32(v int64) uint32 { return uint32(min(max(v, 0), 1<<32-1)) }
+
 // ParamsOf returns the algorithm parameters a delta carries.
 func ParamsOf(d *wire.Delta) algo.Params {
 	return algo.Params{Kind: algo.Kind(d.Algo), Limit: int64(d.Limit), WindowUs: int64(d.WindowMs) * 1000, Burst: int64(d.Burst)}

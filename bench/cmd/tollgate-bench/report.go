@@ -282,7 +282,7 @@ func (r *report) writeCost(w io.Writer) {
 	fmt.Fprintln(w, "interleaved so that other work on the machine hits them alike (the spread column is min–max")
 	fmt.Fprintln(w, "of the rounds). Host calls and host→guest allocations (`proxy_on_memory_allocate` calls the host")
 	fmt.Fprintln(w, "makes to hand data to the module) are counted over 20,000 requests on a second host with")
-	fmt.Fprintln(w, "`host.Config.CountHostCalls`. *Module CPU* is the CPU time a profile of one more round")
+	fmt.Fprintln(w, "`host.Config.CountHostCalls`. *Module CPU* is the CPU time a profile of at least 1 s more")
 	fmt.Fprintln(w, "attributes to the module's compiled code (`runtime._ExternalCode`); the rest of a request is")
 	fmt.Fprintln(w, "the host (Go: header maps, context bookkeeping, the host functions themselves).")
 	fmt.Fprintln(w)
@@ -445,6 +445,16 @@ func (r *report) writeLoad(w io.Writer, charts string) {
 	fmt.Fprintf(w, "![checks/s, Tollgate vs per-request limiter](%s/%s)\n\n", charts, chartChecks)
 }
 
+// cpuPerDelta is Redis CPU per delta of a distribution run, idle baseline subtracted.
+func (r *report) cpuPerDelta(d perf.RedisCost) string {
+	deltas := d.Load.Metrics["tollgate.sync_deltas_sent"]
+	if deltas == 0 {
+		return "–"
+	}
+	cpu := d.Load.Redis.CPU - r.redisIdleMsPerSec/1e3*d.Load.Elapsed.Seconds()
+	return fmtF(max(cpu, 0)*1e6/float64(deltas), 1)
+}
+
 // writeCapacity turns Redis CPU per check into what one Redis core could carry.
 func (r *report) writeCapacity(w io.Writer) {
 	l := r.loads
@@ -477,25 +487,28 @@ func (r *report) writeDists(w io.Writer, charts string) {
 	fmt.Fprintln(w, "scaled to 1M requests (the runs send fewer: see the requests column). Round trips are the")
 	fmt.Fprintln(w, "pipelines the sync service sent to Redis; commands are `total_commands_processed` (commands")
 	fmt.Fprintln(w, "inside scripts included); CPU is Redis's `used_cpu_sys + used_cpu_user` (which includes its")
-	fmt.Fprintf(w, "idle background work, %.1f ms per second measured before the runs); script µs per delta is the\n", r.redisIdleMsPerSec)
-	fmt.Fprintln(w, "server time of the lease scripts (INFO commandstats) per bucket delta applied.")
+	fmt.Fprintf(w, "idle background work, %.1f ms per second measured before the runs); CPU per delta is that CPU\n", r.redisIdleMsPerSec)
+	fmt.Fprintln(w, "less the idle baseline, per bucket delta the filter sent (`tollgate.sync_deltas_sent`).")
 	fmt.Fprintln(w)
 	var rows [][]string
 	for _, d := range r.dists {
 		x := d.Load
 		rows = append(rows, []string{d.Dist.Name, d.Dist.What, fmtInt(float64(x.Checks)), fmtInt(x.ChecksPerSec),
-			fmtF(d.AdmittedPct, 1), fmtInt(d.RoundTripsPer1M), fmtInt(d.DeltasPer1M), fmtInt(d.ScriptsPer1M), fmtInt(d.CommandsPer1M), fmtF(d.CPUSecPer1M, 2),
-			fmtF(d.ScriptUsecPerDelta, 1)})
+			fmtF(d.AdmittedPct, 1), fmtF(100*ratio(float64(x.Metrics["tollgate.requests_penalized"]), float64(x.Checks)), 1), fmtInt(d.RoundTripsPer1M), fmtInt(d.DeltasPer1M), fmtInt(d.ScriptsPer1M), fmtInt(d.CommandsPer1M), fmtF(d.CPUSecPer1M, 2),
+			r.cpuPerDelta(d)})
 	}
 	rr := r.loads["redis_rate"]
 	rows = append(rows, []string{"per-request limiter", "redis_rate, any distribution (from section 2)", fmtInt(float64(rr.Checks)), fmtInt(rr.ChecksPerSec),
-		fmtF(100*ratio(float64(rr.Admitted), float64(rr.Checks)), 1), fmtInt(perf.Per1M(float64(rr.RoundTrips), rr.Checks)), "–",
+		fmtF(100*ratio(float64(rr.Admitted), float64(rr.Checks)), 1), "–", fmtInt(perf.Per1M(float64(rr.RoundTrips), rr.Checks)), "–",
 		fmtInt(perf.Per1M(float64(rr.Redis.Scripts()), rr.Checks)), fmtInt(perf.Per1M(float64(rr.Redis.Commands), rr.Checks)), fmtF(perf.Per1M(rr.Redis.CPU, rr.Checks), 2), "–"})
-	table(w, []string{"keys", "drawn as", "requests", "req/s", "admitted %", "round trips / 1M", "deltas / 1M", "script calls / 1M", "commands / 1M", "Redis CPU s / 1M", "script µs / delta"}, rows)
+	table(w, []string{"keys", "drawn as", "requests", "req/s", "admitted %", "penalized %", "round trips / 1M", "deltas / 1M", "script calls / 1M", "commands / 1M", "Redis CPU s / 1M", "Redis CPU µs / delta"}, rows)
 	fmt.Fprintln(w, "Round trips follow time, not requests: each worker sends at most one batch per tick (10/s)")
 	fmt.Fprintln(w, "plus early flushes when a bucket is new or its lease ran out, and a batch is one pipeline")
-	fmt.Fprintln(w, "on a standalone Redis. The hot key is answered almost entirely from its lease and local")
-	fmt.Fprintln(w, "rejections; uniform cold keys make every request a new bucket (an early flush and a delta")
+	fmt.Fprintln(w, "on a standalone Redis. The hot key is answered locally: the closed-loop client ignores")
+	fmt.Fprintln(w, "`Retry-After`, so after its first burst the progressive penalty (a growing cooldown, DESIGN.md)")
+	fmt.Fprintln(w, "refuses it outright (the penalized column) and the few deltas left carry the rejection counts.")
+	fmt.Fprintln(w, "With Zipf keys the head keys are above their limit and penalized the same way while the tail")
+	fmt.Fprintln(w, "is admitted. Uniform cold keys make every request a new bucket (an early flush and a delta")
 	fmt.Fprintln(w, "each), which is the worst case for the sync.")
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "![Redis operations per 1M requests](%s/%s)\n\n", charts, chartRedisOps)
@@ -683,6 +696,9 @@ func (r *report) writeSim(w io.Writer, charts string) {
 			"false rejections % (ninety)", "round trips/s (adversarial)", "deltas/s (adversarial)"}, rows)
 	}
 	simTable(r.simGateways, func(p perf.SimPoint) string { return strconv.Itoa(p.Gateways) }, "gateways")
+	fmt.Fprintf(w, "The same runs from the command line: `go run ./bench/cmd/tollgate-sim -keys %d -duration %s -traffic adversarial -penalty=false -sweep gateways=1,2,4,8,16,20`\n", perf.SimKeys, perf.SimDuration)
+	fmt.Fprintln(w, "(and `-traffic bursty`, `-traffic ninety` without `-penalty=false`).")
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "![over-admission and false rejections vs gateways](%s/%s)\n\n", charts, chartGateways)
 	simTable(r.simInterval, func(p perf.SimPoint) string { return p.Interval.String() }, "sync interval (4 gateways)")
 	fmt.Fprintf(w, "![over-admission and false rejections vs sync interval](%s/%s)\n\n", charts, chartInterval)
@@ -695,7 +711,8 @@ func (r *report) writeNotes(w io.Writer) {
 	fmt.Fprintln(w, "- **Everything competes for 2 cores.** The load generator, the wasm host's workers, the sync")
 	fmt.Fprintln(w, "  service, the upstream and redis-server share them, and other work on the machine may too")
 	fmt.Fprintf(w, "  (load average %s at the start). Every throughput here is a throughput of the whole system on\n", r.machine.loadAvg)
-	fmt.Fprintln(w, "  2 cores, not of one component; repeated runs vary by 10–20 %.")
+	fmt.Fprintln(w, "  2 cores, not of one component, and repeated runs differ by tens of percent: compare the")
+	fmt.Fprintln(w, "  numbers within one report, not across reports.")
 	tg, rr := l["tollgate"], l["redis_rate"]
 	fmt.Fprintf(w, "- **Redis on its own cores.** In the saturated runs Redis used %.0f %% of a core for Tollgate and %.0f %%\n",
 		100*tg.Redis.CPU/tg.Elapsed.Seconds(), 100*rr.Redis.CPU/rr.Elapsed.Seconds())

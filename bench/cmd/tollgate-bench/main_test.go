@@ -1,0 +1,52 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRunRefusesBadFlags(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"negative scale", []string{"-scale", "-1"}, "must be positive"},
+		{"zero scale", []string{"-scale", "0"}, "must be positive"},
+		{"stray argument", []string{"extra"}, `unexpected argument "extra"`},
+		{"unknown flag", []string{"-nope"}, "flag provided but not defined"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := run(c.args, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("run(%q) = %v, want an error containing %q", c.args, err, c.want)
+			}
+		})
+	}
+}
+
+func TestFormatting(t *testing.T) {
+	cases := []struct {
+		name, got, want string
+	}{
+		{"int", fmtInt(1234567), "1,234,567"},
+		{"small int", fmtInt(999), "999"},
+		{"negative int", fmtInt(-1234.4), "-1,234"},
+		{"µs", fmtDur(1500 * time.Nanosecond), "1.5 µs"},
+		{"ms", fmtDur(2500 * time.Microsecond), "2.50 ms"},
+		{"s", fmtDur(1500 * time.Millisecond), "1.50 s"},
+		{"ratio below one", fmtRatio(0.01), "1/100"},
+		{"ratio above one", fmtRatio(2.04), "2.0×"},
+		{"no ratio", fmtRatio(0), "n/a"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.got != c.want {
+				t.Fatalf("got %q, want %q", c.got, c.want)
+			}
+		})
+	}
+}
