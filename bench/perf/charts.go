@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"image/color"
 	"math"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // Chart size: 768 × 432 px at the PNG canvas's 96 dpi, a few tens of KB each.
@@ -90,45 +92,81 @@ func sweepSeries(points []SimPoint, x func(SimPoint) float64) []series {
 	return ss
 }
 
-// ChartSimGateways draws over-admission and false rejections against fleet size.
-func ChartSimGateways(points []SimPoint, path string) error {
-	p := newPlot(fmt.Sprintf("Fleet simulation: %d keys, token bucket 100/s, 100 ms sync, %s simulated", SimKeys, SimDuration),
-		"gateways (2 workers each)", "% of limit (over-admission) / % of deserved requests (false rejections)")
-	p.Y.Label.Text = "%"
-	ss := sweepSeries(points, func(pt SimPoint) float64 { return float64(pt.Gateways) })
-	if err := addLines(p, ss); err != nil {
+// sweepPanels draws a sweep as two panels sharing the X axis: over-admission on top,
+// false rejections below (their scales differ by orders of magnitude).
+func sweepPanels(title, xlabel string, points []SimPoint, x func(SimPoint) float64, ticks plot.Ticker, logX bool, path string) error {
+	ss := sweepSeries(points, x)
+	over := newPlot(title, "", "over-admission, % of capacity")
+	rej := newPlot("", xlabel, "false rejections, %")
+	for _, p := range []*plot.Plot{over, rej} {
+		if logX {
+			p.X.Scale = plot.LogScale{}
+		}
+		if ticks != nil {
+			p.X.Tick.Marker = ticks
+		}
+	}
+	if err := addLines(over, ss[:2]); err != nil {
 		return err
 	}
-	var ticks plot.ConstantTicks
-	for _, pt := range ss[0].xy {
-		ticks = append(ticks, plot.Tick{Value: pt.X, Label: strconv.Itoa(int(pt.X))})
+	legendRoom(over, ss[:2])
+	if err := addLines(rej, ss[2:]); err != nil {
+		return err
 	}
-	p.X.Tick.Marker = ticks
-	legendRoom(p, ss)
-	return p.Save(chartW, chartH, path)
+	legendRoom(rej, ss[2:])
+	return savePanels(path, over, rej)
+}
+
+// savePanels stacks plots vertically in one PNG.
+func savePanels(path string, plots ...*plot.Plot) error {
+	img := vgimg.New(chartW, chartH*vg.Length(len(plots))*0.6)
+	dc := draw.New(img)
+	grid := make([][]*plot.Plot, len(plots))
+	for i, p := range plots {
+		grid[i] = []*plot.Plot{p}
+	}
+	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadTop: vg.Points(4), PadBottom: vg.Points(4), PadLeft: vg.Points(4), PadRight: vg.Points(8), PadY: vg.Points(10)}
+	canvases := plot.Align(grid, tiles, dc)
+	for i, p := range plots {
+		p.Draw(canvases[i][0])
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("chart %q: %w", path, err)
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return fmt.Errorf("chart %q: %w", path, err)
+	}
+	return f.Close()
+}
+
+// ChartSimGateways draws over-admission and false rejections against fleet size.
+func ChartSimGateways(points []SimPoint, path string) error {
+	var ticks plot.ConstantTicks
+	seen := map[int]bool{}
+	for _, pt := range points {
+		if !seen[pt.Gateways] {
+			seen[pt.Gateways] = true
+			ticks = append(ticks, plot.Tick{Value: float64(pt.Gateways), Label: strconv.Itoa(pt.Gateways)})
+		}
+	}
+	return sweepPanels(fmt.Sprintf("Fleet simulation: %d keys, token bucket 100/s, 100 ms sync, %s simulated", SimKeys, SimDuration),
+		"gateways (2 workers each)", points, func(pt SimPoint) float64 { return float64(pt.Gateways) }, ticks, false, path)
 }
 
 // ChartSimInterval draws over-admission and false rejections against the sync interval.
 func ChartSimInterval(points []SimPoint, path string) error {
-	p := newPlot(fmt.Sprintf("Fleet simulation: %d keys, 4 gateways, lease horizon 2 intervals, %s simulated", SimKeys, SimDuration),
-		"sync interval (ms, log scale)", "%")
-	p.X.Scale = plot.LogScale{}
 	var ticks plot.ConstantTicks
 	seen := map[time.Duration]bool{}
 	for _, pt := range points {
 		if !seen[pt.Interval] {
 			seen[pt.Interval] = true
-			ms := float64(pt.Interval.Milliseconds())
-			ticks = append(ticks, plot.Tick{Value: ms, Label: strconv.FormatInt(pt.Interval.Milliseconds(), 10)})
+			ticks = append(ticks, plot.Tick{Value: float64(pt.Interval.Milliseconds()), Label: strconv.FormatInt(pt.Interval.Milliseconds(), 10)})
 		}
 	}
-	p.X.Tick.Marker = ticks
-	ss := sweepSeries(points, func(pt SimPoint) float64 { return float64(pt.Interval.Milliseconds()) })
-	if err := addLines(p, ss); err != nil {
-		return err
-	}
-	legendRoom(p, ss)
-	return p.Save(chartW, chartH, path)
+	return sweepPanels(fmt.Sprintf("Fleet simulation: %d keys, 4 gateways, lease horizon 2 intervals, %s simulated", SimKeys, SimDuration),
+		"sync interval (ms, log scale)", points, func(pt SimPoint) float64 { return float64(pt.Interval.Milliseconds()) }, ticks, true, path)
 }
 
 // Bars is one series of a grouped bar chart: a value per group.

@@ -74,7 +74,7 @@ func (p *Plugin) body429(now int64, op *bucketOp, secs int64) []byte {
 	}
 	if op.dec.Penalized {
 		e.PenaltyLevel = int64(op.dec.PenaltyLevel)
-		e.PenaltySeconds = ceilSec(op.dec.RetryAfterUs)
+		e.PenaltySeconds = ceilSec(op.dec.PenaltyLeftUs)
 	}
 	return header.Body429(&e)
 }

@@ -251,7 +251,7 @@ func (s *Stream) strictDecided(now int64, states []wire.State) Action {
 		}
 		op := &bucketOp{a: a, w: int(states[i].Window), params: a.Windows[int(states[i].Window)%len(a.Windows)]}
 		op.dec = lease.Decision{RetryAfterUs: int64(states[i].RetryInMs) * 1000, ResetUs: now + int64(states[i].ResetInMs)*1000,
-			PenaltyLevel: states[i].PenaltyLevel, Penalized: states[i].PenaltyInMs > 0}
+			PenaltyLevel: states[i].PenaltyLevel, Penalized: states[i].PenaltyInMs > 0, PenaltyLeftUs: int64(states[i].PenaltyInMs) * 1000}
 		if op.dec.Penalized && int64(states[i].PenaltyInMs)*1000 > op.dec.RetryAfterUs {
 			op.dec.RetryAfterUs = int64(states[i].PenaltyInMs) * 1000
 		}

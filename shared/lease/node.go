@@ -68,6 +68,7 @@ type Decision struct {
 	RetryAfterUs    int64 // when !Allowed: from now until the bucket can admit (un-jittered)
 	Degraded        bool  // decided without a valid lease (sync enabled but unhealthy)
 	Penalized       bool  // rejected by a progressive-penalty cooldown
+	PenaltyLeftUs   int64 // when Penalized: what remains of the cooldown
 	PenaltyLevel    uint8
 	// Flush asks for an early sync: the bucket is new or its lease ran dry.
 	Flush bool
@@ -81,8 +82,14 @@ func Decide(r Record, p algo.Params, now, cost int64, env Env) (Record, Decision
 	if r.PenaltyUntilUs > now {
 		d.PenaltyLevel = r.PenaltyLevel
 		d.Penalized = true
-		// Never earlier than the bucket itself would admit the request.
-		d.RetryAfterUs = max(r.PenaltyUntilUs-now, r.RetryUs-now, algo.RetryAfter(p, r.Local, now, cost))
+		d.PenaltyLeftUs = r.PenaltyUntilUs - now
+		// Never earlier than the bucket itself would admit the request: the service's
+		// retry time when synced, the local algorithm's otherwise.
+		wait := r.RetryUs - now
+		if !r.Synced() {
+			wait = algo.RetryAfter(p, r.Local, now, cost)
+		}
+		d.RetryAfterUs = max(d.PenaltyLeftUs, wait)
 		d.ResetUs = maxI(r.ResetUs, r.PenaltyUntilUs)
 		return reject(r, now, d)
 	}
