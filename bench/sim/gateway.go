@@ -207,7 +207,11 @@ func (w *worker) onReply(s *sim, c *call) {
 			s.res.LeaseGranted += int64(st.Lease)
 		}
 		w.g.load(key, rec)
-		*rec = lease.ApplyReply(*rec, st, now, w.fleet(s), int64(c.batch.b.Deltas[i].Over))
+		var returned int64
+		*rec, returned = lease.ApplyReply(*rec, st, now, w.fleet(s), int64(c.batch.b.Deltas[i].Over))
+		if returned > 0 {
+			w.record(s, key, &lease.Decision{Returned: returned}, true)
+		}
 		s.keyOverdraft(key, rec.Overdraft)
 		s.buf = w.g.store(key, rec, s.buf)
 	}

@@ -177,11 +177,9 @@ func (s *syncer) onResponse(now int64, headers [][2]string, body []byte) {
 	for i := range reply.States {
 		st := &reply.States[i]
 		// The service answers one state per delta, in order.
-		var reported int64
 		if i < len(batch.Deltas) && batch.Deltas[i].Key == st.Key && batch.Deltas[i].Rule == st.Rule && batch.Deltas[i].Window == st.Window {
-			reported = int64(batch.Deltas[i].Over)
+			s.apply(now, st, &batch.Deltas[i])
 		}
-		s.apply(now, st, reported)
 	}
 	if reply.RulesVersion > s.p.rulesVersion {
 		s.p.rulesBehind(reply.RulesVersion)
@@ -189,7 +187,7 @@ func (s *syncer) onResponse(now int64, headers [][2]string, body []byte) {
 }
 
 // apply folds one bucket's authoritative state into shared data (bounded CAS retries).
-func (s *syncer) apply(now int64, st *wire.State, reportedOver int64) {
+func (s *syncer) apply(now int64, st *wire.State, sent *wire.Delta) {
 	p := s.p
 	id := s.bucketID(st.Key, st.Rule, int(st.Window))
 	if st.Lease > 0 {
@@ -203,20 +201,39 @@ func (s *syncer) apply(now int64, st *wire.State, reportedOver int64) {
 		if !sl.mine {
 			break // evicted meanwhile: hand the lease back below
 		}
-		sl.rec = lease.ApplyReply(sl.rec, st, now, s.fleet(), reportedOver)
+		var returned int64
+		sl.rec, returned = lease.ApplyReply(sl.rec, st, now, s.fleet(), int64(sent.Over))
 		ok, err := p.table.store(id, &sl)
 		if err != nil {
 			break
 		}
 		if ok {
+			if returned > 0 {
+				s.addReturned(id, sent, returned)
+			}
 			return
 		}
 	}
-	if pd, ok := s.pending[id]; ok && st.Lease > 0 {
+	if st.Lease > 0 {
 		// The grant could not be stored: give it back so it is not stranded until the
 		// service's lease expiry reclaims it.
-		pd.Returned += st.Lease
+		s.addReturned(id, sent, int64(st.Lease))
 	}
+}
+
+// addReturned reports lease handed back for bucket id with the next batch.
+func (s *syncer) addReturned(id string, sent *wire.Delta, n int64) {
+	pd, ok := s.pending[id]
+	if !ok {
+		if int64(len(s.pending)) >= s.p.cfg.Sync.MaxPending {
+			s.p.m.inc(s.p.m.pendingDropped) // stranded until the service's lease expiry
+			return
+		}
+		pd = &wire.Delta{Key: sent.Key, Rule: sent.Rule, Window: sent.Window,
+			Algo: sent.Algo, Limit: sent.Limit, WindowMs: sent.WindowMs, Burst: sent.Burst}
+		s.pending[id] = pd
+	}
+	pd.Returned += u32(n)
 }
 
 func (s *syncer) fleet() int64 {

@@ -227,7 +227,12 @@ func soft(r Record, d Decision, env Env) (Record, Decision) {
 // reportedOver is the Over of the delta this reply answers (0 for a bucket the batch did
 // not carry): the rest of r.OverSinceSync has not reached the service yet, so it is taken
 // off the reply's remaining, and stays counted until a reply accounts for it.
-func ApplyReply(r Record, s *wire.State, now, nodes, reportedOver int64) Record {
+//
+// When that leaves the remaining negative, the lease just granted came out of permits
+// this gateway had already admitted: that much of it is handed straight back (returned,
+// to be reported as wire.Delta.Returned), and the unreported admissions will consume it
+// when they reach the service.
+func ApplyReply(r Record, s *wire.State, now, nodes, reportedOver int64) (Record, int64) {
 	if nodes < 1 {
 		nodes = 1
 	}
@@ -235,6 +240,12 @@ func ApplyReply(r Record, s *wire.State, now, nodes, reportedOver int64) Record 
 	remaining := s.Remaining - unreported
 	r.OverSinceSync = unreported
 	r.LeaseLeft += int64(s.Lease)
+	var returned int64
+	if remaining < 0 && r.LeaseLeft > 0 {
+		returned = min(r.LeaseLeft, -remaining)
+		r.LeaseLeft -= returned
+		remaining += returned
+	}
 	r.GlobalRemaining = remaining
 	r.Overdraft = max(0, remaining) / nodes
 	r.SyncedUs = now
@@ -246,7 +257,7 @@ func ApplyReply(r Record, s *wire.State, now, nodes, reportedOver int64) Record 
 	} else {
 		r.PenaltyUntilUs = 0
 	}
-	return r
+	return r, returned
 }
 
 // Synced reports whether a reply has ever been applied to r.

@@ -114,12 +114,12 @@ func TestEarlyRetriesCount(t *testing.T) {
 func TestApplyReply(t *testing.T) {
 	now := int64(1_700_000_000) * sec
 	r := Record{LeaseLeft: 2}
-	r = ApplyReply(r, &wire.State{Lease: 5, Remaining: 40, ResetInMs: 3000, RetryInMs: 0, PenaltyInMs: 2000, PenaltyLevel: 1}, now, 4, 0)
+	r, _ = ApplyReply(r, &wire.State{Lease: 5, Remaining: 40, ResetInMs: 3000, RetryInMs: 0, PenaltyInMs: 2000, PenaltyLevel: 1}, now, 4, 0)
 	if r.LeaseLeft != 7 || r.Overdraft != 10 || r.GlobalRemaining != 40 || r.SyncedUs != now ||
 		r.ResetUs != now+3*sec || r.PenaltyUntilUs != now+2*sec || r.PenaltyLevel != 1 {
 		t.Fatalf("record %+v", r)
 	}
-	r = ApplyReply(r, &wire.State{Remaining: -5}, now+sec, 4, 0)
+	r, _ = ApplyReply(r, &wire.State{Remaining: -5}, now+sec, 4, 0)
 	if r.Overdraft != 0 || r.PenaltyUntilUs != 0 {
 		t.Fatalf("debt must leave no overdraft and a cleared penalty: %+v", r)
 	}
@@ -185,13 +185,19 @@ func FuzzDecodeRecord(f *testing.F) {
 func TestApplyReplySubtractsUnreportedOver(t *testing.T) {
 	now := int64(1_700_000_000) * sec
 	r := Record{OverSinceSync: 30}
-	r = ApplyReply(r, &wire.State{Remaining: 100}, now, 2, 10)
+	r, _ = ApplyReply(r, &wire.State{Remaining: 100}, now, 2, 10)
 	if r.GlobalRemaining != 80 || r.Overdraft != 40 || r.OverSinceSync != 20 {
 		t.Fatalf("record %+v", r)
 	}
-	r = ApplyReply(r, &wire.State{Remaining: 60}, now, 2, 20)
+	r, _ = ApplyReply(r, &wire.State{Remaining: 60}, now, 2, 20)
 	if r.GlobalRemaining != 60 || r.OverSinceSync != 0 {
 		t.Fatalf("once reported nothing is taken off: %+v", r)
+	}
+	// A lease granted out of permits this gateway already admitted goes straight back.
+	r = Record{OverSinceSync: 14}
+	r, ret := ApplyReply(r, &wire.State{Remaining: 12, Lease: 2}, now, 1, 1)
+	if ret != 1 || r.LeaseLeft != 1 || r.GlobalRemaining != 0 {
+		t.Fatalf("returned %d, record %+v; want 1 returned, lease 1, remaining 0", ret, r)
 	}
 }
 

@@ -207,32 +207,25 @@ func run(ctx context.Context, out, errw io.Writer, keep bool) error {
 	fmt.Fprintf(out, "  %d of %d admitted, %d refused with 429. The rule's bucket holds a burst of 15 and refills 10 a minute\n", admitted, burstSize, limited)
 	fmt.Fprintln(out, "  (one permit every 6 s), so a burst gets 15 and then waits.")
 	if admitted > 15 {
-		extra := fmt.Sprintf("The %d extra requests were", admitted-15)
-		if admitted == 16 {
-			extra = "The extra request was"
-		}
-		fmt.Fprintf(out, "  %s admitted on the gateway's cold-start allowance while its first sync was still in\n", extra)
-		fmt.Fprintln(out, "  flight; they are charged as debt, so the next permit comes that much later (RATIONALE.md §3).")
+		fmt.Fprintf(out, "  %d more than the burst were admitted: the gateway admitted them on its cold-start allowance before\n", admitted-15)
+		fmt.Fprintln(out, "  its first sync reply; the service charges them as debt (RATIONALE.md §3).")
 	}
 	if wait >= 6 {
 		fmt.Fprintf(out, "  The first refusal says Retry-After: %d: the next permit comes in 6 s, rounded up, plus up to 1 s of\n", wait)
 		fmt.Fprintln(out, "  jitter so refused clients do not all come back at the same moment.")
 	} else {
-		fmt.Fprintf(out, "  The first refusal says Retry-After: %d, shorter than the 6 s the bucket needs: the gateway had not yet\n", wait)
-		fmt.Fprintln(out, "  heard back from its sync and took the refusal for a spent share of a pool that still had permits")
-		fmt.Fprintln(out, "  (a known issue, see e2e/README.md).")
+		fmt.Fprintf(out, "  The first refusal says Retry-After: %d: the gateway had spent its own share before its first sync\n", wait)
+		fmt.Fprintln(out, "  reply, so it asks the client back after the next sync rather than blaming it (RATIONALE.md §3).")
 	}
 	if len(retries) > 1 {
-		fmt.Fprintf(out, "  Retry-After values in the burst: %s (a debt, or a progressive penalty for a client that ignores\n", strings.Join(retries, ", "))
-		fmt.Fprintln(out, "  Retry-After, changes the answer; see e2e/README.md for the penalty's known issue).")
+		fmt.Fprintf(out, "  Retry-After values in the burst: %s (jitter spreads them; a client that keeps ignoring them earns\n", strings.Join(retries, ", "))
+		fmt.Fprintln(out, "  a growing progressive-penalty cooldown).")
 	}
 	switch again.Status {
 	case 429:
 		fmt.Fprintf(out, "  Coming back when told, the client got 429 with Retry-After: %s, the fleet-wide bucket's wait.\n", dash(again.Get("Retry-After")))
 	case 200:
-		fmt.Fprintln(out, "  Coming back when told, the client was admitted although the bucket had no permit yet: the gateway")
-		fmt.Fprintln(out, "  saw no traffic for longer than its lease TTL (1 s) and restarted the bucket cold — a known issue,")
-		fmt.Fprintln(out, "  see e2e/README.md (TestSteadyClientOverLimit).")
+		fmt.Fprintln(out, "  Coming back when told, the client was admitted: by then the bucket had refilled a permit.")
 	default:
 		fmt.Fprintf(out, "  Coming back when told, the client got %d.\n", again.Status)
 	}
