@@ -45,6 +45,8 @@ func newMetrics(h Host) *metrics {
 	m.batchDeltas = def(Counter, "sync_deltas_sent")
 	m.pendingDropped = def(Counter, "pending_deltas_dropped")
 	m.pendingDeltas = def(Gauge, "pending_deltas")
+	// breaker_state counts the worker VMs whose breaker is not closed (each worker adds
+	// and removes itself): a gauge every worker set would show only the last writer.
 	m.breakerState = def(Gauge, "breaker_state")
 	m.rulesVersion = def(Gauge, "rules_version")
 	m.rulesRejected = def(Counter, "rules_rejected")

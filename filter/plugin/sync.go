@@ -23,7 +23,9 @@ type syncer struct {
 	token       uint32
 	nodes       int64
 	breaker     lease.Breaker
-	idBuf       []byte
+	// unhealthy is what this worker last added to the breaker_state gauge.
+	unhealthy bool
+	idBuf     []byte
 }
 
 func newSyncer(p *Plugin, worker uint32, now int64) *syncer {
@@ -137,10 +139,22 @@ func (s *syncer) callHeaders(path string) [][2]string {
 	}
 }
 
+// breakerChanged keeps this worker's share of the breaker_state gauge current.
+func (s *syncer) breakerChanged() {
+	if open := !s.breaker.Healthy(); open != s.unhealthy {
+		s.unhealthy = open
+		delta := int64(1)
+		if !open {
+			delta = -1
+		}
+		s.p.m.add(s.p.m.breakerState, delta)
+	}
+}
+
 func (s *syncer) failed(now int64) {
 	s.p.m.inc(s.p.m.syncFailed)
 	s.breaker.Failure(now)
-	s.p.m.set(s.p.m.breakerState, uint64(s.breaker.State()))
+	s.breakerChanged()
 }
 
 // onResponse handles the reply to the in-flight batch.
@@ -170,7 +184,7 @@ func (s *syncer) onResponse(now int64, headers [][2]string, body []byte) {
 	batch := s.unacked
 	s.unacked, s.unackedBody = nil, nil
 	s.breaker.Success()
-	s.p.m.set(s.p.m.breakerState, uint64(s.breaker.State()))
+	s.breakerChanged()
 	if reply.Nodes > 0 {
 		s.nodes = int64(reply.Nodes)
 	}
