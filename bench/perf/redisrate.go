@@ -3,11 +3,8 @@ package perf
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
-	"sort"
+	"github.com/tollgate-rl/tollgate/ratelimit/store"
 	"strconv"
-	"strings"
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
@@ -68,49 +65,21 @@ local allowed, st, rem, reset, retry = algo_decide(p, ARGV[4], tonumber(ARGV[5])
 return {allowed, st, rem, reset, retry}
 `
 
-// LuaGCRA runs Tollgate's GCRA as the service's Lua does: the fragment
-// ratelimit/store/scripts/algo_gcra.lua (after any shared algo_*.lua helpers, in name
-// order, as the store concatenates them) under a one-decision harness.
+// LuaGCRA runs Tollgate's GCRA as the service's Lua does: the store's resolved
+// fragment (store.Fragment: shared helpers, ratelimit/store/scripts/algo_gcra.lua and the
+// bucket math it includes) under a one-decision harness.
 type LuaGCRA struct {
 	script *redis.Script
 	rdb    *redis.Client
 }
 
-// LoadLuaGCRA reads the fragments from the repository.
+// LoadLuaGCRA builds the script from the store's embedded fragments.
 func LoadLuaGCRA(rdb *redis.Client) (*LuaGCRA, error) {
-	root, err := RepoRoot()
-	if err != nil {
-		return nil, err
-	}
-	dir := filepath.Join(root, "ratelimit", "store", "scripts")
-	names, err := filepath.Glob(filepath.Join(dir, "algo_*.lua"))
-	if err != nil {
-		return nil, fmt.Errorf("scripts: %w", err)
-	}
-	sort.Strings(names)
-	kinds := map[string]bool{}
-	for _, k := range Algorithms {
-		kinds["algo_"+k+".lua"] = true
-	}
-	var src strings.Builder
-	for _, n := range names {
-		if kinds[filepath.Base(n)] {
-			continue
-		}
-		b, err := os.ReadFile(n)
-		if err != nil {
-			return nil, fmt.Errorf("script %q: %w", n, err)
-		}
-		src.Write(b)
-		src.WriteByte('\n')
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "algo_gcra.lua"))
+	frag, err := store.Fragment(algo.GCRA)
 	if err != nil {
 		return nil, fmt.Errorf("GCRA fragment: %w", err)
 	}
-	src.Write(b)
-	src.WriteString(gcraHarness)
-	return &LuaGCRA{script: redis.NewScript(src.String()), rdb: rdb}, nil
+	return &LuaGCRA{script: redis.NewScript(frag + gcraHarness), rdb: rdb}, nil
 }
 
 // Decide runs one decision in Redis.

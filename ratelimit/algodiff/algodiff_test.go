@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"github.com/tollgate-rl/tollgate/ratelimit/store"
 	"math/rand"
 	"net"
 	"os"
@@ -274,11 +275,12 @@ func TestLuaMatchesGo(t *testing.T) {
 	kinds := []algo.Kind{algo.TokenBucket, algo.GCRA, algo.SlidingWindowLog, algo.SlidingWindowCounter, algo.FixedWindow}
 	for _, k := range kinds {
 		t.Run(k.String(), func(t *testing.T) {
-			frag, err := os.ReadFile("../store/scripts/algo_" + k.String() + ".lua")
+			// The fragment as the service runs it: shared helpers and includes resolved.
+			frag, err := store.Fragment(k)
 			if err != nil {
-				t.Fatalf("reading fragment: %v", err)
+				t.Fatalf("fragment: %v", err)
 			}
-			script := redis.NewScript(string(frag) + harness)
+			script := redis.NewScript(frag + harness)
 			rng := rand.New(rand.NewSource(int64(k) + 1))
 			for seq := range 60 {
 				p := randParams(rng, k)

@@ -44,47 +44,81 @@ type script struct {
 	sha string
 }
 
-// buildScripts concatenates every algorithm's fragment (scripts/algo_<name>.lua, after
-// any other scripts/algo_*.lua files, which are shared helpers, in name order) with the
-// lease body.
+// buildScripts builds one script per algorithm: the shared helpers (every
+// scripts/algo_*.lua not named after an algorithm, in name order), the algorithm's
+// fragment (scripts/algo_<name>.lua, with its "-- include: <file>" lines expanded), then
+// the lease body. Lua has no include of its own, and token_bucket and gcra share their
+// math (scripts/bucket.lua) exactly as shared/algo does.
 func buildScripts() ([numKinds]*script, error) {
 	var out [numKinds]*script
 	body, err := fs.ReadFile(scriptFS, "scripts/lease.lua")
 	if err != nil {
 		return out, fmt.Errorf("store: lease script: %w", err)
 	}
-	names, err := fs.Glob(scriptFS, "scripts/algo_*.lua")
-	if err != nil {
-		return out, fmt.Errorf("store: algorithm scripts: %w", err)
-	}
-	sort.Strings(names)
-	perKind := map[string]int{}
 	for k := 0; k < numKinds; k++ {
-		perKind["scripts/algo_"+algo.Kind(k).String()+".lua"] = k
-	}
-	var prelude strings.Builder
-	frags := make([]string, numKinds)
-	for _, n := range names {
-		b, err := fs.ReadFile(scriptFS, n)
+		frag, err := Fragment(algo.Kind(k))
 		if err != nil {
-			return out, fmt.Errorf("store: %s: %w", n, err)
+			return out, err
 		}
-		if k, ok := perKind[n]; ok {
-			frags[k] = string(b)
-			continue
-		}
-		prelude.Write(b)
-		prelude.WriteByte('\n')
-	}
-	for k := 0; k < numKinds; k++ {
-		if frags[k] == "" {
-			return out, fmt.Errorf("store: no script fragment for %s (scripts/algo_%s.lua)", algo.Kind(k), algo.Kind(k))
-		}
-		src := prelude.String() + frags[k] + "\n" + string(body)
+		src := frag + "\n" + string(body)
 		sum := sha1.Sum([]byte(src))
 		out[k] = &script{src: src, sha: hex.EncodeToString(sum[:])}
 	}
 	return out, nil
+}
+
+// Fragment returns algorithm k's Lua as the scripts run it, shared helpers and includes
+// resolved, without the lease body (the differential tests run it on its own).
+func Fragment(k algo.Kind) (string, error) {
+	names, err := fs.Glob(scriptFS, "scripts/algo_*.lua")
+	if err != nil {
+		return "", fmt.Errorf("store: algorithm scripts: %w", err)
+	}
+	sort.Strings(names)
+	isKind := map[string]bool{}
+	for i := 0; i < numKinds; i++ {
+		isKind["scripts/algo_"+algo.Kind(i).String()+".lua"] = true
+	}
+	var b strings.Builder
+	for _, n := range names {
+		if isKind[n] {
+			continue
+		}
+		if err := appendScript(&b, n, 0); err != nil {
+			return "", err
+		}
+	}
+	name := "scripts/algo_" + k.String() + ".lua"
+	if !isKind[name] {
+		return "", fmt.Errorf("store: no algorithm %d", k)
+	}
+	if err := appendScript(&b, name, 0); err != nil {
+		return "", fmt.Errorf("store: no script fragment for %s: %w", k, err)
+	}
+	return b.String(), nil
+}
+
+// appendScript writes scripts file name to b, expanding "-- include: <file>" lines
+// (bounded depth: includes are for sharing, not recursion).
+func appendScript(b *strings.Builder, name string, depth int) error {
+	if depth > 2 {
+		return fmt.Errorf("store: %s: includes nested too deep", name)
+	}
+	src, err := fs.ReadFile(scriptFS, name)
+	if err != nil {
+		return fmt.Errorf("store: %s: %w", name, err)
+	}
+	for _, line := range strings.SplitAfter(string(src), "\n") {
+		if inc, ok := strings.CutPrefix(strings.TrimSpace(line), "-- include: "); ok {
+			if err := appendScript(b, "scripts/"+inc, depth+1); err != nil {
+				return err
+			}
+			continue
+		}
+		b.WriteString(line)
+	}
+	b.WriteByte('\n')
+	return nil
 }
 
 // Metrics receives what the store observes; the service implements it with Prometheus.

@@ -616,7 +616,7 @@ func (r *report) writeDiff(w io.Writer) {
 	fmt.Fprintln(w, "## 6. Differential check against redis_rate")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "The same request sequences — times and costs — go through Tollgate's GCRA in Go")
-	fmt.Fprintln(w, "(`shared/algo`), through the sync service's Lua fragment (`ratelimit/store/scripts/algo_gcra.lua`")
+	fmt.Fprintln(w, "(`shared/algo`), through the sync service's Lua fragment (`ratelimit/store/scripts/algo_gcra.lua` with `bucket.lua`")
 	fmt.Fprintln(w, "under a one-decision harness, in Redis) and through go-redis/redis_rate's unmodified")
 	fmt.Fprintln(w, "script on the same Redis. redis_rate reads the server clock, so its script runs with a local")
 	fmt.Fprintln(w, "`redis` table in front that answers `TIME` from two extra ARGV (`bench/perf.PinnedClock`); its")

@@ -22,12 +22,6 @@ local algo__MAX_COUNT = 4294967295   -- algo.MaxCount
 local algo__SLACK = 64               -- algo.LogSlack
 local algo__EXACT = 9007199254740992 -- 2^53
 
-local function algo__clamp(v, lo, hi)
-  if v < lo then return lo end
-  if v > hi then return hi end
-  return v
-end
-
 -- algo__norm clamps p exactly as Go's Params.norm: limit, window.
 local function algo__norm(p)
   local l = algo__clamp(math.floor(tonumber(p.limit) or 0), 1, 1000000)
