@@ -1,6 +1,7 @@
 package store
 
 import (
+	"github.com/tollgate-rl/tollgate/internal/hashslot"
 	"strconv"
 	"strings"
 
@@ -65,23 +66,5 @@ func globEscape(s string) string {
 	return b.String()
 }
 
-// Slot is the Redis Cluster hash slot of key: CRC16 (XMODEM) of its hash tag, mod 16384.
-func Slot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for k := 0; k < len(key); k++ {
-		crc ^= uint16(key[k]) << 8
-		for b := 0; b < 8; b++ {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc) % 16384
-}
+// Slot is the Redis Cluster hash slot of key.
+func Slot(key string) int { return hashslot.Of(key) }
