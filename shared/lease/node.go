@@ -117,7 +117,10 @@ func Decide(r Record, p algo.Params, now, cost int64, env Env) (Record, Decision
 		// start. Allow this gateway's fair share of what the bucket can hold until the
 		// reply to the flush asked for here arrives.
 		d.Flush = true
-		if synced && r.RetryUs > now && r.GlobalRemaining < cost {
+		// The lease just returned (d.Returned) is back in the pool too: the service may
+		// have leased this gateway everything it had.
+		known := max(0, r.GlobalRemaining) + d.Returned
+		if synced && r.RetryUs > now && known < cost {
 			// The service last said the bucket is empty until RetryUs: that still holds.
 			d.RetryAfterUs = r.RetryUs - now
 			d.ResetUs = r.ResetUs
@@ -128,7 +131,7 @@ func Decide(r Record, p algo.Params, now, cost int64, env Env) (Record, Decision
 			if synced {
 				// What the bucket held at the last reply plus what it refilled since.
 				refill := (now - r.SyncedUs) / max(1, p.WindowUs/max(1, p.Limit))
-				avail = min(capacity, max(0, r.GlobalRemaining)+refill)
+				avail = min(capacity, known+refill)
 			}
 			r.SyncedUs = 0
 			r.Local = algo.Take(p, nil, now, capacity-avail/nodes)

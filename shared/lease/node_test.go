@@ -211,6 +211,11 @@ func TestExpiredLeaseRestart(t *testing.T) {
 	if _, d := Decide(empty, perMinute100, now, 1, env); d.Allowed || d.RetryAfterUs != 30*sec {
 		t.Fatalf("a spent bucket refilled after a pause: %+v", d)
 	}
+	// The service leased this gateway everything; the expired lease goes back to the pool.
+	leased := Record{SyncedUs: now - 2*sec, LeaseLeft: 2, GlobalRemaining: 0, RetryUs: now + 30*sec}
+	if _, d := Decide(leased, perMinute100, now, 1, env); !d.Allowed || d.Returned != 2 {
+		t.Fatalf("a returned lease must count as available: %+v", d)
+	}
 	// 2 s at 100/min refills 3 (one per 600 ms); 5 were left: 8 admitted, then refusals.
 	r := Record{SyncedUs: now - 2*sec, GlobalRemaining: 5, RetryUs: now - sec}
 	admitted := 0
