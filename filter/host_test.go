@@ -479,8 +479,11 @@ func TestHostFleetOneQuota(t *testing.T) {
 		u = f.settle(key, admittedA+count(b1, 200)+admittedAgain)
 		known.check(admittedAgain == 0, "an expired lease restarts a spent key with a fresh cold-start slice (shared/lease Decide)",
 			"after a 1.2 s pause the gateways admitted %d of %d for a key spent for the hour (Redis remaining %d)", admittedAgain, len(again), u.Remaining)
-		if admittedA > int64(f.limit) {
-			t.Errorf("gateway A alone, synced before its burst, admitted %d > limit %d", admittedA, f.limit)
+		// RATIONALE §3: overdraft slices refreshed from a reply that cannot include what
+		// the other worker admitted meanwhile (or that arrives after a newer one) may
+		// over-admit by a few percent; 5 % is the bound the spread subtests use too.
+		if admittedA > int64(f.limit)*105/100 {
+			t.Errorf("gateway A alone, synced before its burst, admitted %d > limit %d + 5%%", admittedA, f.limit)
 		}
 		if b1[0].Status == 200 {
 			t.Logf("gateway B admitted its first request, a cold start (RATIONALE §3: up to floor(limit/nodes) before its first reply)")

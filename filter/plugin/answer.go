@@ -92,7 +92,11 @@ func (p *Plugin) checkLists(req *rule.Request) listResult {
 	if len(p.cfg.Allow) == 0 && len(p.cfg.Deny) == 0 {
 		return listResult{}
 	}
-	lv := p.cfg.CheckLists(p.cfg.CallerKey(req), p.cfg.ClientIP(req))
+	var ip string
+	if p.listsHaveCIDR {
+		ip = p.cfg.ClientIP(req) // only then is the peer address worth reading
+	}
+	lv := p.cfg.CheckLists(p.cfg.CallerKey(req), ip)
 	return listResult{Verdict: lv.Action, Pattern: lv.Pattern, ByAddress: lv.ByAddress}
 }
 

@@ -52,6 +52,9 @@ type Plugin struct {
 	worker       uint32
 	strictSeq    uint64
 	curStream    uint32
+	peerFn       func() string // p.peerAddr, bound once so requests do not allocate it
+	// listsHaveCIDR is set when an allow/deny entry is an address range.
+	listsHaveCIDR bool
 
 	// per-request scratch (a VM is single threaded)
 	applied  []rule.Applied
@@ -87,6 +90,7 @@ func New(h Host) *Plugin {
 	p.table = table{host: h, slots: defaultSlots, probes: defaultProbes}
 	p.sync = newSyncer(p, p.worker, now)
 	p.strictSeq = uint64(now)
+	p.peerFn = p.peerAddr
 	return p
 }
 
@@ -133,6 +137,12 @@ func (p *Plugin) OnPluginStart(data []byte) bool {
 func (p *Plugin) install(cfg *rule.Config, version uint64) {
 	p.cfg = config{cfg}
 	p.rulesVersion = version
+	p.listsHaveCIDR = false
+	for _, l := range [][]rule.Pattern{cfg.Allow, cfg.Deny} {
+		for i := range l {
+			p.listsHaveCIDR = p.listsHaveCIDR || l[i].CIDR != nil
+		}
+	}
 	p.policies = map[policyKey]string{}
 	if p.m != nil {
 		p.m.set(p.m.rulesVersion, version)
@@ -309,9 +319,6 @@ func (p *Plugin) flushFromStream(now int64) {
 // peerAddr is the downstream address (Envoy's source.address property), read only when
 // the rules need it.
 func (p *Plugin) peerAddr() string {
-	if !p.cfg.NeedsPeer() {
-		return ""
-	}
 	v, err := p.host.Property("source", "address")
 	if err != nil {
 		return ""

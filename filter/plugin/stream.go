@@ -46,7 +46,7 @@ func (s *Stream) OnRequestHeaders(int, bool) Action {
 		Path:   stripQuery(headerValue(hdrs, ":path")),
 		Header: s.header,
 	}
-	req.PeerAddr = p.peerAddr()
+	req.Peer = p.peerFn // read only if a key source or list needs the address
 	p.curStream = s.id
 
 	switch lv := p.checkLists(&req); lv.Verdict {

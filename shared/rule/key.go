@@ -128,6 +128,9 @@ func ClientIP(req *Request, trustedHops int) string {
 			}
 		}
 	}
+	if req.PeerAddr == "" && req.Peer != nil {
+		req.PeerAddr = req.Peer()
+	}
 	return canonicalIP(req.PeerAddr)
 }
 

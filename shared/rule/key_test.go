@@ -246,3 +246,27 @@ func TestBuildWasip1(t *testing.T) {
 		t.Fatalf("GOOS=wasip1 GOARCH=wasm go build: %v\n%s", err, out)
 	}
 }
+
+// The peer address is read only when a decision needs it (in the filter it costs a host
+// call that copies data into the VM).
+func TestPeerReadLazily(t *testing.T) {
+	c, err := Parse([]byte(`{"key":{"source":"header","name":"x-api-key","fallback":{"source":"ip"}},"rules":[{"id":"a","limit":1,"window":"1s"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	mk := func(key string) *Request {
+		return &Request{Path: "/", Header: func(n string) (string, bool) {
+			if n == "x-api-key" && key != "" {
+				return key, true
+			}
+			return "", false
+		}, Peer: func() string { calls++; return "10.0.0.1:5" }}
+	}
+	if got := c.Apply(mk("k"), nil); len(got) != 1 || got[0].Key != "k" || calls != 0 {
+		t.Fatalf("with the header present: %+v, peer read %d times", got, calls)
+	}
+	if got := c.Apply(mk(""), nil); len(got) != 1 || got[0].Key != "10.0.0.1" || calls != 1 {
+		t.Fatalf("falling back to the IP: %+v, peer read %d times", got, calls)
+	}
+}

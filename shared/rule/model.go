@@ -177,6 +177,9 @@ type Request struct {
 	Header func(name string) (string, bool)
 	// PeerAddr is the downstream peer (Envoy's source.address), "ip:port" or "ip".
 	PeerAddr string
+	// Peer, when set and PeerAddr is empty, is asked for the peer address the first time a
+	// decision needs it (reading it costs the filter a host call that copies data in).
+	Peer func() string
 }
 
 // Applied is one rule applied to one request: the resolved key, limits and cost.
