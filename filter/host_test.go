@@ -110,6 +110,14 @@ func (k *knownIssues) check(ok bool, issue, format string, args ...any) {
 	k.msgs = append(k.msgs, msg)
 }
 
+// mustHold is a hard assertion in the same form, for defects that have been fixed.
+func mustHold(t *testing.T, ok bool, what, format string, args ...any) {
+	t.Helper()
+	if !ok {
+		t.Errorf("%s: %s", what, fmt.Sprintf(format, args...))
+	}
+}
+
 // done skips the test if a known issue showed and nothing else failed.
 func (k *knownIssues) done() {
 	k.t.Helper()
@@ -388,7 +396,7 @@ func TestHostFleetOneQuota(t *testing.T) {
 			if stranded && u.PenaltyLevel == 0 {
 				t.Errorf("admitted %d with %d permits never handed out (limit %d, leases outstanding %d)", got, u.Remaining, f.limit, u.Outstanding)
 			}
-			known.check(!stranded, "permits stranded by penalties from cold-start refusals",
+			mustHold(t, !stranded, "permits stranded by penalties from cold-start refusals",
 				"admitted %d with %d permits never handed out, penalty level %d", got, u.Remaining, u.PenaltyLevel)
 			// Over-admission: RATIONALE §3 bounds overdraft slices by the unreserved pool
 			// (Σ floor(G/nodes) ≤ G) and expects a few percent from replies that cannot yet
@@ -405,7 +413,6 @@ func TestHostFleetOneQuota(t *testing.T) {
 	// must say "come back after the next sync", like a spent lease share, and must not
 	// count toward progressive penalties: the caller did nothing wrong.
 	t.Run("cold_refusal", func(t *testing.T) {
-		known := knownIssues{t: t}
 		const key = "fleet-cold"
 		// The cold-start slice is floor(limit / fleet size), and the service counts a
 		// gateway in the fleet for 5 s after its last sync: make sure both are counted.
@@ -434,19 +441,17 @@ func TestHostFleetOneQuota(t *testing.T) {
 		}
 		// After the reply the rest of the global bucket is this gateway's to use.
 		more := count(f.send(0, 60, key, time.Millisecond), 200)
-		known.check(longest <= 2, "false Retry-After on a cold-start refusal (shared/lease Decide: cold path uses reject())",
+		mustHold(t, longest <= 2, "false Retry-After on a cold-start refusal (shared/lease Decide: cold path uses reject())",
 			"a refusal said retry-after %d s while the global bucket held %d permits", longest, left)
-		known.check(u.PenaltyLevel == 0, "cold-start refusals count toward progressive penalties",
+		mustHold(t, u.PenaltyLevel == 0, "cold-start refusals count toward progressive penalties",
 			"penalty level %d after the client retried within a refusal that should not have announced anything", u.PenaltyLevel)
-		known.check(more >= left, "permits stranded after a cold-start refusal",
+		mustHold(t, more >= left, "permits stranded after a cold-start refusal",
 			"the gateway admitted %d more while Redis held %d permits (unreserved and leased)", more, left)
-		known.done()
 	})
 
 	// A key exhausted through gateway A only is limited on gateway B too: one quota,
 	// not one per node.
 	t.Run("second_key", func(t *testing.T) {
-		known := knownIssues{t: t}
 		const key = "fleet-solo"
 		// A's first request is a cold start; once it is synced A works from leases, so
 		// its refusals are spent shares and the bucket drains completely, without
@@ -477,7 +482,7 @@ func TestHostFleetOneQuota(t *testing.T) {
 		again := append(f.send(0, 20, key, 0), f.send(1, 20, key, 0)...)
 		admittedAgain := count(again, 200)
 		u = f.settle(key, admittedA+count(b1, 200)+admittedAgain)
-		known.check(admittedAgain == 0, "an expired lease restarts a spent key with a fresh cold-start slice (shared/lease Decide)",
+		mustHold(t, admittedAgain == 0, "an expired lease restarts a spent key with a fresh cold-start slice (shared/lease Decide)",
 			"after a 1.2 s pause the gateways admitted %d of %d for a key spent for the hour (Redis remaining %d)", admittedAgain, len(again), u.Remaining)
 		// RATIONALE §3: overdraft slices refreshed from a reply that cannot include what
 		// the other worker admitted meanwhile (or that arrives after a newer one) may
@@ -488,7 +493,6 @@ func TestHostFleetOneQuota(t *testing.T) {
 		if b1[0].Status == 200 {
 			t.Logf("gateway B admitted its first request, a cold start (RATIONALE §3: up to floor(limit/nodes) before its first reply)")
 		}
-		known.done()
 	})
 }
 
@@ -524,7 +528,6 @@ func keyForSlot(t *testing.T, prefix string, want uint64) string {
 // for two hours (full again: dropping them loses nothing). Evicting the active one would
 // hand its caller a fresh bucket: 50 more requests within the hour.
 func TestHostEvictionSparesActiveBucket(t *testing.T) {
-	known := knownIssues{t: t}
 	const limit = 50
 	var offset atomic.Int64
 	clock := midHourClock()
@@ -571,7 +574,6 @@ func TestHostEvictionSparesActiveBucket(t *testing.T) {
 	if got < 1 || got > 1+limit {
 		t.Fatalf("active caller with 1 permit left admitted %d of 10 more", got)
 	}
-	known.check(got <= 1, "eviction picks a bucket in use: never-synced buckets always count as idle (lease.Record.Idle)",
+	mustHold(t, got <= 1, "eviction picks a bucket in use: never-synced buckets always count as idle (lease.Record.Idle)",
 		"the caller that had 1 permit left was admitted %d of 10 more after a new caller took its slot", got)
-	known.done()
 }
