@@ -153,6 +153,9 @@ func (p *Plugin) install(cfg *rule.Config, version uint64) {
 func (p *Plugin) OnTick() {
 	now := p.host.NowUs()
 	p.loadSharedRules()
+	if p.cfg.syncEnabled() {
+		p.sync.loadFleet()
+	}
 	p.sync.flush(now)
 }
 

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"encoding/binary"
 	"strconv"
 
 	"github.com/tollgate-rl/tollgate/shared/lease"
@@ -185,8 +186,13 @@ func (s *syncer) onResponse(now int64, headers [][2]string, body []byte) {
 	s.unacked, s.unackedBody = nil, nil
 	s.breaker.Success()
 	s.breakerChanged()
-	if reply.Nodes > 0 {
+	if reply.Nodes > 0 && int64(reply.Nodes) != s.nodes {
 		s.nodes = int64(reply.Nodes)
+		// Every worker of this gateway divides by the fleet size, including those that
+		// have not had a reply yet: share it (last writer wins; all write the same value).
+		if _, err := s.p.host.SharedSet(nodesKey, binary.AppendUvarint(nil, uint64(reply.Nodes)), 0); err != nil {
+			s.p.host.Log(LogWarn, "tollgate: store fleet size: "+err.Error())
+		}
 	}
 	for i := range reply.States {
 		st := &reply.States[i]
@@ -248,6 +254,20 @@ func (s *syncer) addReturned(id string, sent *wire.Delta, n int64) {
 		s.pending[id] = pd
 	}
 	pd.Returned += u32(n)
+}
+
+// nodesKey holds the fleet size from the latest sync reply, for every worker.
+const nodesKey = "tg:nodes"
+
+// loadFleet picks up the fleet size another worker learned.
+func (s *syncer) loadFleet() {
+	v, _, found, err := s.p.host.SharedGet(nodesKey)
+	if err != nil || !found {
+		return
+	}
+	if n, k := binary.Uvarint(v); k > 0 && n > 0 {
+		s.nodes = int64(n)
+	}
 }
 
 func (s *syncer) fleet() int64 {
