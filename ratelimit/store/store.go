@@ -499,5 +499,3 @@ func parseResults(v any, idx []int, res []lease.SyncResult) (int64, error) {
 
 // resultFields is the number of reply values per delta.
 const resultFields = 11
-
-func u32(v int64) uint32 { return uint32(min(max(v, 0), 1<<32-1)) }
