@@ -127,14 +127,16 @@ func Decide(r Record, p algo.Params, now, cost int64, env Env) (Record, Decision
 			return reject(r, now, d)
 		}
 		if synced || len(r.Local) == 0 {
-			avail := capacity
+			slice := capacity / nodes
 			if synced {
-				// What the bucket held at the last reply plus what it refilled since.
+				// The lease just returned was reserved for this gateway: it stays usable
+				// here. The unreserved rest — what the bucket held at the last reply plus
+				// what it refilled since — is split with the rest of the fleet.
 				refill := (now - r.SyncedUs) / max(1, p.WindowUs/max(1, p.Limit))
-				avail = min(capacity, known+refill)
+				slice = min(capacity, d.Returned+(max(0, r.GlobalRemaining)+refill)/nodes)
 			}
 			r.SyncedUs = 0
-			r.Local = algo.Take(p, nil, now, capacity-avail/nodes)
+			r.Local = algo.Take(p, nil, now, capacity-slice)
 		}
 		r, d = decideLocal(r, p, now, cost, d)
 		if !d.Allowed {

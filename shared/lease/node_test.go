@@ -265,3 +265,15 @@ func TestRetryNeverBeforeTheBucket(t *testing.T) {
 		t.Fatalf("refusal with a stale retry time: %+v", d)
 	}
 }
+
+// A slow client whose every request finds the lease expired is not starved by a large
+// fleet: the returned lease was this gateway's and stays usable here.
+func TestExpiredLeaseStaysWithTheGateway(t *testing.T) {
+	now := int64(1_700_000_000) * sec
+	small := algo.Params{Kind: algo.TokenBucket, Limit: 3, WindowUs: 60 * sec}
+	env := healthy(8)
+	r := Record{SyncedUs: now - 1250*1000, LeaseLeft: 2, GlobalRemaining: 0, RetryUs: now + 20*sec}
+	if _, d := Decide(r, small, now, 1, env); !d.Allowed || d.Returned != 2 {
+		t.Fatalf("the gateway's own expired lease must stay usable with 8 gateways: %+v", d)
+	}
+}
