@@ -101,6 +101,9 @@ func TestSyncBatchesAndReplies(t *testing.T) {
 	if n := len(e.callouts(0)); n != 1 {
 		t.Fatalf("%d callouts while one is in flight, want 1", n)
 	}
+	if v, _ := e.host.GetGaugeMetric("tollgate.pending_deltas"); v != 3 {
+		t.Fatalf("pending_deltas gauge %d, want 3 buckets waiting (a, b, c)", v)
+	}
 	e.reply(t, c.CalloutID, &wire.Reply{RulesVersion: 0, Nodes: 1, States: []wire.State{
 		{Key: "a", Rule: "api", Lease: 10, LeaseHeld: 10, Remaining: 50, ResetInMs: 30000},
 	}})
@@ -108,6 +111,9 @@ func TestSyncBatchesAndReplies(t *testing.T) {
 	next := e.callouts(1)
 	if len(next) != 1 {
 		t.Fatalf("want one callout on the tick, got %d", len(next))
+	}
+	if v, _ := e.host.GetGaugeMetric("tollgate.pending_deltas"); v != 0 {
+		t.Fatalf("pending_deltas gauge %d after the cut, want 0", v)
 	}
 	b1 := decodeBatch(t, next[0])
 	if b1.Seq != b0.Seq+1 {

@@ -61,6 +61,7 @@ func (s *syncer) record(id string, op *bucketOp, d *lease.Decision) {
 			pd.Flags |= wire.FlagNew
 		}
 		s.pending[id] = pd
+		s.p.m.add(s.p.m.pendingDeltas, 1)
 	}
 	if d.Degraded && d.Over > 0 {
 		pd.Flags |= wire.FlagDegraded
@@ -118,6 +119,8 @@ func (s *syncer) cut() {
 		b.Deltas = append(b.Deltas, *d)
 		delete(s.pending, id)
 	}
+	// Each worker adds and removes its own: the gauge is the gateway's total.
+	s.p.m.add(s.p.m.pendingDeltas, -int64(len(b.Deltas)))
 	body, err := wire.AppendBatch(nil, b)
 	if err != nil {
 		// Only an invalid key (too long) gets here; such deltas cannot be synced at all.
@@ -126,7 +129,6 @@ func (s *syncer) cut() {
 		return
 	}
 	s.unacked, s.unackedBody = b, body
-	s.p.m.set(s.p.m.pendingDeltas, uint64(len(s.pending)))
 }
 
 func (s *syncer) callHeaders(path string) [][2]string {
@@ -252,6 +254,7 @@ func (s *syncer) addReturned(id string, sent *wire.Delta, n int64) {
 		pd = &wire.Delta{Key: sent.Key, Rule: sent.Rule, Window: sent.Window,
 			Algo: sent.Algo, Limit: sent.Limit, WindowMs: sent.WindowMs, Burst: sent.Burst}
 		s.pending[id] = pd
+		s.p.m.add(s.p.m.pendingDeltas, 1)
 	}
 	pd.Returned += u32(n)
 }
