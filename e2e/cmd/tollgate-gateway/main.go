@@ -191,54 +191,10 @@ func newGateway(o options, logger *log.Logger) (*gateway, error) {
 	return &gateway{opts: o, host: h, logger: logger}, nil
 }
 
-// hopByHop response headers are the connection's business, not the filter's.
-var hopByHop = map[string]bool{"connection": true, "keep-alive": true, "transfer-encoding": true, "content-length": true}
 
 // ServeHTTP filters one request and writes the result.
 func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBody+1))
-	if err != nil {
-		http.Error(w, "read request body: "+err.Error(), http.StatusBadRequest)
-		return
-	}
-	if len(body) > maxRequestBody {
-		http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
-		return
-	}
-	req := &host.Request{
-		Method:     r.Method,
-		Path:       r.URL.RequestURI(),
-		Authority:  r.Host,
-		Protocol:   r.Proto,
-		Body:       body,
-		RemoteAddr: r.RemoteAddr,
-	}
-	if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
-		req.LocalAddr = la.String()
-	}
-	keys := make([]string, 0, len(r.Header))
-	for k := range r.Header {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		for _, v := range r.Header[k] {
-			req.Header = append(req.Header, host.Pair{k, v})
-		}
-	}
-	resp := g.host.Serve(r.Context(), g.host.PickWorker(r.RemoteAddr), req)
-	if resp.Reset {
-		// Envoy resets the stream: the client sees the connection drop.
-		panic(http.ErrAbortHandler)
-	}
-	for _, p := range resp.Header {
-		if hopByHop[p[0]] || strings.HasPrefix(p[0], ":") {
-			continue
-		}
-		w.Header().Add(p[0], p[1])
-	}
-	w.WriteHeader(resp.Status)
-	_, _ = w.Write(resp.Body)
+	g.host.HTTPFrontend(maxRequestBody).ServeHTTP(w, r)
 }
 
 // admin serves the operator endpoints.

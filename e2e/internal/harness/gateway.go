@@ -9,8 +9,6 @@ import (
 	"log"
 	"net"
 	"net/http"
-	"sort"
-	"strings"
 	"time"
 
 	"github.com/tollgate-rl/tollgate/e2e/host"
@@ -174,8 +172,6 @@ func (g *Gateway) Close() {
 	_ = g.host.Close()
 }
 
-// hopByHop response headers are the connection's business, not the filter's.
-var hopByHop = map[string]bool{"connection": true, "keep-alive": true, "transfer-encoding": true, "content-length": true}
 
 // maxBody bounds a request body the gateway buffers for the filter.
 const maxBody = 1 << 20
@@ -183,38 +179,5 @@ const maxBody = 1 << 20
 // ServeHTTP runs one request through the filter, the way e2e/cmd/tollgate-gateway does:
 // a client connection stays on one worker.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
-	if err != nil {
-		http.Error(w, "read request body: "+err.Error(), http.StatusBadRequest)
-		return
-	}
-	req := &host.Request{
-		Method: r.Method, Path: r.URL.RequestURI(), Authority: r.Host, Protocol: r.Proto,
-		Body: body, RemoteAddr: r.RemoteAddr,
-	}
-	if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
-		req.LocalAddr = la.String()
-	}
-	keys := make([]string, 0, len(r.Header))
-	for k := range r.Header {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		for _, v := range r.Header[k] {
-			req.Header = append(req.Header, host.Pair{k, v})
-		}
-	}
-	resp := g.host.Serve(r.Context(), g.host.PickWorker(r.RemoteAddr), req)
-	if resp.Reset {
-		panic(http.ErrAbortHandler) // Envoy resets the stream: the client sees the connection drop
-	}
-	for _, p := range resp.Header {
-		if hopByHop[p[0]] || strings.HasPrefix(p[0], ":") {
-			continue
-		}
-		w.Header().Add(p[0], p[1])
-	}
-	w.WriteHeader(resp.Status)
-	_, _ = w.Write(resp.Body)
+	g.host.HTTPFrontend(maxBody).ServeHTTP(w, r)
 }
