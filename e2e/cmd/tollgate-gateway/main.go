@@ -191,7 +191,6 @@ func newGateway(o options, logger *log.Logger) (*gateway, error) {
 	return &gateway{opts: o, host: h, logger: logger}, nil
 }
 
-
 // ServeHTTP filters one request and writes the result.
 func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.host.HTTPFrontend(maxRequestBody).ServeHTTP(w, r)

@@ -172,7 +172,6 @@ func (g *Gateway) Close() {
 	_ = g.host.Close()
 }
 
-
 // maxBody bounds a request body the gateway buffers for the filter.
 const maxBody = 1 << 20
 
