@@ -21,14 +21,7 @@ local algo__TAG = 0x12
 local algo__MAX_COUNT = 4294967295   -- algo.MaxCount
 local algo__SLACK = 64               -- algo.LogSlack
 local algo__EXACT = 9007199254740992 -- 2^53
-
--- algo__norm clamps p exactly as Go's Params.norm: limit, window.
-local function algo__norm(p)
-  local l = algo__clamp(math.floor(tonumber(p.limit) or 0), 1, 1000000)
-  local w = algo__clamp(math.floor(tonumber(p.window_us) or 0), 1000, 86400000000)
-  if w < l then w = l end
-  return l, w
-end
+-- include: window.lua
 
 -- algo__uvarint reads a base-128 varint of at most 8 bytes at i: value, next i (nil on
 -- a truncated or over-long varint).
