@@ -166,10 +166,7 @@ func (p *Plugin) undo(now int64, ops []bucketOp) {
 			if p.table.load(op.id, now, &op.s) != nil || !op.s.mine {
 				break
 			}
-			r := &op.s.rec
-			r.LeaseLeft += op.dec.Leased
-			r.Overdraft += op.dec.Over
-			r.Local = algo.Refund(op.params, r.Local, now, op.a.Cost)
+			op.s.rec = lease.Undo(op.s.rec, op.params, now, op.a.Cost, &op.dec)
 			if ok, err := p.table.store(op.id, &op.s); err != nil || ok {
 				break
 			}

@@ -67,9 +67,12 @@ type Decision struct {
 	ResetUs         int64 // absolute, local clock
 	RetryAfterUs    int64 // when !Allowed: from now until the bucket can admit (un-jittered)
 	Degraded        bool  // decided without a valid lease (sync enabled but unhealthy)
-	Penalized       bool  // rejected by a progressive-penalty cooldown
-	PenaltyLeftUs   int64 // when Penalized: what remains of the cooldown
-	PenaltyLevel    uint8
+	// FromOverdraft is set when Over came out of the overdraft slice; Unreported when
+	// Over was added to Record.OverSinceSync (cold start or overdraft). Undo needs both.
+	FromOverdraft, Unreported bool
+	Penalized                 bool  // rejected by a progressive-penalty cooldown
+	PenaltyLeftUs             int64 // when Penalized: what remains of the cooldown
+	PenaltyLevel              uint8
 	// Flush asks for an early sync: the bucket is new or its lease ran dry.
 	Flush bool
 }
@@ -145,6 +148,7 @@ func Decide(r Record, p algo.Params, now, cost int64, env Env) (Record, Decision
 			return soft(r, d, env)
 		}
 		r.OverSinceSync += cost
+		d.Unreported = true
 		return r, d
 	}
 	// Synced with a valid lease.
@@ -157,6 +161,7 @@ func Decide(r Record, p algo.Params, now, cost int64, env Env) (Record, Decision
 		r.GlobalRemaining -= cost
 		r.OverSinceSync += cost
 		d.Over = cost
+		d.FromOverdraft, d.Unreported = true, true
 		d.Flush = true
 	default:
 		d.Flush = true
@@ -213,6 +218,25 @@ func reject(r Record, now int64, d Decision) (Record, Decision) {
 		r.AnnouncedUs = announced
 	}
 	return r, d
+}
+
+// Undo gives back what an admitting decision d took from r (cost permits at now): the
+// exact inverse of Decide's bookkeeping, for a request that another bucket refused after
+// this one was written.
+func Undo(r Record, p algo.Params, now, cost int64, d *Decision) Record {
+	if !d.Allowed {
+		return r
+	}
+	r.LeaseLeft += d.Leased
+	if d.FromOverdraft {
+		r.Overdraft += d.Over
+		r.GlobalRemaining += d.Over
+	}
+	if d.Unreported {
+		r.OverSinceSync = max(0, r.OverSinceSync-d.Over)
+	}
+	r.Local = algo.Refund(p, r.Local, now, cost)
+	return r
 }
 
 // soft refuses without blaming the caller: the gateway's share ran out while the global

@@ -277,3 +277,37 @@ func TestExpiredLeaseStaysWithTheGateway(t *testing.T) {
 		t.Fatalf("the gateway's own expired lease must stay usable with 8 gateways: %+v", d)
 	}
 }
+
+// Undo reverses every kind of admission exactly (up to the local algorithm's refund).
+func TestUndoInvertsDecide(t *testing.T) {
+	now := int64(1_700_000_000) * sec
+	tests := []struct {
+		name string
+		rec  Record
+		env  Env
+	}{
+		{"leased", Record{SyncedUs: now - 1, UsedUs: now - 1, LeaseLeft: 3, Overdraft: 2, GlobalRemaining: 10}, healthy(4)},
+		{"overdraft", Record{SyncedUs: now - 1, UsedUs: now - 1, Overdraft: 2, GlobalRemaining: 10, OverSinceSync: 1}, healthy(4)},
+		{"cold", Record{}, healthy(2)},
+		{"degraded", Record{SyncedUs: now - 1, UsedUs: now - 1, GlobalRemaining: 10}, Env{Sync: true, Nodes: 4, LeaseTTLUs: sec}},
+		{"standalone", Record{}, Env{Nodes: 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			next, d := Decide(tt.rec, perMinute100, now, 1, tt.env)
+			if !d.Allowed {
+				t.Fatalf("not admitted: %+v", d)
+			}
+			back := Undo(next, perMinute100, now, 1, &d)
+			want := tt.rec
+			want.UsedUs = now // the decision happened; only its consumption is undone
+			if back.LeaseLeft != want.LeaseLeft || back.Overdraft != want.Overdraft ||
+				back.GlobalRemaining != want.GlobalRemaining || back.OverSinceSync != want.OverSinceSync {
+				t.Fatalf("undo:\n got %+v\nwant %+v", back, want)
+			}
+			if got, wantAvail := algo.Available(perMinute100, back.Local, now), algo.Available(perMinute100, next.Local, now)+1; got != wantAvail {
+				t.Fatalf("local state not refunded: available %d, want %d", got, wantAvail)
+			}
+		})
+	}
+}

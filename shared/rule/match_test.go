@@ -385,28 +385,7 @@ func BenchmarkApply(b *testing.B) {
 	}
 }
 
-func TestNeedsPeerAndCallerKey(t *testing.T) {
-	tests := []struct {
-		name string
-		json string
-		want bool
-	}{
-		{"default key falls back to the IP", `{"rules":[{"id":"a","limit":1,"window":"1s"}]}`, true},
-		{"header key only", `{"key":{"source":"header","name":"x-api-key"},"rules":[{"id":"a","limit":1,"window":"1s"}]}`, false},
-		{"CIDR in a list", `{"key":{"source":"header","name":"x-api-key"},"deny":["10.0.0.0/8"],"rules":[]}`, true},
-		{"composite with an ip part", `{"key":{"source":"header","name":"x-api-key"},"rules":[{"id":"a","limit":1,"window":"1s","key":{"source":"composite","parts":[{"source":"header","name":"x-t"},{"source":"ip"}]}}]}`, true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c, err := Parse([]byte(tt.json))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := c.NeedsPeer(); got != tt.want {
-				t.Fatalf("NeedsPeer = %v, want %v", got, tt.want)
-			}
-		})
-	}
+func TestCallerKeyAndListVerdicts(t *testing.T) {
 	c, err := Parse([]byte(`{"key":{"source":"header","name":"x-api-key"},"deny":["sk_revoked_*","10.0.0.0/8"],"rules":[]}`))
 	if err != nil {
 		t.Fatal(err)
