@@ -679,3 +679,22 @@ func (c *Cluster) Restart(addr string) error {
 
 // Slot is the Redis Cluster hash slot of key.
 func Slot(key string) int { return hashslot.Of(key) }
+
+// RunPackage runs a test package (from TestMain) with one standalone server and one
+// cluster shared by all its tests — start-up is most of what such tests cost — and stops
+// both afterwards. It returns m.Run's exit code, or 1 with a message naming what (for
+// example "store tests") when Redis cannot be started.
+func RunPackage(m *testing.M, what string, standalone **Server, cluster **Cluster) int {
+	var err error
+	if *standalone, err = Launch(Options{}); err != nil {
+		fmt.Fprintln(os.Stderr, what+" need Redis:", err)
+		return 1
+	}
+	defer (*standalone).Stop()
+	if *cluster, err = LaunchCluster(Options{}); err != nil {
+		fmt.Fprintln(os.Stderr, what+" need a Redis Cluster:", err)
+		return 1
+	}
+	defer (*cluster).Stop()
+	return m.Run()
+}

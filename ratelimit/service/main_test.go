@@ -30,18 +30,7 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	store.RouteRedisLogs(slog.New(slog.DiscardHandler))
-	var err error
-	if standalone, err = redistest.Launch(redistest.Options{}); err != nil {
-		fmt.Fprintln(os.Stderr, "service tests need Redis:", err)
-		return 1
-	}
-	defer standalone.Stop()
-	if cluster, err = redistest.LaunchCluster(redistest.Options{}); err != nil {
-		fmt.Fprintln(os.Stderr, "service tests need a Redis Cluster:", err)
-		return 1
-	}
-	defer cluster.Stop()
-	return m.Run()
+	return redistest.RunPackage(m, "service tests", &standalone, &cluster)
 }
 
 const (

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"fmt"
 	"log/slog"
 	"os"
 	"sync/atomic"
@@ -27,18 +26,7 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	RouteRedisLogs(slog.New(slog.DiscardHandler))
-	var err error
-	if standalone, err = redistest.Launch(redistest.Options{}); err != nil {
-		fmt.Fprintln(os.Stderr, "store tests need Redis:", err)
-		return 1
-	}
-	defer standalone.Stop()
-	if cluster, err = redistest.LaunchCluster(redistest.Options{}); err != nil {
-		fmt.Fprintln(os.Stderr, "store tests need a Redis Cluster:", err)
-		return 1
-	}
-	defer cluster.Stop()
-	return m.Run()
+	return redistest.RunPackage(m, "store tests", &standalone, &cluster)
 }
 
 var testLease = lease.SyncConfig{LeaseTTLUs: 3_000_000, HorizonMs: 200, PenaltyBaseUs: 1_000_000, PenaltyMaxUs: 8_000_000}
