@@ -12,11 +12,9 @@ import (
 // Smallest encodings, used to reject counts the remaining bytes cannot hold before
 // allocating for them.
 const (
-	minDeltaSize = 13 // 2 empty strings, 2 bytes, 5 uv, 1 byte, 3 uv
-	minStateSize = 11 // 2 empty strings, 2 bytes, 1 sv, 5 uv, 1 byte
+	minDeltaSize = 17 // 3 empty strings, 2 bytes, 8 uv, 1 byte, 3 uv
+	minStateSize = 16 // 2 empty strings, 2 bytes, 1 sv, 8 uv, 1 byte, 1 uv, 1 empty string
 )
-
-const allowedFlag = 1 // State flags bit 0
 
 // AppendBatch appends the encoding of b to dst. On error (a limit exceeded) it returns
 // dst unchanged and an *Error naming the field.
@@ -24,16 +22,21 @@ func AppendBatch(dst []byte, b *Batch) ([]byte, error) {
 	if err := checkString("", 0, "node", b.Node); err != nil {
 		return dst, err
 	}
+	if err := checkTag("", 0, "rules_tag", b.RulesTag); err != nil {
+		return dst, err
+	}
 	if err := checkCount("deltas", len(b.Deltas)); err != nil {
 		return dst, err
 	}
 	for i := range b.Deltas {
 		d := &b.Deltas[i]
-		if err := checkString("delta", i, "key", d.Key); err != nil {
-			return dst, err
+		for _, f := range [...]struct{ name, v string }{{"key", d.Key}, {"rule", d.Rule}, {"tier", d.Tier}} {
+			if err := checkString("delta", i, f.name, f.v); err != nil {
+				return dst, err
+			}
 		}
-		if err := checkString("delta", i, "rule", d.Rule); err != nil {
-			return dst, err
+		if d.Flags&^deltaFlags != 0 {
+			return dst, &Error{Field: "delta[" + strconv.Itoa(i) + "].flags", Reason: "unknown bits 0x" + strconv.FormatUint(uint64(d.Flags), 16), Kind: ErrMalformed}
 		}
 	}
 	size := EncodedBatchSize(b)
@@ -43,41 +46,65 @@ func AppendBatch(dst []byte, b *Batch) ([]byte, error) {
 	dst = slices.Grow(dst, size)
 	dst = append(dst, Version)
 	dst = appendString(dst, b.Node)
-	dst = binary.AppendUvarint(dst, uint64(b.Worker))
 	dst = binary.AppendUvarint(dst, b.Seq)
 	dst = binary.AppendUvarint(dst, b.RulesVersion)
+	dst = appendString(dst, b.RulesTag)
 	dst = binary.AppendUvarint(dst, uint64(len(b.Deltas)))
 	for i := range b.Deltas {
-		d := &b.Deltas[i]
-		dst = appendString(dst, d.Key)
-		dst = appendString(dst, d.Rule)
-		dst = append(dst, d.Window, d.Flags)
-		dst = binary.AppendUvarint(dst, uint64(d.Leased))
-		dst = binary.AppendUvarint(dst, uint64(d.Over))
-		dst = binary.AppendUvarint(dst, uint64(d.Returned))
-		dst = binary.AppendUvarint(dst, uint64(d.Rejected))
-		dst = binary.AppendUvarint(dst, uint64(d.Early))
-		dst = append(dst, d.Algo)
-		dst = binary.AppendUvarint(dst, uint64(d.Limit))
-		dst = binary.AppendUvarint(dst, uint64(d.WindowMs))
-		dst = binary.AppendUvarint(dst, uint64(d.Burst))
+		dst = AppendDelta(dst, &b.Deltas[i])
 	}
 	return dst, nil
+}
+
+// AppendDelta appends one delta's encoding (as inside a Batch) to dst. The filter
+// builds batches delta by delta with it; the caller checks the limits (see
+// AppendBatch).
+func AppendDelta(dst []byte, d *Delta) []byte {
+	dst = appendString(dst, d.Key)
+	dst = appendString(dst, d.Rule)
+	dst = appendString(dst, d.Tier)
+	dst = append(dst, d.Window, d.Flags)
+	for _, v := range [...]uint32{d.Leased, d.Over, d.Returned, d.Held, d.Rejected, d.Early, d.Epoch, d.ElapsedMs} {
+		dst = binary.AppendUvarint(dst, uint64(v))
+	}
+	dst = append(dst, d.Algo)
+	dst = binary.AppendUvarint(dst, uint64(d.Limit))
+	dst = binary.AppendUvarint(dst, uint64(d.WindowMs))
+	return binary.AppendUvarint(dst, uint64(d.Burst))
+}
+
+// AppendBatchHeader appends the part of a Batch before its deltas, for a batch of n
+// deltas appended after it with AppendDelta.
+func AppendBatchHeader(dst []byte, node string, seq, rulesVersion uint64, rulesTag string, n int) []byte {
+	dst = append(dst, Version)
+	dst = appendString(dst, node)
+	dst = binary.AppendUvarint(dst, seq)
+	dst = binary.AppendUvarint(dst, rulesVersion)
+	dst = appendString(dst, rulesTag)
+	return binary.AppendUvarint(dst, uint64(n))
 }
 
 // AppendReply appends the encoding of r to dst. On error (a limit exceeded) it returns
 // dst unchanged and an *Error naming the field.
 func AppendReply(dst []byte, r *Reply) ([]byte, error) {
+	if err := checkTag("", 0, "rules_tag", r.RulesTag); err != nil {
+		return dst, err
+	}
 	if err := checkCount("states", len(r.States)); err != nil {
 		return dst, err
 	}
 	for i := range r.States {
 		s := &r.States[i]
-		if err := checkString("state", i, "key", s.Key); err != nil {
+		for _, f := range [...]struct{ name, v string }{{"key", s.Key}, {"rule", s.Rule}} {
+			if err := checkString("state", i, f.name, f.v); err != nil {
+				return dst, err
+			}
+		}
+		if err := checkTag("state", i, "reason", s.Reason); err != nil {
 			return dst, err
 		}
-		if err := checkString("state", i, "rule", s.Rule); err != nil {
-			return dst, err
+		if s.Flags&^stateFlags != 0 {
+			return dst, &Error{Field: "state[" + strconv.Itoa(i) + "].flags", Reason: "unknown bits 0x" + strconv.FormatUint(uint64(s.Flags), 16), Kind: ErrMalformed}
 		}
 	}
 	size := EncodedReplySize(r)
@@ -87,6 +114,7 @@ func AppendReply(dst []byte, r *Reply) ([]byte, error) {
 	dst = slices.Grow(dst, size)
 	dst = append(dst, Version)
 	dst = binary.AppendUvarint(dst, r.RulesVersion)
+	dst = appendString(dst, r.RulesTag)
 	dst = binary.AppendVarint(dst, r.ServerTimeUs)
 	dst = binary.AppendUvarint(dst, uint64(r.Nodes))
 	dst = binary.AppendUvarint(dst, uint64(len(r.States)))
@@ -94,23 +122,20 @@ func AppendReply(dst []byte, r *Reply) ([]byte, error) {
 		s := &r.States[i]
 		dst = appendString(dst, s.Key)
 		dst = appendString(dst, s.Rule)
-		var flags byte
-		if s.Allowed {
-			flags |= allowedFlag
-		}
-		dst = append(dst, s.Window, flags)
+		dst = append(dst, s.Window, s.Flags)
 		dst = binary.AppendVarint(dst, s.Remaining)
-		dst = binary.AppendUvarint(dst, uint64(s.Lease))
-		dst = binary.AppendUvarint(dst, uint64(s.LeaseHeld))
-		dst = binary.AppendUvarint(dst, uint64(s.ResetInMs))
-		dst = binary.AppendUvarint(dst, uint64(s.RetryInMs))
-		dst = binary.AppendUvarint(dst, uint64(s.PenaltyInMs))
+		for _, v := range [...]uint32{s.Lease, s.Held, s.Epoch, s.ValidMs, s.LowWater, s.ResetInMs, s.RetryInMs, s.PenaltyInMs} {
+			dst = binary.AppendUvarint(dst, uint64(v))
+		}
 		dst = append(dst, s.PenaltyLevel)
+		dst = binary.AppendUvarint(dst, s.ServerMs)
+		dst = appendString(dst, s.Reason)
 	}
 	return dst, nil
 }
 
 // DecodeBatch decodes data into b, reusing b.Deltas' capacity. On error b is unchanged.
+// A message of another version fails with ErrVersion (see PeekVersion and v1.go).
 //
 // All strings of one decode share a single allocation (so decoding a batch costs two
 // allocations at most, the Deltas slice and the strings): a caller that keeps one of
@@ -131,8 +156,7 @@ func DecodeBatch(data []byte, b *Batch) error {
 }
 
 // DecodeReply decodes data into rep, reusing rep.States' capacity. On error rep is
-// unchanged.
-// Strings share one allocation, as with DecodeBatch.
+// unchanged. Strings share one allocation, as with DecodeBatch.
 func DecodeReply(data []byte, rep *Reply) error {
 	if len(data) > MaxBatchSize {
 		return sizeError("reply", len(data))
@@ -163,11 +187,11 @@ type reader struct {
 }
 
 func (r *reader) batch(b *Batch) error {
-	r.version()
+	r.version(Version)
 	node := r.str("node")
-	worker := r.u32("worker")
 	seq := r.uvarint("seq")
 	rulesVersion := r.uvarint("rules_version")
+	rulesTag := r.strMax("rules_tag", MaxTagLen)
 	n := r.count("deltas", minDeltaSize)
 	if r.err != nil {
 		return r.err
@@ -180,19 +204,23 @@ func (r *reader) batch(b *Batch) error {
 	for i := 0; i < n; i++ {
 		r.idx = i
 		d := Delta{
-			Key:      r.str("key"),
-			Rule:     r.str("rule"),
-			Window:   r.byte("window"),
-			Flags:    r.byte("flags"),
-			Leased:   r.u32("leased"),
-			Over:     r.u32("over"),
-			Returned: r.u32("returned"),
-			Rejected: r.u32("rejected"),
-			Early:    r.u32("early"),
-			Algo:     r.byte("algo"),
-			Limit:    r.u32("limit"),
-			WindowMs: r.u32("window_ms"),
-			Burst:    r.u32("burst"),
+			Key:       r.str("key"),
+			Rule:      r.str("rule"),
+			Tier:      r.str("tier"),
+			Window:    r.byte("window"),
+			Flags:     r.flags("flags", deltaFlags),
+			Leased:    r.u32("leased"),
+			Over:      r.u32("over"),
+			Returned:  r.u32("returned"),
+			Held:      r.u32("held"),
+			Rejected:  r.u32("rejected"),
+			Early:     r.u32("early"),
+			Epoch:     r.u32("epoch"),
+			ElapsedMs: r.u32("elapsed_ms"),
+			Algo:      r.byte("algo"),
+			Limit:     r.u32("limit"),
+			WindowMs:  r.u32("window_ms"),
+			Burst:     r.u32("burst"),
 		}
 		if r.err != nil {
 			return r.err
@@ -206,14 +234,15 @@ func (r *reader) batch(b *Batch) error {
 		return err
 	}
 	if b != nil {
-		*b = Batch{Node: node, Worker: worker, Seq: seq, RulesVersion: rulesVersion, Deltas: deltas}
+		*b = Batch{Node: node, Seq: seq, RulesVersion: rulesVersion, RulesTag: rulesTag, Deltas: deltas}
 	}
 	return nil
 }
 
 func (r *reader) reply(rep *Reply) error {
-	r.version()
+	r.version(Version)
 	rulesVersion := r.uvarint("rules_version")
+	rulesTag := r.strMax("rules_tag", MaxTagLen)
 	serverTime := r.varint("server_time_us")
 	nodes := r.u32("nodes")
 	n := r.count("states", minStateSize)
@@ -228,22 +257,23 @@ func (r *reader) reply(rep *Reply) error {
 	for i := 0; i < n; i++ {
 		r.idx = i
 		s := State{
-			Key:    r.str("key"),
-			Rule:   r.str("rule"),
-			Window: r.byte("window"),
+			Key:          r.str("key"),
+			Rule:         r.str("rule"),
+			Window:       r.byte("window"),
+			Flags:        r.flags("flags", stateFlags),
+			Remaining:    r.varint("remaining"),
+			Lease:        r.u32("lease"),
+			Held:         r.u32("held"),
+			Epoch:        r.u32("epoch"),
+			ValidMs:      r.u32("valid_ms"),
+			LowWater:     r.u32("low_water"),
+			ResetInMs:    r.u32("reset_in_ms"),
+			RetryInMs:    r.u32("retry_in_ms"),
+			PenaltyInMs:  r.u32("penalty_in_ms"),
+			PenaltyLevel: r.byte("penalty_level"),
+			ServerMs:     r.uvarint("server_ms"),
+			Reason:       r.strMax("reason", MaxTagLen),
 		}
-		flags := r.byte("flags")
-		if flags&^allowedFlag != 0 && r.err == nil {
-			r.fail("flags", "unknown bits 0x"+strconv.FormatUint(uint64(flags), 16), ErrMalformed)
-		}
-		s.Allowed = flags&allowedFlag != 0
-		s.Remaining = r.varint("remaining")
-		s.Lease = r.u32("lease")
-		s.LeaseHeld = r.u32("lease_held")
-		s.ResetInMs = r.u32("reset_in_ms")
-		s.RetryInMs = r.u32("retry_in_ms")
-		s.PenaltyInMs = r.u32("penalty_in_ms")
-		s.PenaltyLevel = r.byte("penalty_level")
 		if r.err != nil {
 			return r.err
 		}
@@ -256,9 +286,24 @@ func (r *reader) reply(rep *Reply) error {
 		return err
 	}
 	if rep != nil {
-		*rep = Reply{RulesVersion: rulesVersion, ServerTimeUs: serverTime, Nodes: nodes, States: states}
+		*rep = Reply{RulesVersion: rulesVersion, RulesTag: rulesTag, ServerTimeUs: serverTime, Nodes: nodes, States: states}
 	}
 	return nil
+}
+
+// flags reads a flag byte and refuses unknown bits.
+func (r *reader) flags(field string, known uint8) uint8 {
+	f := r.byte(field)
+	if f&^known != 0 && r.err == nil {
+		r.fail(field, "unknown bits 0x"+strconv.FormatUint(uint64(f), 16), ErrMalformed)
+	}
+	return f
+}
+
+func (r *reader) version(want byte) {
+	if v := r.byte("version"); v != want && r.err == nil {
+		r.fail("version", "got "+strconv.Itoa(int(v))+", want "+strconv.Itoa(int(want)), ErrVersion)
+	}
 }
 
 // fail records the first error; field is qualified with the current element.
@@ -271,12 +316,6 @@ func (r *reader) fail(field, reason string, kind error) {
 	}
 	r.err = &Error{Field: field, Reason: reason, Kind: kind}
 	r.off = len(r.data) // later reads see a truncated input and return zeros
-}
-
-func (r *reader) version() {
-	if v := r.byte("version"); v != Version && r.err == nil {
-		r.fail("version", "got "+strconv.Itoa(int(v))+", want "+strconv.Itoa(Version), ErrMalformed)
-	}
 }
 
 func (r *reader) byte(field string) byte {
@@ -355,10 +394,12 @@ func (r *reader) count(field string, minSize int) int {
 	return n
 }
 
-func (r *reader) str(field string) string {
+func (r *reader) str(field string) string { return r.strMax(field, MaxStringLen) }
+
+func (r *reader) strMax(field string, max int) string {
 	v := r.uvarint(field)
-	if v > MaxStringLen {
-		r.fail(field, "length "+strconv.FormatUint(v, 10)+" > "+strconv.Itoa(MaxStringLen), ErrLimit)
+	if v > uint64(max) {
+		r.fail(field, "length "+strconv.FormatUint(v, 10)+" > "+strconv.Itoa(max), ErrLimit)
 		return ""
 	}
 	n := int(v)
@@ -400,6 +441,16 @@ func checkString(item string, idx int, field, s string) error {
 	}
 	r := reader{item: item, idx: idx}
 	r.fail(field, "length "+strconv.Itoa(len(s))+" > "+strconv.Itoa(MaxStringLen), ErrLimit)
+	return r.err
+}
+
+// checkTag enforces MaxTagLen on encode.
+func checkTag(item string, idx int, field, s string) error {
+	if len(s) <= MaxTagLen {
+		return nil
+	}
+	r := reader{item: item, idx: idx}
+	r.fail(field, "length "+strconv.Itoa(len(s))+" > "+strconv.Itoa(MaxTagLen), ErrLimit)
 	return r.err
 }
 

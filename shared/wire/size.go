@@ -1,37 +1,42 @@
 package wire
 
-// Worst-case sizes of the fixed parts, for SplitDeltas: a batch header whose Worker,
-// Seq and RulesVersion take their longest varints, and a State whose numbers do.
+// Worst-case sizes of the fixed parts, for SplitDeltas: a batch header whose Seq and
+// RulesVersion take their longest varints, and a State whose numbers do.
 const (
-	maxBatchHeader = 1 + 5 + 10 + 10      // version, worker, seq, rules version (+ node, count)
-	maxReplyHeader = 1 + 10 + 10 + 5      // version, rules version, server time, nodes (+ count)
-	maxStateFixed  = 1 + 1 + 10 + 5*5 + 1 // window, flags, remaining, 5 × u32, penalty level
+	maxBatchHeader = 1 + 10 + 10                               // version, seq, rules version (+ node, tag, count)
+	maxReplyHeader = 1 + 10 + 10 + 5                           // version, rules version, server time, nodes (+ tag, count)
+	maxStateFixed  = 1 + 1 + 10 + 8*5 + 1 + 10 + 1 + MaxTagLen // window, flags, remaining, 8 × u32, level, server ms, reason
 )
 
 // EncodedBatchSize is the exact number of bytes AppendBatch writes for b (whether or
 // not b is within the limits).
 func EncodedBatchSize(b *Batch) int {
-	n := 1 + stringSize(b.Node) + uvarintLen(uint64(b.Worker)) + uvarintLen(b.Seq) +
-		uvarintLen(b.RulesVersion) + uvarintLen(uint64(len(b.Deltas)))
+	n := BatchHeaderSize(b.Node, b.Seq, b.RulesVersion, b.RulesTag, len(b.Deltas))
 	for i := range b.Deltas {
 		n += DeltaSize(&b.Deltas[i])
 	}
 	return n
 }
 
+// BatchHeaderSize is the number of bytes AppendBatchHeader writes.
+func BatchHeaderSize(node string, seq, rulesVersion uint64, rulesTag string, n int) int {
+	return 1 + stringSize(node) + uvarintLen(seq) + uvarintLen(rulesVersion) + stringSize(rulesTag) + uvarintLen(uint64(n))
+}
+
 // DeltaSize is the number of bytes d adds to an encoded Batch.
 func DeltaSize(d *Delta) int {
-	return stringSize(d.Key) + stringSize(d.Rule) + 2 +
-		uvarintLen(uint64(d.Leased)) + uvarintLen(uint64(d.Over)) + uvarintLen(uint64(d.Returned)) +
-		uvarintLen(uint64(d.Rejected)) + uvarintLen(uint64(d.Early)) + 1 +
-		uvarintLen(uint64(d.Limit)) + uvarintLen(uint64(d.WindowMs)) + uvarintLen(uint64(d.Burst))
+	n := stringSize(d.Key) + stringSize(d.Rule) + stringSize(d.Tier) + 2 + 1
+	for _, v := range [...]uint32{d.Leased, d.Over, d.Returned, d.Held, d.Rejected, d.Early, d.Epoch, d.ElapsedMs, d.Limit, d.WindowMs, d.Burst} {
+		n += uvarintLen(uint64(v))
+	}
+	return n
 }
 
 // EncodedReplySize is the exact number of bytes AppendReply writes for r (whether or not
 // r is within the limits).
 func EncodedReplySize(r *Reply) int {
-	n := 1 + uvarintLen(r.RulesVersion) + varintLen(r.ServerTimeUs) + uvarintLen(uint64(r.Nodes)) +
-		uvarintLen(uint64(len(r.States)))
+	n := 1 + uvarintLen(r.RulesVersion) + stringSize(r.RulesTag) + varintLen(r.ServerTimeUs) +
+		uvarintLen(uint64(r.Nodes)) + uvarintLen(uint64(len(r.States)))
 	for i := range r.States {
 		n += StateSize(&r.States[i])
 	}
@@ -40,9 +45,25 @@ func EncodedReplySize(r *Reply) int {
 
 // StateSize is the number of bytes s adds to an encoded Reply.
 func StateSize(s *State) int {
-	return stringSize(s.Key) + stringSize(s.Rule) + 2 + varintLen(s.Remaining) +
-		uvarintLen(uint64(s.Lease)) + uvarintLen(uint64(s.LeaseHeld)) + uvarintLen(uint64(s.ResetInMs)) +
-		uvarintLen(uint64(s.RetryInMs)) + uvarintLen(uint64(s.PenaltyInMs)) + 1
+	n := stringSize(s.Key) + stringSize(s.Rule) + 2 + varintLen(s.Remaining) + 1 +
+		uvarintLen(s.ServerMs) + stringSize(s.Reason)
+	for _, v := range [...]uint32{s.Lease, s.Held, s.Epoch, s.ValidMs, s.LowWater, s.ResetInMs, s.RetryInMs, s.PenaltyInMs} {
+		n += uvarintLen(uint64(v))
+	}
+	return n
+}
+
+// MaxStateSize is the longest a State for delta d can encode (every number at its
+// longest, the longest reason): what the service's reply to d can cost, which the
+// gateway must budget for when it sizes a batch (the service cannot split its answer).
+func MaxStateSize(d *Delta) int {
+	return stringSize(d.Key) + stringSize(d.Rule) + maxStateFixed
+}
+
+// MaxReplyHeader is the longest a Reply's header can encode with a tag of tagLen bytes
+// and n states.
+func MaxReplyHeader(tagLen, n int) int {
+	return maxReplyHeader + uvarintLen(uint64(tagLen)) + tagLen + uvarintLen(uint64(n))
 }
 
 // SplitDeltas splits deltas so that head fits in one Batch sent by node: at most
@@ -52,10 +73,10 @@ func StateSize(s *State) int {
 // the service cannot split its answer.
 //
 // maxDeltas and maxBytes <= 0 or above the hard limits mean MaxDeltas and MaxBatchSize.
-// The header is sized for the longest Worker, Seq and RulesVersion, so the split holds
-// whatever sequence number the batch is given later. head is empty only when deltas is,
-// or when the first delta alone cannot fit in maxBytes (never the case with the default
-// maxBytes for deltas within MaxStringLen).
+// The header is sized for the longest Seq and RulesVersion and the longest rules tag,
+// so the split holds whatever sequence number the batch is given later. head is empty
+// only when deltas is, or when the first delta alone cannot fit in maxBytes (never the
+// case with the default maxBytes for deltas within MaxStringLen).
 func SplitDeltas(node string, deltas []Delta, maxDeltas, maxBytes int) (head, tail []Delta) {
 	if maxDeltas <= 0 || maxDeltas > MaxDeltas {
 		maxDeltas = MaxDeltas
@@ -63,13 +84,13 @@ func SplitDeltas(node string, deltas []Delta, maxDeltas, maxBytes int) (head, ta
 	if maxBytes <= 0 || maxBytes > MaxBatchSize {
 		maxBytes = MaxBatchSize
 	}
-	batch := maxBatchHeader + stringSize(node)
-	reply := maxReplyHeader
+	batch := maxBatchHeader + stringSize(node) + 1 + MaxTagLen
+	reply := maxReplyHeader + 1 + MaxTagLen
 	n := 0
 	for n < len(deltas) && n < maxDeltas {
 		d := &deltas[n]
 		nextBatch := batch + DeltaSize(d)
-		nextReply := reply + stringSize(d.Key) + stringSize(d.Rule) + maxStateFixed
+		nextReply := reply + MaxStateSize(d)
 		count := uvarintLen(uint64(n + 1))
 		if nextBatch+count > maxBytes || nextReply+count > maxBytes {
 			break

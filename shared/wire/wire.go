@@ -1,30 +1,37 @@
-// Package wire is the sync protocol between the filter and the sync service: a Batch of
-// consumed deltas goes up every sync interval, a Reply with the authoritative global
-// state and this node's lease comes back.
+// Package wire is the sync protocol between the filter and the sync service: one Batch
+// per Envoy per sync interval carries what its workers consumed on buckets whose lease
+// needs attention, and a Reply with the authoritative global state and the gateway's
+// lease comes back (RATIONALE.md §2).
 //
 // The encoding is a hand-written, versioned binary format (uvarints and length-prefixed
 // strings) because the filter must decode it inside the Wasm VM without reflection and
 // with hard size limits; encoding/json would pull reflection into the filter and
 // protobuf needs generated code and a runtime the TinyGo build cannot afford.
 //
-// # Format (Version 1)
+// # Format (Version 2)
 //
 // Every message starts with one Version byte. "uv" is an unsigned LEB128 varint
 // (encoding/binary's Uvarint), "sv" a zig-zag signed varint (Varint), "u8" one raw byte,
 // and "str" a uv length followed by that many bytes (any bytes; no UTF-8 requirement).
 //
-//	Batch: u8 Version, str Node, uv Worker, uv Seq, uv RulesVersion, uv count, count × Delta
-//	Delta: str Key, str Rule, u8 Window, u8 Flags, uv Leased, uv Over, uv Returned,
-//	       uv Rejected, uv Early, u8 Algo, uv Limit, uv WindowMs, uv Burst
-//	Reply: u8 Version, uv RulesVersion, sv ServerTimeUs, uv Nodes, uv count, count × State
-//	State: str Key, str Rule, u8 Window, u8 flags (bit 0: Allowed; other bits zero),
-//	       sv Remaining, uv Lease, uv LeaseHeld, uv ResetInMs, uv RetryInMs,
-//	       uv PenaltyInMs, u8 PenaltyLevel
+//	Batch: u8 Version, str Node, uv Seq, uv RulesVersion, str RulesTag, uv count, count × Delta
+//	Delta: str Key, str Rule, str Tier, u8 Window, u8 Flags, uv Leased, uv Over,
+//	       uv Returned, uv Held, uv Rejected, uv Early, uv Epoch, uv ElapsedMs,
+//	       u8 Algo, uv Limit, uv WindowMs, uv Burst
+//	Reply: u8 Version, uv RulesVersion, str RulesTag, sv ServerTimeUs, uv Nodes,
+//	       uv count, count × State
+//	State: str Key, str Rule, u8 Window, u8 flags, sv Remaining, uv Lease, uv Held,
+//	       uv Epoch, uv ValidMs, uv LowWater, uv ResetInMs, uv RetryInMs,
+//	       uv PenaltyInMs, u8 PenaltyLevel, uv ServerMs, str Reason
+//
+// Version 1 (one batch per worker, leases kept per gateway in every bucket) is still
+// decoded by the service so that gateways not yet upgraded keep limiting during a
+// rolling upgrade; see v1.go.
 //
 // The encoding is canonical: decoders reject non-minimal varints, values that overflow
 // their field, unknown flag bits and trailing bytes, so every message has exactly one
-// encoding and Append(Decode(b)) == b. That keeps stored replies (the idempotency cache)
-// byte-comparable and makes the fuzz tests' round-trip property exact.
+// encoding and Append(Decode(b)) == b, which makes the fuzz tests' round-trip property
+// exact.
 //
 // Decoders check every claimed count and length against the bytes that remain before
 // allocating anything, so a hostile or corrupt message costs at most its own size.
@@ -33,59 +40,94 @@ package wire
 import "errors"
 
 // Version is the first byte of every encoded Batch and Reply.
-const Version = 1
+const Version = 2
 
 // Hard limits enforced by both Encode and Decode.
 const (
 	MaxDeltas    = 4096 // entries per batch / states per reply
-	MaxStringLen = 256  // key, rule id, node id
+	MaxStringLen = 256  // key, rule id, tier, node id
+	MaxTagLen    = 64   // rules tag, refusal reason
 	MaxBatchSize = 1 << 20
 )
 
 // Delta flags.
 const (
-	// FlagStrict asks the service for a synchronous decision of Over permits
-	// (the rule is strict): the reply's State.Allowed says whether they were taken.
+	// FlagStrict asks the service for a synchronous decision of Over permits against
+	// what the bucket holds beyond every outstanding lease; the reply's State.Allowed says
+	// whether they were taken. A strict delta never gets a lease.
 	FlagStrict uint8 = 1 << iota
-	// FlagNew marks a bucket the node has just created (no lease yet).
+	// FlagNew marks the first report of a bucket the gateway decided cold (no lease):
+	// Over is what it admitted from its cold slice, and Held what it may still admit
+	// from that slice before this reply arrives. The service reserves Held as a lease so
+	// that simultaneous cold starts stay within the limit (RATIONALE.md §3).
 	FlagNew
-	// FlagDegraded says Over includes permits admitted while the node could not reach
+	// FlagDegraded says Over includes permits admitted while the gateway could not reach
 	// the service (fail-open). They are charged only up to what the global bucket holds:
 	// that over-admission already happened during the outage, and charging it as debt
-	// afterwards would lock out callers who are within their limit (RATIONALE §3).
+	// afterwards would lock out callers who are within their limit (RATIONALE.md §3).
 	FlagDegraded
+	// FlagAcquire is a paused request asking for Over permits now (decided like
+	// FlagStrict) together with a lease for the gateway.
+	FlagAcquire
+
+	deltaFlags = FlagStrict | FlagNew | FlagDegraded | FlagAcquire
 )
 
-// Batch is what one worker of one gateway sends per sync.
+// State flags.
+const (
+	// StateAllowed answers a FlagStrict or FlagAcquire delta.
+	StateAllowed uint8 = 1 << iota
+	// StateRefused: the delta was not applied; Reason says why (unknown rule, parameters
+	// the service does not accept). The other deltas of the batch were applied.
+	StateRefused
+	// StateReplay: the delta belongs to a batch the service had applied already; the
+	// lease fields repeat what the first application granted and ServerMs is its time.
+	StateReplay
+
+	stateFlags = StateAllowed | StateRefused | StateReplay
+)
+
+// Batch is what one gateway (one Envoy, whatever its number of workers) sends per sync.
 type Batch struct {
-	Node   string // gateway id (leases are per node, shared by its workers)
-	Worker uint32
-	// Seq is the worker's monotonic batch id; (Node, Worker, Seq) is the idempotency key.
-	// A retried batch carries the same Seq and the same Deltas.
+	Node string // gateway id: leases and idempotency are per node
+	// Seq is the gateway's batch id; (Node, Seq) is the idempotency key. A retried batch
+	// carries the same Seq and the same Deltas. Seqs only grow (they start at the
+	// gateway's start time in µs).
 	Seq          uint64
-	RulesVersion uint64 // rules version the node enforces
+	RulesVersion uint64 // rules version the gateway enforces
+	RulesTag     string // identity of that rule set (survives a Redis wipe)
 	Deltas       []Delta
 }
 
-// Delta is one (key, rule, window) bucket's activity since the worker's last flush.
+// Delta is one (key, rule, window) bucket's activity since the gateway last reported it.
 type Delta struct {
 	Key    string // caller key (the Redis hash tag)
 	Rule   string // rule id
+	Tier   string // tier the gateway resolved for the caller ("" for none)
 	Window uint8  // index into the rule's windows
 	Flags  uint8
-	// Leased is what was admitted out of the node's lease (already reserved in Redis).
+	// Leased is what was admitted out of the gateway's lease (reserved at the service).
 	Leased uint32
-	// Over is what was admitted outside any lease (cold start, overdraft, degraded mode);
-	// the service charges it to the global bucket.
+	// Over is what was admitted outside any lease (cold start, degraded mode); the
+	// service charges it to the global bucket. With FlagStrict/FlagAcquire it is the
+	// cost asked for.
 	Over uint32
-	// Returned is unused lease the node gives back (expired or dropped locally).
+	// Returned is lease the gateway gives back (it expired locally or is not needed).
 	Returned uint32
+	// Held is the lease the gateway still holds (dated Epoch) and keeps; the service
+	// renews its reservation. With FlagNew: what the cold slice may still admit.
+	Held uint32
 	// Rejected counts requests answered 429 locally; Early counts the subset that
 	// arrived before the Retry-After they had been given (the penalty signal).
 	Rejected uint32
 	Early    uint32
-	// Params the rule had at the node (so the service applies the rule version the node
-	// enforced and can create the bucket without a rules lookup).
+	// Epoch is the lease epoch the service gave with the gateway's lease (0: none).
+	Epoch uint32
+	// ElapsedMs is the time over which Leased+Over+Rejected were counted (since the
+	// bucket's previous report): the gateway's demand is their sum over it.
+	ElapsedMs uint32
+	// Params the rule had at the gateway (the service creates the bucket from them and,
+	// when it holds rules of its own, checks them).
 	Algo     uint8
 	Limit    uint32
 	WindowMs uint32
@@ -95,31 +137,46 @@ type Delta struct {
 // Reply is the service's answer to a Batch.
 type Reply struct {
 	RulesVersion uint64 // current rules version at the service
+	RulesTag     string // and its identity
 	ServerTimeUs int64  // Redis TIME when the batch was applied (informational only)
-	Nodes        uint32 // gateways seen syncing recently (fleet size, for cold starts)
+	Nodes        uint32 // gateways seen syncing recently (fleet size, for cold slices)
 	States       []State
 }
 
-// State is the authoritative state of one bucket after the batch. All times are
-// durations relative to the moment the service answered, so the filter converts them to
-// its own clock on receipt and never compares clocks.
+// State is the authoritative state of one bucket after the batch, one per Delta in
+// order. All times are durations relative to the moment the service answered, so the
+// filter converts them to its own clock on receipt and never compares clocks.
 type State struct {
 	Key    string
 	Rule   string
 	Window uint8
-	// Allowed answers a FlagStrict delta.
-	Allowed bool
-	// Remaining is the global unreserved quota (may be negative: debt from overage).
+	Flags  uint8
+	// Remaining is the global unreserved quota after every outstanding lease (may be
+	// negative: debt from overage).
 	Remaining int64
-	// Lease is the increment granted to this node (add to the local lease);
-	// LeaseHeld is the node's total outstanding lease as the service sees it.
-	Lease        uint32
-	LeaseHeld    uint32
-	ResetInMs    uint32 // until the global bucket is full again / the window ends
-	RetryInMs    uint32 // until one permit is available globally (0 if available now)
+	// Lease is the new lease granted to the gateway; Held is what the service still
+	// reserves of the lease the gateway reported (≤ Delta.Held). The gateway's lease is
+	// Held (less what it consumed since the batch was cut) plus Lease, dated Epoch, and
+	// usable for ValidMs.
+	Lease    uint32
+	Held     uint32
+	Epoch    uint32
+	ValidMs  uint32
+	LowWater uint32 // report again when the lease falls to this
+	// ResetInMs: until the global bucket is full again (outstanding leases counted as
+	// taken); RetryInMs: until one permit (or, refused, the cost asked for) is available.
+	ResetInMs    uint32
+	RetryInMs    uint32
 	PenaltyInMs  uint32 // remaining progressive-penalty cooldown (0 if none)
 	PenaltyLevel uint8  // how many times the cooldown has grown
+	// ServerMs is the server time (Unix ms) the state was computed at: a gateway never
+	// lets an older state overwrite a newer one of the same bucket.
+	ServerMs uint64
+	Reason   string // why a StateRefused delta was refused
 }
+
+// Allowed reports the StateAllowed flag.
+func (s *State) Allowed() bool { return s.Flags&StateAllowed != 0 }
 
 // Error kinds, for errors.Is. Every error this package returns is an *Error wrapping
 // one of them.
@@ -130,16 +187,26 @@ var (
 	// ErrLimit: a count, a string length or the message size exceeds a hard limit
 	// (on encode or decode).
 	ErrLimit = errors.New("wire: limit exceeded")
+	// ErrVersion: the message is of a version this decoder does not read.
+	ErrVersion = errors.New("wire: unsupported version")
 )
 
 // Error names the field that failed and why, e.g. "wire: delta[3].key: length 300 > 256".
 type Error struct {
 	Field  string // "node", "deltas", "delta[3].key", "state[0].remaining", "batch", ...
 	Reason string // "length 300 > 256", "truncated", ...
-	Kind   error  // ErrMalformed or ErrLimit
+	Kind   error  // ErrMalformed, ErrLimit or ErrVersion
 }
 
 func (e *Error) Error() string { return "wire: " + e.Field + ": " + e.Reason }
 
-// Unwrap returns the error kind (ErrMalformed or ErrLimit).
+// Unwrap returns the error kind.
 func (e *Error) Unwrap() error { return e.Kind }
+
+// PeekVersion returns the version byte of an encoded message (0 if empty).
+func PeekVersion(data []byte) byte {
+	if len(data) == 0 {
+		return 0
+	}
+	return data[0]
+}

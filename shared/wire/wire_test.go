@@ -13,24 +13,26 @@ import (
 )
 
 func sampleBatch(n int) *Batch {
-	b := &Batch{Node: "gw-eu-1", Worker: 3, Seq: 1 << 40, RulesVersion: 17}
+	b := &Batch{Node: "gw-eu-1", Seq: 1 << 40, RulesVersion: 17, RulesTag: "sha256:ab12"}
 	for i := 0; i < n; i++ {
 		b.Deltas = append(b.Deltas, Delta{
-			Key: "sk_live_" + strings.Repeat("x", i%24), Rule: "search", Window: uint8(i % 3),
-			Flags: FlagNew, Leased: uint32(i), Over: uint32(i * 7), Returned: 3, Rejected: uint32(i % 5),
-			Early: uint32(i % 2), Algo: 1, Limit: 100, WindowMs: 60000, Burst: 120,
+			Key: "sk_live_" + strings.Repeat("x", i%24), Rule: "search", Tier: "pro", Window: uint8(i % 3),
+			Flags: FlagNew, Leased: uint32(i), Over: uint32(i * 7), Returned: 3, Held: uint32(i % 11), Rejected: uint32(i % 5),
+			Early: uint32(i % 2), Epoch: 85_000_000 + uint32(i), ElapsedMs: 100, Algo: 1, Limit: 100, WindowMs: 60000, Burst: 120,
 		})
 	}
 	return b
 }
 
 func sampleReply(n int) *Reply {
-	r := &Reply{RulesVersion: 17, ServerTimeUs: 1_700_000_000_000_000, Nodes: 4}
+	r := &Reply{RulesVersion: 17, RulesTag: "sha256:ab12", ServerTimeUs: 1_700_000_000_000_000, Nodes: 4}
 	for i := 0; i < n; i++ {
 		r.States = append(r.States, State{
 			Key: "sk_live_" + strings.Repeat("y", i%24), Rule: "search", Window: uint8(i % 3),
-			Allowed: i%2 == 0, Remaining: int64(50 - i), Lease: uint32(i % 9), LeaseHeld: uint32(i % 13),
+			Flags: uint8(i % 2), Remaining: int64(50 - i), Lease: uint32(i % 9), Held: uint32(i % 13),
+			Epoch: 85_000_000, ValidMs: 20_000, LowWater: uint32(i % 3),
 			ResetInMs: 59_000, RetryInMs: uint32(i * 10), PenaltyInMs: uint32(i % 4 * 1000), PenaltyLevel: uint8(i % 4),
+			ServerMs: 1_700_000_000_000 + uint64(i),
 		})
 	}
 	return r
@@ -62,16 +64,17 @@ func TestBatchRoundTrip(t *testing.T) {
 		b    *Batch
 	}{
 		{"empty", &Batch{}},
-		{"no deltas", &Batch{Node: "n", Worker: 1, Seq: 2, RulesVersion: 3}},
+		{"no deltas", &Batch{Node: "n", Seq: 2, RulesVersion: 3, RulesTag: "t"}},
 		{"one delta", sampleBatch(1)},
 		{"many deltas", sampleBatch(200)},
-		{"max strings", &Batch{Node: long, Deltas: []Delta{{Key: long, Rule: long}}}},
+		{"max strings", &Batch{Node: long, RulesTag: long[:MaxTagLen], Deltas: []Delta{{Key: long, Rule: long, Tier: long}}}},
 		{"binary strings", &Batch{Node: "\x00\xff", Deltas: []Delta{{Key: "\n\r\"", Rule: "é"}}}},
 		{"max values", &Batch{
-			Node: "n", Worker: math.MaxUint32, Seq: math.MaxUint64, RulesVersion: math.MaxUint64,
+			Node: "n", Seq: math.MaxUint64, RulesVersion: math.MaxUint64,
 			Deltas: []Delta{{
-				Window: 255, Flags: 255, Leased: math.MaxUint32, Over: math.MaxUint32, Returned: math.MaxUint32,
-				Rejected: math.MaxUint32, Early: math.MaxUint32, Algo: 255, Limit: math.MaxUint32,
+				Window: 255, Flags: deltaFlags, Leased: math.MaxUint32, Over: math.MaxUint32, Returned: math.MaxUint32,
+				Held: math.MaxUint32, Rejected: math.MaxUint32, Early: math.MaxUint32, Epoch: math.MaxUint32,
+				ElapsedMs: math.MaxUint32, Algo: 255, Limit: math.MaxUint32,
 				WindowMs: math.MaxUint32, Burst: math.MaxUint32,
 			}},
 		}},
@@ -108,11 +111,13 @@ func TestReplyRoundTrip(t *testing.T) {
 		{"many states", sampleReply(300)},
 		{"negative time and debt", &Reply{ServerTimeUs: -1, States: []State{{Remaining: -12345}}}},
 		{"extremes", &Reply{
-			RulesVersion: math.MaxUint64, ServerTimeUs: math.MinInt64, Nodes: math.MaxUint32,
+			RulesVersion: math.MaxUint64, RulesTag: long[:MaxTagLen], ServerTimeUs: math.MinInt64, Nodes: math.MaxUint32,
 			States: []State{
-				{Key: long, Rule: long, Window: 255, Allowed: true, Remaining: math.MaxInt64,
-					Lease: math.MaxUint32, LeaseHeld: math.MaxUint32, ResetInMs: math.MaxUint32,
-					RetryInMs: math.MaxUint32, PenaltyInMs: math.MaxUint32, PenaltyLevel: 255},
+				{Key: long, Rule: long, Window: 255, Flags: stateFlags, Remaining: math.MaxInt64,
+					Lease: math.MaxUint32, Held: math.MaxUint32, Epoch: math.MaxUint32, ValidMs: math.MaxUint32,
+					LowWater: math.MaxUint32, ResetInMs: math.MaxUint32,
+					RetryInMs: math.MaxUint32, PenaltyInMs: math.MaxUint32, PenaltyLevel: 255,
+					ServerMs: math.MaxUint64, Reason: long[:MaxTagLen]},
 				{Remaining: math.MinInt64},
 			},
 		}},
@@ -159,7 +164,7 @@ func TestEncodeLimits(t *testing.T) {
 	withKey.Deltas[3].Key = long
 	withRule := sampleBatch(5)
 	withRule.Deltas[1].Rule = strings.Repeat("r", MaxStringLen+1)
-	// 4000 deltas with 256-byte keys encode to 1,084,007 bytes, over MaxBatchSize.
+	// 4000 deltas with 256-byte keys encode to 1,092,007 bytes, over MaxBatchSize.
 	huge := &Batch{}
 	for i := 0; i < 4000; i++ {
 		huge.Deltas = append(huge.Deltas, Delta{Key: strings.Repeat("k", MaxStringLen), Rule: "r"})
@@ -180,7 +185,7 @@ func TestEncodeLimits(t *testing.T) {
 		{"delta rule too long", withRule, "wire: delta[1].rule: length 257 > 256"},
 		{"node too long", &Batch{Node: long}, "wire: node: length 300 > 256"},
 		{"too many deltas", sampleBatch(MaxDeltas + 1), "wire: deltas: count 4097 > 4096"},
-		{"batch too large", huge, "wire: batch: size 1084007 > 1048576"},
+		{"batch too large", huge, "wire: batch: size 1100007 > 1048576"},
 	}
 	for _, tt := range batchTests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -314,10 +319,20 @@ func TestDecodeMalformed(t *testing.T) {
 		{"varint runs off the end", []byte{Version, 0x80}, false, "wire: node: truncated", ErrMalformed},
 		{"trailing byte", append(bytes.Clone(valid), 0), false, "wire: batch: 1 trailing bytes", ErrMalformed},
 		{"reply trailing byte", append(bytes.Clone(validReply), 7), true, "wire: reply: 1 trailing bytes", ErrMalformed},
-		{"reply nodes over uint32", []byte{Version, 0, 0, 0x80, 0x80, 0x80, 0x80, 0x10, 0}, true,
+		{"reply nodes over uint32", []byte{Version, 0, 0, 0, 0x80, 0x80, 0x80, 0x80, 0x10, 0}, true,
 			"wire: nodes: value 4294967296 > 4294967295", ErrMalformed},
-		{"reply server time non-minimal", []byte{Version, 0, 0x80, 0x80, 0x00, 0, 0}, true,
+		{"reply server time non-minimal", []byte{Version, 0, 0, 0x80, 0x80, 0x00, 0, 0}, true,
 			"wire: server_time_us: non-minimal varint", ErrMalformed},
+		{"version 1 batch", []byte{VersionV1, 0}, false, "wire: version: got 1, want 2", ErrVersion},
+		{"unknown delta flag", func() []byte {
+			b := sampleBatch(1)
+			enc, _ := AppendBatch(nil, b)
+			// flags follow key, rule, tier and window
+			i := 1 + 1 + len(b.Node) + uvarintLen(b.Seq) + 1 + 1 + len(b.RulesTag) + 1 +
+				1 + len(b.Deltas[0].Key) + 1 + len(b.Deltas[0].Rule) + 1 + len(b.Deltas[0].Tier) + 1
+			enc[i] = 0x80
+			return enc
+		}(), false, "wire: delta[0].flags: unknown bits 0x80", ErrMalformed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -435,7 +450,7 @@ func TestSplitDeltas(t *testing.T) {
 	long := strings.Repeat("k", MaxStringLen)
 	bigDeltas := make([]Delta, MaxDeltas)
 	for i := range bigDeltas {
-		bigDeltas[i] = Delta{Key: long, Rule: long, Leased: math.MaxUint32, Limit: math.MaxUint32}
+		bigDeltas[i] = Delta{Key: long, Rule: long, Tier: long, Leased: math.MaxUint32, Limit: math.MaxUint32}
 	}
 	tests := []struct {
 		name      string
@@ -468,7 +483,7 @@ func TestSplitDeltas(t *testing.T) {
 			if maxBytes <= 0 {
 				maxBytes = MaxBatchSize
 			}
-			b := &Batch{Node: "gw-1", Worker: math.MaxUint32, Seq: math.MaxUint64, RulesVersion: math.MaxUint64, Deltas: head}
+			b := &Batch{Node: "gw-1", Seq: math.MaxUint64, RulesVersion: math.MaxUint64, RulesTag: strings.Repeat("t", MaxTagLen), Deltas: head}
 			enc, err := AppendBatch(nil, b)
 			if err != nil {
 				t.Fatalf("AppendBatch(head): %v", err)
@@ -477,11 +492,12 @@ func TestSplitDeltas(t *testing.T) {
 				t.Errorf("batch of head is %d bytes > %d", len(enc), maxBytes)
 			}
 			// The worst reply to this batch must fit too.
-			rep := &Reply{RulesVersion: math.MaxUint64, ServerTimeUs: math.MinInt64, Nodes: math.MaxUint32}
+			rep := &Reply{RulesVersion: math.MaxUint64, RulesTag: strings.Repeat("t", MaxTagLen), ServerTimeUs: math.MinInt64, Nodes: math.MaxUint32}
 			for _, d := range head {
 				rep.States = append(rep.States, State{Key: d.Key, Rule: d.Rule, Remaining: math.MinInt64,
-					Lease: math.MaxUint32, LeaseHeld: math.MaxUint32, ResetInMs: math.MaxUint32,
-					RetryInMs: math.MaxUint32, PenaltyInMs: math.MaxUint32})
+					Lease: math.MaxUint32, Held: math.MaxUint32, Epoch: math.MaxUint32, ValidMs: math.MaxUint32,
+					LowWater: math.MaxUint32, ResetInMs: math.MaxUint32, RetryInMs: math.MaxUint32,
+					PenaltyInMs: math.MaxUint32, ServerMs: math.MaxUint64, Reason: strings.Repeat("r", MaxTagLen)})
 			}
 			if size := EncodedReplySize(rep); size > maxBytes {
 				t.Errorf("worst reply to head is %d bytes > %d", size, maxBytes)
@@ -490,8 +506,9 @@ func TestSplitDeltas(t *testing.T) {
 			if len(tail) > 0 && len(head) > 0 && (tt.maxDeltas <= 0 || len(head) < tt.maxDeltas) && len(head) < MaxDeltas {
 				b.Deltas = tt.deltas[:len(head)+1]
 				rep.States = append(rep.States, State{Key: tail[0].Key, Rule: tail[0].Rule, Remaining: math.MinInt64,
-					Lease: math.MaxUint32, LeaseHeld: math.MaxUint32, ResetInMs: math.MaxUint32,
-					RetryInMs: math.MaxUint32, PenaltyInMs: math.MaxUint32})
+					Lease: math.MaxUint32, Held: math.MaxUint32, Epoch: math.MaxUint32, ValidMs: math.MaxUint32,
+					LowWater: math.MaxUint32, ResetInMs: math.MaxUint32, RetryInMs: math.MaxUint32,
+					PenaltyInMs: math.MaxUint32, ServerMs: math.MaxUint64, Reason: strings.Repeat("r", MaxTagLen)})
 				if EncodedBatchSize(b) <= maxBytes && EncodedReplySize(rep) <= maxBytes {
 					t.Errorf("head of %d is not maximal: %d more fits", len(head), len(head)+1)
 				}
