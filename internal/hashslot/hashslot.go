@@ -5,6 +5,9 @@ package hashslot
 
 import "strings"
 
+// Slots is the number of hash slots of a Redis Cluster.
+const Slots = 16384
+
 // Of is the Redis Cluster hash slot of key: CRC16 (XMODEM) of its hash tag (the part
 // between the first "{" and the next "}", when not empty), mod 16384.
 func Of(key string) int {
@@ -24,5 +27,5 @@ func Of(key string) int {
 			}
 		}
 	}
-	return int(crc) % 16384
+	return int(crc) % Slots
 }

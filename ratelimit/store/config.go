@@ -46,6 +46,10 @@ type Config struct {
 	// FleetWindow is how recently a gateway must have synced to count in Reply.Nodes
 	// (default 5 s).
 	FleetWindow time.Duration
+	// IdempotencyTTL is how long a gateway's record of its last batch on a Redis node
+	// lives after that batch (default 60 s): a batch resent later than this after it was
+	// applied would be applied again.
+	IdempotencyTTL time.Duration
 }
 
 // Defaults for Config.
@@ -56,6 +60,7 @@ const (
 	DefaultWriteTimeout = 500 * time.Millisecond
 	DefaultMaxRetries   = 1
 	DefaultFleetWindow  = 5 * time.Second
+	DefaultIdempotency  = 60 * time.Second
 	// retryBackoff bounds go-redis's sleep between retries.
 	retryBackoff = 50 * time.Millisecond
 )
@@ -84,6 +89,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.FleetWindow <= 0 {
 		c.FleetWindow = DefaultFleetWindow
+	}
+	if c.IdempotencyTTL <= 0 {
+		c.IdempotencyTTL = DefaultIdempotency
 	}
 	c.Lease = c.Lease.Normalized()
 	return c

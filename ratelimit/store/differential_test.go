@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"maps"
@@ -9,47 +10,76 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/tollgate-rl/tollgate/shared/algo"
 	"github.com/tollgate-rl/tollgate/shared/lease"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
-// twin is the Go model of Redis: shared/lease.Sync on in-memory buckets.
+// twin is the Go model of Redis: shared/lease.Sync on in-memory buckets, and the
+// idempotency records of the script (per gateway, per call of a batch).
 type twin struct {
 	buckets map[string]*lease.Bucket
 	pens    map[string]*lease.Penalty
+	idem    map[string]idemRec // node|slot|chunk -> last call
 }
 
-// apply runs the batch's deltas in the order the store's script calls apply them.
-func (tw *twin) apply(b *wire.Batch, now int64, cfg lease.SyncConfig, clustered bool) []lease.SyncResult {
+type idemRec struct {
+	seq     uint64
+	now     int64
+	results []lease.SyncResult
+}
+
+// apply runs the batch as the store's script calls do: per call, a replay check, then
+// the deltas in batch order.
+func (tw *twin) apply(t *testing.T, s *Store, b *wire.Batch, refused []bool, now int64, cfg lease.SyncConfig) []lease.SyncResult {
+	t.Helper()
 	out := make([]lease.SyncResult, len(b.Deltas))
-	var order []int
-	for _, g := range plan(b, clustered) {
-		order = append(order, g.idx...)
+	ok := make([]bool, len(b.Deltas))
+	for i := range ok {
+		ok[i] = !refused[i]
 	}
-	for _, i := range order {
-		d := &b.Deltas[i]
-		bk := BucketKey(d.Key, d.Rule, d.Window)
-		bu := tw.buckets[bk]
-		if bu == nil {
-			bu = &lease.Bucket{}
-			tw.buckets[bk] = bu
+	groups, err := s.plan(context.Background(), b, ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range groups {
+		id := fmt.Sprint(b.Node, "|", g.slot, "|", g.chunk)
+		if rec, ok := tw.idem[id]; ok && b.Seq <= rec.seq {
+			for j, i := range g.idx {
+				r := lease.SyncResult{Replay: true, Allowed: true, NowUs: rec.now}
+				if rec.seq == b.Seq {
+					o := rec.results[j]
+					r.Grant, r.Held, r.Epoch, r.ValidUs, r.LowWater = o.Grant, o.Held, o.Epoch, o.ValidUs, o.LowWater
+				}
+				out[i] = r
+			}
+			continue
 		}
-		pk := PenaltyKey(d.Key)
-		pen := tw.pens[pk]
-		if pen == nil {
-			pen = &lease.Penalty{}
-			tw.pens[pk] = pen
+		rec := idemRec{seq: b.Seq, now: now}
+		for _, i := range g.idx {
+			d := &b.Deltas[i]
+			bk := BucketKey(d.Key, d.Rule, d.Tier, d.Window)
+			bu := tw.buckets[bk]
+			if bu == nil {
+				bu = &lease.Bucket{}
+				tw.buckets[bk] = bu
+			}
+			pk := PenaltyKey(d.Key)
+			pen := tw.pens[pk]
+			if pen == nil {
+				pen = &lease.Penalty{}
+				tw.pens[pk] = pen
+			}
+			out[i] = lease.Sync(bu, pen, d, now, cfg)
+			rec.results = append(rec.results, out[i])
 		}
-		out[i] = lease.Sync(bu, pen, b.Node, b.Worker, b.Seq, d, now, cfg)
+		tw.idem[id] = rec
 	}
 	return out
 }
 
-// TestDifferential drives the Lua scripts and the Go twin with the same random batches
-// and the same clock and requires identical answers and identical stored fields after
+// TestDifferential drives the Lua script and the Go twin with the same random batches
+// and the same clock and requires identical answers and identical stored bytes after
 // every batch, for every algorithm, on a standalone server and on a cluster.
 func TestDifferential(t *testing.T) {
 	for _, mode := range []Mode{Standalone, Cluster} {
@@ -66,61 +96,72 @@ func TestDifferential(t *testing.T) {
 	}
 }
 
+type heldLease struct {
+	n     int64
+	epoch uint32
+}
+
 func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *int64) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(seed, 42))
 	cfg := s.cfg.Lease
-	tw := &twin{buckets: map[string]*lease.Bucket{}, pens: map[string]*lease.Penalty{}}
+	tw := &twin{buckets: map[string]*lease.Bucket{}, pens: map[string]*lease.Penalty{}, idem: map[string]idemRec{}}
 	prefix := fmt.Sprintf("diff-%s-%d-%d", kind, seed, time.Now().UnixNano()) // fresh keys on every run
-	keys := []string{prefix + "-a", prefix + "-b", prefix + "-we}ird", ""}
-	keys[3] = prefix + "-{c}"
+	keys := []string{prefix + "-a", prefix + "-b", prefix + "-we}ird", prefix + "-{c}"}
 	type params struct {
 		kind                   algo.Kind
 		limit, windowMs, burst uint32
 	}
-	// Each rule has its own algorithm, so one caller key's deltas span several scripts.
+	// Each rule has its own algorithm, so one call mixes algorithms.
 	rulesP := map[string]params{
 		"r1":  {kind, 20, 1000, 0},
 		"r2":  {(kind + 1) % algo.Kind(numKinds), 50, 10_000, 80},
 		"r:3": {(kind + 3) % algo.Kind(numKinds), 7, 2000, 3},
 	}
 	ruleIDs := []string{"r1", "r2", "r:3"}
-	nodes := []string{"n1", "n2", "n:3"}
+	tiers := []string{"", "", "pro"}
+	nodes := []string{prefix + "-n1", prefix + "-n2", prefix + "-n:3"}
 	seqs := map[string]uint64{}
-	local := map[string]int64{} // node|bucket -> lease the node believes it holds
+	local := map[string]heldLease{} // node|bucket -> the lease the node believes it holds
 	var history []wire.Batch
 	*clock = 1_700_000_000_000_000 + int64(rng.IntN(1_000_000))
-	var replays, grants, reclaims, refusals, penalties, overshoots int
+	var replays, grants, reclaims, refusals, penalties, overshoots, renewals, reserved, refusedDeltas int
 
-	for step := 0; step < 150; step++ {
+	for step := 0; step < 160; step++ {
 		var b wire.Batch
 		if len(history) > 0 && rng.IntN(8) == 0 {
 			b = history[rng.IntN(len(history))] // a retried (or late duplicate) batch
 		} else {
 			b.Node = nodes[rng.IntN(len(nodes))]
-			b.Worker = uint32(rng.IntN(2))
-			id := fmt.Sprint(b.Node, "/", b.Worker)
-			seqs[id] += uint64(1 + rng.IntN(3))
-			b.Seq = seqs[id]
+			seqs[b.Node] += uint64(1 + rng.IntN(3))
+			b.Seq = seqs[b.Node]
 			used := map[string]bool{}
 			for n := 1 + rng.IntN(4); n > 0; n-- {
-				key, rl := keys[rng.IntN(len(keys))], ruleIDs[rng.IntN(len(ruleIDs))]
+				key, rl, tier := keys[rng.IntN(len(keys))], ruleIDs[rng.IntN(len(ruleIDs))], tiers[rng.IntN(len(tiers))]
 				win := uint8(rng.IntN(2))
-				bk := BucketKey(key, rl, win)
-				if used[bk] {
-					continue
+				bk := BucketKey(key, rl, tier, win)
+				if used[bk] && rng.IntN(4) != 0 {
+					continue // now and then a duplicate, which is refused
 				}
 				used[bk] = true
 				p := rulesP[rl]
-				d := wire.Delta{Key: key, Rule: rl, Window: win, Algo: uint8(p.kind), Limit: p.limit, WindowMs: p.windowMs * uint32(win+1), Burst: p.burst}
+				d := wire.Delta{Key: key, Rule: rl, Tier: tier, Window: win, Algo: uint8(p.kind), Limit: p.limit,
+					WindowMs: p.windowMs * uint32(win+1), Burst: p.burst, ElapsedMs: uint32(rng.IntN(3000))}
 				lk := b.Node + "|" + bk
-				if l := local[lk]; l > 0 {
-					d.Leased = uint32(rng.Int64N(l + 1))
-					local[lk] -= int64(d.Leased)
-					if rng.IntN(6) == 0 {
-						d.Returned = uint32(local[lk])
-						local[lk] = 0
+				if l := local[lk]; l.n > 0 {
+					d.Epoch = l.epoch
+					if rng.IntN(10) == 0 {
+						d.Epoch-- // a lease of an older epoch
 					}
+					used := rng.Int64N(l.n + 1)
+					d.Leased = uint32(used)
+					l.n -= used
+					if rng.IntN(6) == 0 {
+						d.Returned = uint32(l.n)
+						l.n = 0
+					}
+					d.Held = uint32(l.n)
+					local[lk] = heldLease{}
 				}
 				if rng.IntN(2) == 0 {
 					d.Over = uint32(rng.IntN(int(p.limit)/2 + 1))
@@ -129,19 +170,26 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 				if rng.IntN(12) == 0 {
 					d.Early = 1
 				}
-				if rng.IntN(10) == 0 {
+				switch rng.IntN(12) {
+				case 0:
 					d.Flags |= wire.FlagStrict
-				}
-				if rng.IntN(15) == 0 {
+				case 1:
+					d.Flags |= wire.FlagAcquire
+				case 2, 3:
 					d.Flags |= wire.FlagNew
+					d.Held = uint32(rng.IntN(int(p.limit) + 1))
+					d.Epoch = 0
 				}
 				if rng.IntN(8) == 0 {
 					d.Flags |= wire.FlagDegraded
 				}
+				if rng.IntN(40) == 0 {
+					d.Limit = 0 // refused: params out of range
+				}
 				b.Deltas = append(b.Deltas, d)
 			}
 			if step%40 == 39 {
-				// A large batch: several script calls per algorithm (maxPerCall).
+				// A large batch: several script calls per node (maxPerCall).
 				for i := 0; i < 3*maxPerCall; i++ {
 					d := wire.Delta{Key: fmt.Sprint(prefix, "-bulk-", step, "-", i), Rule: "r1", Algo: uint8(kind), Limit: 20, WindowMs: 1000, Over: uint32(i % 25)}
 					b.Deltas = append(b.Deltas, d)
@@ -149,41 +197,52 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 			}
 			history = append(history, b)
 		}
-		switch rng.IntN(25) {
+		switch rng.IntN(20) {
 		case 0:
-			*clock += cfg.LeaseTTLUs + int64(rng.IntN(2_000_000)) // a silence: leases expire
+			*clock += 2*cfg.EpochMs*1000 + int64(rng.IntN(2_000_000)) // a silence: epochs end
 		default:
-			*clock += int64(rng.IntN(400_000))
+			*clock += int64(rng.IntN(600_000))
 		}
 		now := *clock
-		out, err := s.Apply(ctx, &b)
+		out, err := s.Apply(ctx, &b, Options{Idempotent: true})
 		if err != nil {
 			t.Fatalf("step %d: %v", step, err)
 		}
-		_, clustered := s.rdb.(*redis.ClusterClient)
-		want := tw.apply(&b, now, cfg, clustered)
+		refused := make([]bool, len(b.Deltas))
+		for i := range refused {
+			refused[i] = out.States[i].Flags&wire.StateRefused != 0
+		}
+		want := tw.apply(t, s, &b, refused, now, cfg)
 		for i := range b.Deltas {
+			if why := Refusal(&b.Deltas[i]); why != "" || out.States[i].Flags&wire.StateRefused != 0 {
+				if out.States[i].Flags&wire.StateRefused == 0 || out.Results[i] != (lease.SyncResult{}) {
+					t.Fatalf("step %d delta %d: refusal %q, state %+v", step, i, why, out.States[i])
+				}
+				refusedDeltas++
+				continue
+			}
 			if out.Results[i] != want[i] {
 				t.Fatalf("step %d delta %d (%+v):\nlua %+v\ngo  %+v", step, i, b.Deltas[i], out.Results[i], want[i])
 			}
 			r := &want[i]
+			d := &b.Deltas[i]
 			replays += b2i(r.Replay)
 			grants += b2i(!r.Replay && r.Grant > 0)
 			reclaims += b2i(r.Reclaimed > 0)
 			refusals += b2i(!r.Allowed)
 			penalties += b2i(r.Level > 1)
 			overshoots += b2i(r.Overshoot > 0)
-			if !want[i].Replay && want[i].Grant > 0 {
-				local[b.Node+"|"+BucketKey(b.Deltas[i].Key, b.Deltas[i].Rule, b.Deltas[i].Window)] += want[i].Grant
+			renewals += b2i(!r.Replay && r.Held > 0 && d.Flags&wire.FlagNew == 0)
+			reserved += b2i(!r.Replay && r.Held > 0 && d.Flags&wire.FlagNew != 0)
+			if !r.Replay {
+				local[b.Node+"|"+BucketKey(d.Key, d.Rule, d.Tier, d.Window)] = heldLease{r.Held + r.Grant, r.Epoch}
 			}
-		}
-		if out.ServerTimeUs != now {
-			t.Fatalf("step %d: server time %d, clock %d", step, out.ServerTimeUs, now)
 		}
 		compareStored(t, s, tw, &b, step)
 	}
 	// The sequence must have exercised every branch worth comparing.
-	for name, n := range map[string]int{"replays": replays, "grants": grants, "reclaims": reclaims, "strict refusals": refusals, "penalty levels > 1": penalties, "overshoots": overshoots} {
+	for name, n := range map[string]int{"replays": replays, "grants": grants, "reclaims": reclaims, "strict refusals": refusals,
+		"penalty levels > 1": penalties, "overshoots": overshoots, "renewals": renewals, "cold reservations": reserved, "refused deltas": refusedDeltas} {
 		if n == 0 {
 			t.Errorf("no %s in the random sequence: the comparison did not cover them", name)
 		}
@@ -201,27 +260,29 @@ func b2i(b bool) int {
 func compareStored(t *testing.T, s *Store, tw *twin, b *wire.Batch, step int) {
 	t.Helper()
 	ctx := context.Background()
-	seen := map[string]bool{}
 	for i := range b.Deltas {
 		d := &b.Deltas[i]
-		for _, k := range []string{BucketKey(d.Key, d.Rule, d.Window), PenaltyKey(d.Key)} {
-			if seen[k] {
-				continue
-			}
-			seen[k] = true
-			got, err := s.rdb.HGetAll(ctx, k).Result()
+		bk := BucketKey(d.Key, d.Rule, d.Tier, d.Window)
+		if bu := tw.buckets[bk]; bu != nil {
+			got, err := s.rdb.Get(ctx, bk).Bytes()
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("step %d: GET %q: %v", step, bk, err)
 			}
-			var want map[string]string
-			if bu := tw.buckets[k]; bu != nil {
-				want = bu.Fields()
-			} else {
-				want = tw.pens[k].Fields()
+			if want := bu.AppendValue(nil); !bytes.Equal(got, want) {
+				t.Fatalf("step %d: key %q differs:\nredis %x\ngo    %x", step, bk, got, want)
 			}
-			if !maps.Equal(got, want) {
-				t.Fatalf("step %d: key %q differs:\nredis %v\ngo    %v", step, k, sorted(got), sorted(want))
-			}
+		}
+		pk := PenaltyKey(d.Key)
+		got, err := s.rdb.HGetAll(ctx, pk).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{}
+		if p := tw.pens[pk]; p != nil {
+			want = p.Fields()
+		}
+		if !maps.Equal(got, want) {
+			t.Fatalf("step %d: key %q differs:\nredis %v\ngo    %v", step, pk, sorted(got), sorted(want))
 		}
 	}
 }

@@ -1,70 +1,73 @@
 package store
 
 import (
-	"github.com/tollgate-rl/tollgate/internal/hashslot"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/tollgate-rl/tollgate/internal/hashslot"
 )
 
-// KeyPrefix is the part every Redis key of one caller key starts with: "rl:{<key>}".
+// KeyPrefix is the part every Redis key of one caller key starts with: "tg:{<key>}".
 // The braces are the Redis Cluster hash tag, so a caller's buckets and its penalty
 // record share a slot and one script call may touch them all (RATIONALE.md §5).
 //
 // A caller key is chosen by clients (an API key header), so it may contain '}' or be
 // empty, either of which would end the hash tag early or leave it empty: the bucket and
-// penalty keys would then hash to different slots (CROSSSLOT) and two callers could
-// collide. Such keys get the tag "~<xxhash64 hex>" and carry the raw key, length-
-// prefixed, after the tag: "rl:{~<hex>}<len>:<key>". A normal tag is followed by ':'
-// and this one by a digit, so the two forms never produce the same name.
+// penalty keys would then hash to different slots and two callers could collide. Such
+// keys get the tag "~<xxhash64 hex>" and carry the raw key, length-prefixed, after the
+// tag: "tg:{~<hex>}<len>:<key>". A normal tag is followed by ':' and this one by a
+// digit, so the two forms never produce the same name.
 func KeyPrefix(key string) string {
 	if key != "" && !strings.ContainsRune(key, '}') {
-		return "rl:{" + key + "}"
+		return "tg:{" + key + "}"
 	}
-	return "rl:{~" + strconv.FormatUint(xxhash.Sum64String(key), 16) + "}" + strconv.Itoa(len(key)) + ":" + key
+	return "tg:{~" + strconv.FormatUint(xxhash.Sum64String(key), 16) + "}" + strconv.Itoa(len(key)) + ":" + key
 }
 
-// BucketKey is the hash of one (caller key, rule, window) bucket.
-func BucketKey(key, rule string, window uint8) string {
-	return KeyPrefix(key) + ":" + rule + ":" + strconv.Itoa(int(window))
+// BucketKey is the string of one (caller key, rule, window) bucket, per tier: a caller
+// whose tier changes starts a fresh bucket with the tier's limits.
+func BucketKey(key, rule, tier string, window uint8) string {
+	k := KeyPrefix(key) + ":" + rule + ":" + strconv.Itoa(int(window))
+	if tier != "" {
+		k += ":" + tier
+	}
+	return k
 }
 
 // PenaltyKey is the caller key's progressive-penalty hash.
-func PenaltyKey(key string) string { return KeyPrefix(key) + ":penalty" }
+func PenaltyKey(key string) string { return KeyPrefix(key) + ":p" }
+
+// idemKey is a gateway's idempotency hash on the Redis node that serves slot.
+func idemKey(slot int, node string) string { return "tg:{" + slotTag(slot) + "}:q:" + node }
 
 // nodesKey is the sorted set of gateways by last sync (unix ms), for the fleet size.
-const nodesKey = "rl:nodes"
+const nodesKey = "tg:nodes"
 
-// splitBucketKey returns the rule and window of a bucket key under prefix.
-func splitBucketKey(prefix, redisKey string) (rule string, window int, ok bool) {
-	rest, found := strings.CutPrefix(redisKey, prefix+":")
-	if !found {
-		return "", 0, false
-	}
-	i := strings.LastIndexByte(rest, ':')
-	if i <= 0 {
-		return "", 0, false
-	}
-	w, err := strconv.Atoi(rest[i+1:])
-	if err != nil || w < 0 || w > 255 {
-		return "", 0, false
-	}
-	return rest[:i], w, true
-}
-
-// globEscape escapes s for a SCAN MATCH pattern.
-func globEscape(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '*', '?', '[', ']', '\\', '^', '-':
-			b.WriteByte('\\')
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
+// paramsKey is the hash of every (rule, window, tier) the service has seen with its
+// algorithm parameters: usage and reset of a caller key look its buckets up from it
+// instead of scanning the keyspace.
+const paramsKey = "tg:params"
 
 // Slot is the Redis Cluster hash slot of key.
 func Slot(key string) int { return hashslot.Of(key) }
+
+// slotTags[s] is a short string whose hash slot is s (found by counting upward, once):
+// a key "tg:{<slotTags[s]>}..." lands in slot s, so a record can be placed on the Redis
+// node that serves a given slot.
+var slotTags = sync.OnceValue(func() []string {
+	t := make([]string, hashslot.Slots)
+	left := hashslot.Slots
+	for i := 0; left > 0; i++ {
+		s := strconv.FormatUint(uint64(i), 36)
+		if sl := hashslot.Of(s); t[sl] == "" {
+			t[sl] = s
+			left--
+		}
+	}
+	return t
+})
+
+func slotTag(slot int) string { return slotTags()[slot] }

@@ -29,7 +29,7 @@ func run(m *testing.M) int {
 	return redistest.RunPackage(m, "store tests", &standalone, &cluster)
 }
 
-var testLease = lease.SyncConfig{LeaseTTLUs: 3_000_000, HorizonMs: 200, PenaltyBaseUs: 1_000_000, PenaltyMaxUs: 8_000_000}
+var testLease = lease.SyncConfig{EpochMs: 2000, HorizonMs: 1000, MaxShare: 4, RenewMs: 200, MinElapsedMs: 100, ValidMarginMs: 100, PenaltyBaseUs: 1_000_000, PenaltyMaxUs: 8_000_000}
 
 // countingMetrics counts script reloads and failed round trips.
 type countingMetrics struct {

@@ -1,14 +1,16 @@
-// Package store applies sync batches to Redis: each delta runs the lease script of its
-// algorithm (scripts/lease.lua behind one scripts/algo_*.lua fragment, embedded) on the
-// bucket's hash, a batch goes out as one pipeline per Redis node, and the results come
-// back as the wire States the gateways fold into their leases. It works the same on a
-// standalone server, a Redis Cluster and a Sentinel-managed primary through go-redis's
-// UniversalClient, and it survives failover by itself: scripts missing on a promoted
-// replica (NOSCRIPT) are loaded again and the affected calls retried, a bounded number of
-// times.
+// Package store applies sync batches to Redis: every delta runs the lease script
+// (scripts/lease.lua behind the scripts/algo_*.lua fragments, embedded) on its bucket, the
+// deltas a batch has on one Redis node go out as script calls of up to 100 in one
+// pipeline, and the results come back as the wire States the gateways fold into their
+// leases. It works the same on a standalone server, a Redis Cluster and a
+// Sentinel-managed primary through go-redis's UniversalClient, and it survives failover
+// by itself: scripts missing on a promoted replica (NOSCRIPT) are loaded again and the
+// affected calls retried, a bounded number of times.
 //
-// Everything a batch does is idempotent per (node, worker, seq) (RATIONALE.md §2), so a
-// batch that failed on some shards is simply sent again by the gateway.
+// A batch is applied exactly once per (gateway, seq): each script call records its seq
+// and results in the gateway's idempotency hash on that Redis node, and a replayed
+// batch is answered from there (RATIONALE.md §2), so a batch that failed on some nodes
+// is simply sent again by the gateway.
 package store
 
 import (
@@ -38,60 +40,94 @@ var scriptFS embed.FS
 // numKinds is the number of algorithms (algo.FixedWindow is the last).
 const numKinds = int(algo.FixedWindow) + 1
 
-// script is one algorithm's full lease script.
+// script is the lease script.
 type script struct {
 	src string
 	sha string
 }
 
-// buildScripts builds one script per algorithm: the shared helpers (every
-// scripts/algo_*.lua not named after an algorithm, in name order), the algorithm's
-// fragment (scripts/algo_<name>.lua, with its "-- include: <file>" lines expanded), then
-// the lease body. Lua has no include of its own, and token_bucket and gcra share their
-// math (scripts/bucket.lua) exactly as shared/algo does.
-func buildScripts() ([numKinds]*script, error) {
-	var out [numKinds]*script
+// buildScript assembles the one lease script: the shared helpers, every algorithm's
+// fragment in a closure of its own registered as ALGOS[kind] (each fragment defines the
+// same six function names), then the lease body. Lua has no include of its own.
+//
+// The script is flagged allow-cross-slot-keys (Redis 7): on a cluster one call carries
+// the deltas of every slot its node serves, with the gateway's idempotency record for
+// that node, instead of one call per slot.
+func buildScript() (*script, error) {
 	body, err := fs.ReadFile(scriptFS, "scripts/lease.lua")
 	if err != nil {
-		return out, fmt.Errorf("store: lease script: %w", err)
+		return nil, fmt.Errorf("store: lease script: %w", err)
 	}
+	helpers, err := helperSource()
+	if err != nil {
+		return nil, err
+	}
+	var b strings.Builder
+	b.WriteString("#!lua flags=allow-cross-slot-keys\n")
+	b.WriteString(helpers)
+	b.WriteString("local ALGOS = {}\n")
 	for k := 0; k < numKinds; k++ {
-		frag, err := Fragment(algo.Kind(k))
+		frag, err := fragmentSource(algo.Kind(k))
 		if err != nil {
-			return out, err
+			return nil, err
 		}
-		src := frag + "\n" + string(body)
-		sum := sha1.Sum([]byte(src))
-		out[k] = &script{src: src, sha: hex.EncodeToString(sum[:])}
+		fmt.Fprintf(&b, "ALGOS[%d] = (function()\n%s\nreturn {available = algo_available, take = algo_take, refund = algo_refund, "+
+			"decide = algo_decide, reset_at = algo_reset_at, retry_after = algo_retry_after}\nend)()\n", k, frag)
 	}
-	return out, nil
+	b.Write(body)
+	src := b.String()
+	sum := sha1.Sum([]byte(src))
+	return &script{src: src, sha: hex.EncodeToString(sum[:])}, nil
 }
 
-// Fragment returns algorithm k's Lua as the scripts run it, shared helpers and includes
+// Fragment returns algorithm k's Lua as the script runs it, shared helpers and includes
 // resolved, without the lease body (the differential tests run it on its own).
 func Fragment(k algo.Kind) (string, error) {
+	helpers, err := helperSource()
+	if err != nil {
+		return "", err
+	}
+	frag, err := fragmentSource(k)
+	if err != nil {
+		return "", err
+	}
+	return helpers + frag, nil
+}
+
+func isKindFile(name string) bool {
+	for i := 0; i < numKinds; i++ {
+		if name == "scripts/algo_"+algo.Kind(i).String()+".lua" {
+			return true
+		}
+	}
+	return false
+}
+
+// helperSource is every scripts/algo_*.lua not named after an algorithm, in name order.
+func helperSource() (string, error) {
 	names, err := fs.Glob(scriptFS, "scripts/algo_*.lua")
 	if err != nil {
 		return "", fmt.Errorf("store: algorithm scripts: %w", err)
 	}
 	sort.Strings(names)
-	isKind := map[string]bool{}
-	for i := 0; i < numKinds; i++ {
-		isKind["scripts/algo_"+algo.Kind(i).String()+".lua"] = true
-	}
 	var b strings.Builder
 	for _, n := range names {
-		if isKind[n] {
+		if isKindFile(n) {
 			continue
 		}
 		if err := appendScript(&b, n, 0); err != nil {
 			return "", err
 		}
 	}
+	return b.String(), nil
+}
+
+func fragmentSource(k algo.Kind) (string, error) {
 	name := "scripts/algo_" + k.String() + ".lua"
-	if !isKind[name] {
+	if !isKindFile(name) {
 		return "", fmt.Errorf("store: no algorithm %d", k)
 	}
+	var b strings.Builder
 	if err := appendScript(&b, name, 0); err != nil {
 		return "", fmt.Errorf("store: no script fragment for %s: %w", k, err)
 	}
@@ -139,9 +175,11 @@ func (noMetrics) ScriptReload()                          {}
 type Store struct {
 	rdb     redis.UniversalClient
 	cfg     Config
-	scripts [numKinds]*script
+	script  *script
 	metrics Metrics
 	fleet   fleet
+	slots   slotMap
+	params  paramsSeen
 
 	// nowUs, when set, replaces Redis TIME in the scripts (tests only: the differential
 	// tests drive Redis and the Go twin with one clock).
@@ -151,18 +189,19 @@ type Store struct {
 	loadedAt time.Time
 }
 
-// New wraps rdb. It loads the scripts when Redis is reachable; when it is not, the
-// first batch loads them. m may be nil.
+// New wraps rdb. It loads the script when Redis is reachable; when it is not, the
+// first batch loads it. m may be nil.
 func New(rdb redis.UniversalClient, cfg Config, m Metrics) (*Store, error) {
-	sc, err := buildScripts()
+	sc, err := buildScript()
 	if err != nil {
 		return nil, err
 	}
 	if m == nil {
 		m = noMetrics{}
 	}
-	s := &Store{rdb: rdb, cfg: cfg.withDefaults(), scripts: sc, metrics: m}
+	s := &Store{rdb: rdb, cfg: cfg.withDefaults(), script: sc, metrics: m}
 	s.fleet.init()
+	s.params.init()
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.AttemptBudget())
 	defer cancel()
 	_ = s.loadScripts(ctx, time.Time{})
@@ -184,7 +223,7 @@ func Open(cfg Config, m Metrics) (*Store, error) {
 }
 
 // SetTestClock makes the scripts use now() (µs) instead of Redis TIME. Tests only: it
-// lets them drive time (penalty cooldowns, lease expiry) without sleeping, and lets the
+// lets them drive time (penalty cooldowns, lease epochs) without sleeping, and lets the
 // differential tests give Redis and the Go twin the same clock. Call before use.
 func (s *Store) SetTestClock(now func() int64) { s.nowUs = now }
 
@@ -213,10 +252,10 @@ func (s *Store) Ping(ctx context.Context) error {
 	return err
 }
 
-// loadScripts loads every script on every node (cluster: primaries and replicas, so a
-// promoted replica already has them). Errors from single nodes are returned but the
-// others are still loaded. Batches that hit NOSCRIPT together after a failover load
-// once: a load that started after since (when the caller's pipeline went out) will do.
+// loadScripts loads the script on every node (cluster: primaries and replicas, so a
+// promoted replica already has it). Batches that hit NOSCRIPT together after a failover
+// load once: a load that started after since (when the caller's pipeline went out)
+// will do.
 func (s *Store) loadScripts(ctx context.Context, since time.Time) error {
 	s.loadMu.Lock()
 	defer s.loadMu.Unlock()
@@ -224,13 +263,12 @@ func (s *Store) loadScripts(ctx context.Context, since time.Time) error {
 		return nil
 	}
 	s.loadedAt = time.Now()
-	var errs []error
-	for _, sc := range s.scripts {
-		if err := s.rdb.ScriptLoad(ctx, sc.src).Err(); err != nil {
-			errs = append(errs, err)
-		}
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		return cc.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
+			return c.ScriptLoad(ctx, s.script.src).Err()
+		})
 	}
-	return errors.Join(errs...)
+	return s.rdb.ScriptLoad(ctx, s.script.src).Err()
 }
 
 // ErrInvalid is wrapped by batch validation errors (HTTP 400).
@@ -240,124 +278,164 @@ var ErrInvalid = errors.New("invalid batch")
 // gateway retries the same batch, which is idempotent).
 var ErrUnavailable = errors.New("redis unavailable")
 
-// Validate checks what the decoder cannot: the node id, each delta's key and
-// parameters, and that no bucket appears twice (a worker aggregates per bucket; a second
-// delta with the same seq would be taken for a replay and lost).
-func Validate(b *wire.Batch) error {
-	if b.Node == "" {
-		return fmt.Errorf("%w: node: empty", ErrInvalid)
+// Refusal returns why a delta cannot be applied ("" when it can): what the decoder
+// cannot check. Checked by Apply for every delta; a refused delta is answered with
+// wire.StateRefused and the others are applied.
+func Refusal(d *wire.Delta) string {
+	switch {
+	case d.Key == "":
+		return "key: empty"
+	case d.Rule == "":
+		return "rule: empty"
 	}
+	if err := lease.ParamsOf(d).Validate(); err != nil {
+		return truncate("params: "+strings.TrimPrefix(err.Error(), algo.ErrInvalid.Error()+": "), wire.MaxTagLen)
+	}
+	return ""
+}
 
-	type bucket struct {
-		key, rule string
-		window    uint8
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
 	}
-	seen := make(map[bucket]struct{}, len(b.Deltas))
-	for i := range b.Deltas {
-		d := &b.Deltas[i]
-		if d.Key == "" {
-			return fmt.Errorf("%w: delta[%d].key: empty", ErrInvalid, i)
-		}
-		if d.Rule == "" {
-			return fmt.Errorf("%w: delta[%d].rule: empty", ErrInvalid, i)
-		}
-		if err := lease.ParamsOf(d).Validate(); err != nil {
-			return fmt.Errorf("%w: delta[%d] (key %q, rule %q): %w", ErrInvalid, i, d.Key, d.Rule, err)
-		}
-		k := bucket{d.Key, d.Rule, d.Window}
-		if _, dup := seen[k]; dup {
-			return fmt.Errorf("%w: delta[%d]: bucket (key %q, rule %q, window %d) appears twice", ErrInvalid, i, d.Key, d.Rule, d.Window)
-		}
-		seen[k] = struct{}{}
-	}
-	return nil
+	return s
+}
+
+// Options select how Apply treats a batch.
+type Options struct {
+	// Idempotent records the batch per (node, seq) so that a replay changes nothing
+	// (sync batches); checks and acquires, answered only once, are not recorded.
+	Idempotent bool
+	// NoLease: grant no lease (gateways on the previous protocol cannot hold one).
+	NoLease bool
+	// Refuse, when set, may refuse a delta the store would accept (the service's rule
+	// set): it returns the reason, or "".
+	Refuse func(d *wire.Delta) string
 }
 
 // Outcome is the result of one batch.
 type Outcome struct {
 	// States answers Deltas one to one, in order.
 	States []wire.State
-	// Results are the raw script results, one per delta.
+	// Results are the raw script results, one per delta (zero for refused deltas).
 	Results      []lease.SyncResult
 	ServerTimeUs int64
 	// Nodes is the fleet size (gateways seen syncing within FleetWindow).
 	Nodes uint32
+	// Refused is how many deltas were refused (StateRefused).
+	Refused int
 	// Failed is how many deltas could not be applied (then Apply's error is
 	// ErrUnavailable).
 	Failed int
 }
 
-// Apply validates b and applies it. Deltas are grouped per algorithm (and, on a
-// cluster, per hash slot, since all keys of one script call must share a slot) into
-// script calls of at most maxPerCall deltas, and all calls go out as one pipeline, which
-// the cluster client splits per node and runs concurrently: one round trip per shard.
-// If any delta fails the error wraps ErrUnavailable; the deltas that succeeded are
-// applied and a retry of the same batch will not apply them again.
-func (s *Store) Apply(ctx context.Context, b *wire.Batch) (*Outcome, error) {
-	if err := Validate(b); err != nil {
-		return nil, err
+// Apply applies b. Deltas are grouped per Redis node that serves their keys (one group
+// on a standalone server) into script calls of at most maxPerCall deltas, and all calls
+// go out as one pipeline, which the cluster client splits per node and runs
+// concurrently: one round trip per node. If any call fails the error wraps
+// ErrUnavailable; the calls that succeeded are applied and a retry of the same batch
+// (Idempotent) will not apply them again.
+func (s *Store) Apply(ctx context.Context, b *wire.Batch, o Options) (*Outcome, error) {
+	if b.Node == "" {
+		return nil, fmt.Errorf("%w: node: empty", ErrInvalid)
 	}
 	out := &Outcome{
 		States:  make([]wire.State, len(b.Deltas)),
 		Results: make([]lease.SyncResult, len(b.Deltas)),
 	}
 	out.Nodes = s.fleet.note(s, b.Node)
+	ok := make([]bool, len(b.Deltas))
+	type bucket struct {
+		key, rule, tier string
+		window          uint8
+	}
+	seen := make(map[bucket]struct{}, len(b.Deltas))
 	for i := range b.Deltas {
 		d := &b.Deltas[i]
 		st := &out.States[i]
 		st.Key, st.Rule, st.Window = d.Key, d.Rule, d.Window
+		why := Refusal(d)
+		if why == "" && o.Refuse != nil {
+			why = truncate(o.Refuse(d), wire.MaxTagLen)
+		}
+		k := bucket{d.Key, d.Rule, d.Tier, d.Window}
+		if _, dup := seen[k]; dup && why == "" {
+			// A gateway reports a bucket once per batch; a second delta with the same seq
+			// would be taken for a replay of the first.
+			why = "bucket appears twice in the batch"
+		}
+		seen[k] = struct{}{}
+		if why != "" {
+			st.Flags, st.Reason = wire.StateRefused, why
+			out.Refused++
+			continue
+		}
+		ok[i] = true
 	}
-	if len(b.Deltas) == 0 {
+	groups, err := s.plan(ctx, b, ok)
+	if err != nil {
+		return out, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if len(groups) == 0 {
 		return out, nil
 	}
-	_, clustered := s.rdb.(*redis.ClusterClient)
-	groups := plan(b, clustered)
 	lc := s.cfg.Lease
 	now := ""
 	if s.nowUs != nil {
 		now = strconv.FormatInt(s.nowUs(), 10)
 	}
-	head := []any{b.Node, strconv.FormatUint(uint64(b.Worker), 10), strconv.FormatUint(b.Seq, 10),
-		lc.LeaseTTLUs, lc.HorizonMs, lc.PenaltyBaseUs, lc.PenaltyMaxUs, now}
+	seq := strconv.FormatUint(b.Seq, 10)
 	calls := make([]call, len(groups))
 	for g, grp := range groups {
-		keys := make([]string, 0, 2*len(grp.idx))
-		args := make([]any, 0, len(head)+1+9*len(grp.idx))
-		args = append(append(args, head...), grp.kind)
+		var keys []string
+		field := ""
+		if o.Idempotent {
+			field = strconv.Itoa(grp.chunk)
+			keys = []string{idemKey(grp.slot, b.Node)}
+		} else {
+			d := &b.Deltas[grp.idx[0]]
+			keys = []string{BucketKey(d.Key, d.Rule, d.Tier, d.Window)}
+		}
+		args := make([]any, 0, 12+16*len(grp.idx))
+		args = append(args, field, seq, s.cfg.IdempotencyTTL.Milliseconds(), lc.EpochMs, lc.HorizonMs, lc.MaxShare,
+			lc.RenewMs, lc.MinElapsedMs, lc.ValidMarginMs, lc.PenaltyBaseUs, lc.PenaltyMaxUs, now)
 		for _, i := range grp.idx {
 			d := &b.Deltas[i]
-			keys = append(keys, BucketKey(d.Key, d.Rule, d.Window), PenaltyKey(d.Key))
-			args = append(args, d.Flags, d.Leased, d.Over, d.Returned, d.Rejected, d.Early,
-				d.Limit, int64(d.WindowMs)*1000, d.Burst)
+			flags := d.Flags
+			if o.NoLease {
+				flags |= lease.FlagNoLease
+			}
+			p := lease.ParamsOf(d)
+			args = append(args, BucketKey(d.Key, d.Rule, d.Tier, d.Window), PenaltyKey(d.Key), d.Algo, flags, d.Leased, d.Over, d.Returned, d.Held, d.Rejected, d.Early,
+				d.Epoch, d.ElapsedMs, d.Limit, p.WindowUs, d.Burst, p.Capacity())
 		}
-		calls[g] = call{sc: s.scripts[grp.kind], keys: keys, args: args}
+		calls[g] = call{keys: keys, args: args}
 	}
 	errs := s.run(ctx, "sync", calls)
 	var firstErr error
-	fail := func(n int, err error) {
-		out.Failed += n
-		if firstErr == nil {
-			firstErr = err
-		}
-	}
 	for g, grp := range groups {
-		if errs[g] != nil {
-			fail(len(grp.idx), errs[g])
-			continue
+		err := errs[g]
+		var nowUs int64
+		if err == nil {
+			nowUs, err = parseResults(calls[g].res, grp.idx, out.Results)
 		}
-		nowUs, err := parseResults(calls[g].res, grp.idx, out.Results)
 		if err != nil {
-			fail(len(grp.idx), err)
+			out.Failed += len(grp.idx)
+			if firstErr == nil {
+				firstErr = err
+			}
 			continue
 		}
 		out.ServerTimeUs = max(out.ServerTimeUs, nowUs)
 		for _, i := range grp.idx {
-			out.Results[i].Fill(&out.States[i])
+			st := &out.States[i]
+			out.Results[i].Fill(st)
 		}
 	}
 	if out.Failed > 0 {
 		return out, fmt.Errorf("%w: %d of %d deltas failed: %w", ErrUnavailable, out.Failed, len(b.Deltas), firstErr)
 	}
+	s.params.note(ctx, s, b)
 	return out, nil
 }
 
@@ -365,41 +443,60 @@ func (s *Store) Apply(ctx context.Context, b *wire.Batch) (*Outcome, error) {
 // enough that one call blocks Redis for about a millisecond at most.
 const maxPerCall = 100
 
-// group is the deltas (indexes into the batch, in batch order) of one script call.
+// group is the deltas (indexes into the batch, in batch order) of one script call: all
+// served by one Redis node. slot is a slot of that node (where the gateway's
+// idempotency record for it lives) and chunk numbers the calls to that node.
 type group struct {
-	kind int
-	idx  []int
+	slot  int
+	chunk int
+	idx   []int
 }
 
-// plan groups a batch's deltas per algorithm, and per hash slot when clustered, in
-// order of first appearance, and cuts groups into calls of at most maxPerCall. The
-// deltas of one caller key are therefore applied in batch order within an algorithm,
-// and algorithm group by algorithm group (the Go twin in the tests follows the same
-// order).
-func plan(b *wire.Batch, clustered bool) []group {
-	type gk struct{ kind, slot int }
-	open := map[gk]int{} // group key -> index of its open (not yet full) group
-	var groups []group
-	for i := range b.Deltas {
-		d := &b.Deltas[i]
-		k := gk{kind: int(d.Algo)}
-		if clustered {
-			k.slot = Slot(KeyPrefix(d.Key))
-		}
-		g, ok := open[k]
-		if !ok || len(groups[g].idx) == maxPerCall {
-			groups = append(groups, group{kind: int(d.Algo)})
-			g = len(groups) - 1
-			open[k] = g
-		}
-		groups[g].idx = append(groups[g].idx, i)
+// plan groups the accepted deltas per Redis node, in order of first appearance, and
+// cuts each node's deltas into calls of at most maxPerCall. The grouping depends only on
+// the batch and the cluster's slot map, so a resent batch is cut the same way and each
+// call finds its own idempotency record.
+func (s *Store) plan(ctx context.Context, b *wire.Batch, ok []bool) ([]group, error) {
+	type node struct {
+		slot, calls int
+		open        int // index of its open (not yet full) group, -1 for none
 	}
-	return groups
+	var nodes map[string]*node
+	var groups []group
+	cc, clustered := s.rdb.(*redis.ClusterClient)
+	var sm *slotTable
+	if clustered {
+		var err error
+		if sm, err = s.slots.get(ctx, cc); err != nil {
+			return nil, err
+		}
+	}
+	nodes = map[string]*node{}
+	for i := range b.Deltas {
+		if !ok[i] {
+			continue
+		}
+		addr, slot := "", 0
+		if clustered {
+			addr, slot = sm.owner(Slot(KeyPrefix(b.Deltas[i].Key)))
+		}
+		n := nodes[addr]
+		if n == nil {
+			n = &node{slot: slot, open: -1}
+			nodes[addr] = n
+		}
+		if n.open < 0 || len(groups[n.open].idx) == maxPerCall {
+			groups = append(groups, group{slot: n.slot, chunk: n.calls})
+			n.calls++
+			n.open = len(groups) - 1
+		}
+		groups[n.open].idx = append(groups[n.open].idx, i)
+	}
+	return groups, nil
 }
 
 // call is one script invocation of a batch.
 type call struct {
-	sc   *script
 	keys []string
 	args []any
 	res  any
@@ -410,7 +507,7 @@ type call struct {
 const maxAttempts = 3
 
 // run executes calls in one pipeline and returns one error per call. Calls that hit
-// NOSCRIPT are retried after loading the scripts everywhere; every other error is final
+// NOSCRIPT are retried after loading the script everywhere; every other error is final
 // for this batch (the gateway retries the batch).
 func (s *Store) run(ctx context.Context, op string, calls []call) []error {
 	errs := make([]error, len(calls))
@@ -425,9 +522,9 @@ func (s *Store) run(ctx context.Context, op string, calls []call) []error {
 		for j, i := range pending {
 			c := &calls[i]
 			if eval {
-				cmds[j] = pipe.Eval(ctx, c.sc.src, c.keys, c.args...)
+				cmds[j] = pipe.Eval(ctx, s.script.src, c.keys, c.args...)
 			} else {
-				cmds[j] = pipe.EvalSha(ctx, c.sc.sha, c.keys, c.args...)
+				cmds[j] = pipe.EvalSha(ctx, s.script.sha, c.keys, c.args...)
 			}
 		}
 		start := time.Now()
@@ -440,6 +537,9 @@ func (s *Store) run(ctx context.Context, op string, calls []call) []error {
 			if err != nil && !isRedisError(err) {
 				reload = true
 			}
+			if err != nil && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "CROSSSLOT")) {
+				reload = true
+			}
 			if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && !eval {
 				retry = append(retry, i)
 				continue
@@ -448,8 +548,10 @@ func (s *Store) run(ctx context.Context, op string, calls []call) []error {
 		}
 		if cc, ok := s.rdb.(*redis.ClusterClient); ok && reload {
 			// go-redis reloads the slot map by itself on MOVED, not when a pipeline
-			// cannot reach a dead primary; ask for it so the promoted replica is found.
+			// cannot reach a dead primary; ask for it so the promoted replica is found,
+			// and drop the store's own copy.
 			cc.ReloadState(ctx)
+			s.slots.invalidate()
 		}
 		if len(retry) > 0 {
 			s.metrics.ScriptReload()
@@ -472,6 +574,9 @@ func isRedisError(err error) bool {
 	return errors.As(err, &re) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled)
 }
 
+// resultFields is the number of reply values per delta.
+const resultFields = 14
+
 // parseResults checks the script's reply shape (lease.lua's return array) and stores
 // the results of the deltas idx into res. It returns the server time of the call.
 func parseResults(v any, idx []int, res []lease.SyncResult) (int64, error) {
@@ -491,11 +596,9 @@ func parseResults(v any, idx []int, res []lease.SyncResult) (int64, error) {
 		r := n[1+resultFields*j:]
 		res[i] = lease.SyncResult{
 			Replay: r[0] == 1, Allowed: r[1] == 1, Remaining: r[2], Grant: r[3], Held: r[4],
-			ResetUs: r[5], RetryUs: r[6], PenaltyUs: r[7], Level: r[8], Overshoot: r[9], Reclaimed: r[10],
+			Epoch: uint32(r[5]), ValidUs: r[6], LowWater: r[7], ResetUs: r[8], RetryUs: r[9],
+			PenaltyUs: r[10], Level: r[11], Overshoot: r[12], Reclaimed: r[13], NowUs: n[0],
 		}
 	}
 	return n[0], nil
 }
-
-// resultFields is the number of reply values per delta.
-const resultFields = 11

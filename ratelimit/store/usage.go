@@ -4,12 +4,62 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
+	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate-rl/tollgate/shared/algo"
 	"github.com/tollgate-rl/tollgate/shared/lease"
+	"github.com/tollgate-rl/tollgate/shared/wire"
 )
+
+// paramsSeen records, once per process, every (rule, window, tier) a batch carried and
+// its parameters in the hash tg:params, so that usage and reset of a caller key can name
+// the key's buckets directly (one GET or DEL each) instead of scanning the keyspace.
+type paramsSeen struct {
+	mu   sync.Mutex
+	seen map[string]string
+}
+
+func (p *paramsSeen) init() { p.seen = map[string]string{} }
+
+// paramsField names one (rule, window, tier): unit separators cannot appear in a rule id.
+func paramsField(rule string, window uint8, tier string) string {
+	return rule + "\x1f" + strconv.Itoa(int(window)) + "\x1f" + tier
+}
+
+// note writes what b carries that this process has not written yet. A failure is
+// forgotten: the next batch that carries the bucket writes it again.
+func (p *paramsSeen) note(ctx context.Context, s *Store, b *wire.Batch) {
+	var fresh []any
+	p.mu.Lock()
+	for i := range b.Deltas {
+		d := &b.Deltas[i]
+		f := paramsField(d.Rule, d.Window, d.Tier)
+		v := lease.FormatParams(lease.ParamsOf(d))
+		if p.seen[f] != v && len(p.seen) < maxParams {
+			p.seen[f] = v
+			fresh = append(fresh, f, v)
+		}
+	}
+	p.mu.Unlock()
+	if len(fresh) == 0 {
+		return
+	}
+	if err := s.rdb.HSet(ctx, paramsKey, fresh...).Err(); err != nil {
+		p.mu.Lock()
+		for i := 0; i < len(fresh); i += 2 {
+			delete(p.seen, fresh[i].(string))
+		}
+		p.mu.Unlock()
+	}
+}
+
+// maxParams bounds the registry (rule ids come from rule sets, but a gateway could send
+// anything).
+const maxParams = 10_000
 
 // Usage is the state of every bucket of one caller key.
 type Usage struct {
@@ -21,25 +71,20 @@ type Usage struct {
 
 // BucketUsage is one bucket.
 type BucketUsage struct {
-	RedisKey    string      `json:"redis_key"`
-	Rule        string      `json:"rule"`
-	Window      int         `json:"window"`
-	Algorithm   string      `json:"algorithm"`
-	Limit       int64       `json:"limit"`
-	WindowMs    int64       `json:"window_ms"`
-	Burst       int64       `json:"burst"`
-	Remaining   int64       `json:"remaining"`
-	ResetInMs   int64       `json:"reset_in_ms"`
-	Outstanding int64       `json:"outstanding"`
-	Leases      []NodeUsage `json:"leases"`
-}
-
-// NodeUsage is one gateway's lease on a bucket.
-type NodeUsage struct {
-	Node          string  `json:"node"`
-	Outstanding   int64   `json:"outstanding"`
-	DemandPerSec  float64 `json:"demand_per_second"`
-	LastSyncAgoMs int64   `json:"last_sync_ago_ms"`
+	RedisKey  string `json:"redis_key"`
+	Rule      string `json:"rule"`
+	Tier      string `json:"tier,omitempty"`
+	Window    int    `json:"window"`
+	Algorithm string `json:"algorithm"`
+	Limit     int64  `json:"limit"`
+	WindowMs  int64  `json:"window_ms"`
+	Burst     int64  `json:"burst"`
+	// Remaining counts every outstanding lease as taken; Consumed is what gateways
+	// reported consumed (the bucket's own state), Outstanding what they hold in leases.
+	Remaining   int64 `json:"remaining"`
+	Available   int64 `json:"available_without_leases"`
+	ResetInMs   int64 `json:"reset_in_ms"`
+	Outstanding int64 `json:"outstanding"`
 }
 
 // PenaltyUsage is the key's progressive-penalty state.
@@ -48,134 +93,112 @@ type PenaltyUsage struct {
 	RemainingMs int64 `json:"remaining_ms"`
 }
 
-// maxScan bounds the SCAN iterations of a key lookup on a non-cluster server.
-const maxScan = 100000
-
-// keysOf lists the Redis keys of a caller key (buckets and penalty). In a cluster they
-// all live in one slot, which CLUSTER GETKEYSINSLOT lists directly; elsewhere SCAN MATCH.
-func (s *Store) keysOf(ctx context.Context, key string) (redis.Cmdable, []string, error) {
-	prefix := KeyPrefix(key)
-	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
-		node, err := cc.MasterForKey(ctx, prefix)
-		if err != nil {
-			return nil, nil, fmt.Errorf("owner of %q: %w", prefix, err)
-		}
-		slot, err := node.ClusterKeySlot(ctx, prefix).Result()
-		if err != nil {
-			return nil, nil, err
-		}
-		n, err := node.ClusterCountKeysInSlot(ctx, int(slot)).Result()
-		if err != nil {
-			return nil, nil, err
-		}
-		all, err := node.ClusterGetKeysInSlot(ctx, int(slot), int(n)).Result()
-		if err != nil {
-			return nil, nil, err
-		}
-		var keys []string
-		for _, k := range all {
-			if len(k) > len(prefix) && k[:len(prefix)+1] == prefix+":" {
-				keys = append(keys, k)
-			}
-		}
-		return node, keys, nil
-	}
-	var keys []string
-	var cursor uint64
-	match := globEscape(prefix) + ":*"
-	for i := 0; i < maxScan; i++ {
-		ks, next, err := s.rdb.Scan(ctx, cursor, match, 1000).Result()
-		if err != nil {
-			return nil, nil, err
-		}
-		keys = append(keys, ks...)
-		if cursor = next; cursor == 0 {
-			break
-		}
-	}
-	return s.rdb, keys, nil
+// bucketRef is one bucket a caller key may have.
+type bucketRef struct {
+	rule, tier string
+	window     int
+	params     algo.Params
 }
 
-// Usage reads every bucket of key at Redis time.
-func (s *Store) Usage(ctx context.Context, key string) (*Usage, error) {
-	c, keys, err := s.keysOf(ctx, key)
+// knownBuckets reads the registry of (rule, window, tier) and their parameters.
+func (s *Store) knownBuckets(ctx context.Context) ([]bucketRef, error) {
+	all, err := s.rdb.HGetAll(ctx, paramsKey).Result()
 	if err != nil {
-		return nil, fmt.Errorf("usage of %q: %w", key, err)
+		return nil, err
 	}
-	sort.Strings(keys)
-	prefix := KeyPrefix(key)
-	pen := PenaltyKey(key)
-	pipe := c.Pipeline()
-	tm := pipe.Time(ctx)
-	penCmd := pipe.HGetAll(ctx, pen)
-	cmds := make([]*redis.MapStringStringCmd, len(keys))
-	for i, k := range keys {
-		if k != pen {
-			cmds[i] = pipe.HGetAll(ctx, k)
+	refs := make([]bucketRef, 0, len(all))
+	for f, v := range all {
+		parts := strings.Split(f, "\x1f")
+		if len(parts) != 3 {
+			continue
 		}
+		w, err := strconv.Atoi(parts[1])
+		p, ok := lease.ParseParams(v)
+		if err != nil || !ok || w < 0 || w > 255 {
+			continue
+		}
+		refs = append(refs, bucketRef{rule: parts[0], window: w, tier: parts[2], params: p})
+	}
+	sort.Slice(refs, func(i, j int) bool {
+		a, b := refs[i], refs[j]
+		if a.rule != b.rule {
+			return a.rule < b.rule
+		}
+		if a.window != b.window {
+			return a.window < b.window
+		}
+		return a.tier < b.tier
+	})
+	return refs, nil
+}
+
+// Usage reads every bucket of key at Redis time: one GET per (rule, window, tier) the
+// service knows, all in one slot, in one round trip. It does not scan: the time is the
+// same with a thousand callers as with a million.
+func (s *Store) Usage(ctx context.Context, key string) (*Usage, error) {
+	refs, err := s.knownBuckets(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("usage: %w", err)
+	}
+	pipe := s.rdb.Pipeline()
+	tm := pipe.Time(ctx)
+	penCmd := pipe.HGetAll(ctx, PenaltyKey(key))
+	cmds := make([]*redis.StringCmd, len(refs))
+	for i, r := range refs {
+		cmds[i] = pipe.Get(ctx, BucketKey(key, r.rule, r.tier, uint8(r.window)))
 	}
 	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
-		return nil, fmt.Errorf("usage of %q: %w", key, err)
+		return nil, fmt.Errorf("usage: %w", err)
 	}
 	now := tm.Val().UnixMicro()
 	u := &Usage{Key: key, NowUs: now, Buckets: []BucketUsage{}}
 	p := lease.ParsePenalty(penCmd.Val())
 	u.Penalty = PenaltyUsage{Level: p.Level, RemainingMs: ceilMs(p.UntilUs - now)}
-	for i, k := range keys {
-		if cmds[i] == nil || len(cmds[i].Val()) == 0 {
+	for i, r := range refs {
+		v, err := cmds[i].Bytes()
+		if err != nil {
 			continue
 		}
-		rule, window, ok := splitBucketKey(prefix, k)
-		if !ok {
-			continue
-		}
-		b, _ := lease.ParseBucket(cmds[i].Val())
-		bp := b.Params
-		bu := BucketUsage{
-			RedisKey: k, Rule: rule, Window: window, Algorithm: bp.Kind.String(),
-			Limit: bp.Limit, WindowMs: bp.WindowUs / 1000, Burst: bp.Burst,
-			Outstanding: b.Outstanding(), Leases: []NodeUsage{},
-		}
-		if bp.WindowUs > 0 {
-			bu.Remaining = algo.Available(bp, b.State, now)
-			bu.ResetInMs = ceilMs(algo.ResetAt(bp, b.State, now) - now)
-		}
-		for n, l := range b.Nodes {
-			bu.Leases = append(bu.Leases, NodeUsage{
-				Node: n, Outstanding: l.Outstanding, DemandPerSec: float64(l.Demand) / 1000,
-				LastSyncAgoMs: (now - l.LastSyncUs) / 1000,
-			})
-		}
-		sort.Slice(bu.Leases, func(i, j int) bool { return bu.Leases[i].Node < bu.Leases[j].Node })
-		u.Buckets = append(u.Buckets, bu)
+		b := lease.ParseValue(v)
+		bp := r.params
+		eff := algo.Take(bp, b.State, now, b.Leases.Outstanding())
+		u.Buckets = append(u.Buckets, BucketUsage{
+			RedisKey: BucketKey(key, r.rule, r.tier, uint8(r.window)), Rule: r.rule, Tier: r.tier, Window: r.window,
+			Algorithm: bp.Kind.String(), Limit: bp.Limit, WindowMs: bp.WindowUs / 1000, Burst: bp.Burst,
+			Remaining: algo.Available(bp, eff, now), Available: algo.Available(bp, b.State, now),
+			ResetInMs: ceilMs(algo.ResetAt(bp, eff, now) - now), Outstanding: b.Leases.Outstanding(),
+		})
 	}
 	return u, nil
 }
 
 // Reset deletes every bucket of key and its penalty record, and returns how many Redis
-// keys it deleted. Gateways keep their local leases until the next sync, whose reply
-// then comes from a fresh bucket.
+// keys it deleted. Gateways keep their local leases until they report them, which the
+// fresh bucket then no longer reserves (they are renewed as nothing).
 func (s *Store) Reset(ctx context.Context, key string) (int64, error) {
-	c, keys, err := s.keysOf(ctx, key)
+	refs, err := s.knownBuckets(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("reset of %q: %w", key, err)
+		return 0, fmt.Errorf("reset: %w", err)
 	}
-	keys = append(keys, PenaltyKey(key))
+	keys := []string{PenaltyKey(key)}
+	for _, r := range refs {
+		keys = append(keys, BucketKey(key, r.rule, r.tier, uint8(r.window)))
+	}
 	var n int64
 	// All of them share one slot; delete in slices to keep each command small.
 	for i := 0; i < len(keys); i += 500 {
-		d, err := c.Del(ctx, keys[i:min(i+500, len(keys))]...).Result()
+		d, err := s.rdb.Del(ctx, keys[i:min(i+500, len(keys))]...).Result()
 		if err != nil {
-			return n, fmt.Errorf("reset of %q: %w", key, err)
+			return n, fmt.Errorf("reset: %w", err)
 		}
 		n += d
 	}
 	return n, nil
 }
 
-// MemoryUsage reports Redis's MEMORY USAGE of a bucket's hash (bytes), for sizing.
-func (s *Store) MemoryUsage(ctx context.Context, key, rule string, window uint8) (int64, error) {
-	return s.rdb.MemoryUsage(ctx, BucketKey(key, rule, window), 0).Result()
+// MemoryUsage reports Redis's MEMORY USAGE of a bucket (bytes), for sizing.
+func (s *Store) MemoryUsage(ctx context.Context, key, rule, tier string, window uint8) (int64, error) {
+	return s.rdb.MemoryUsage(ctx, BucketKey(key, rule, tier, window), 0).Result()
 }
 
 func ceilMs(us int64) int64 {

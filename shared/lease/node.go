@@ -9,72 +9,102 @@ import (
 )
 
 // Record is a gateway's view of one bucket (caller key, rule, window), kept in Envoy
-// shared data so every worker VM of the gateway decides against the same allowance.
+// shared data so every worker VM of the gateway decides against the same allowance and
+// the one worker that syncs finds what all of them consumed.
 //
 // Times are absolute microseconds on the gateway's own clock. The service's durations are
 // converted to it on receipt (ApplyReply), so gateway and server clocks are never compared.
 type Record struct {
-	// Local is the algorithm state this gateway keeps on its own: it decides alone when sync
-	// is disabled, on a cold start and while degraded.
+	// Local is the algorithm state this gateway keeps on its own: it decides alone when
+	// sync is disabled and while degraded, and it limits a cold start to its slice.
 	Local algo.State
-	// LeaseLeft is what remains of the lease the service reserved for this gateway.
-	LeaseLeft int64
-	// Overdraft is this gateway's slice of the global unreserved pool (RATIONALE §2).
-	Overdraft int64
-	// GlobalRemaining is the last-known global unreserved quota minus what this gateway
-	// has admitted from its overdraft since.
+	// LeaseLeft is what remains of the lease the service reserved for this gateway,
+	// dated LeaseEpoch, usable until LeaseUntilUs.
+	LeaseLeft    int64
+	LeaseEpoch   uint32
+	LeaseUntilUs int64
+	// LowWater: at or below this lease a report is due (the service sizes it so that the
+	// renewal arrives before the lease runs out).
+	LowWater int64
+	// GlobalRemaining is the last-known unreserved global quota, less what this gateway
+	// admitted outside its lease since.
 	GlobalRemaining int64
-	// SyncedUs is when the last reply was applied (0: never, a cold bucket).
-	SyncedUs       int64
+	// SyncedUs is when the last reply was applied (0: never).
+	SyncedUs int64
+	// ServerMs is the low 32 bits of the server time of the newest state applied: an
+	// older state never overwrites what a newer one said (replies can arrive out of
+	// order, e.g. a paused request's answer and a batch reply).
+	ServerMs       uint32
 	ResetUs        int64 // global bucket full again / window end
 	RetryUs        int64 // global bucket admits one permit again
 	PenaltyUntilUs int64 // progressive-penalty cooldown end
 	AnnouncedUs    int64 // earliest time the last 429 told the caller to come back
 	// UsedUs is the last decision on this bucket (what makes it busy, not idle).
-	UsedUs int64
-	// OverSinceSync is what this gateway admitted outside its lease (cold start,
-	// overdraft) that no applied reply has accounted for yet: a reply's remaining cannot
-	// include it, so ApplyReply takes it off (RATIONALE §3).
-	OverSinceSync int64
-	PenaltyLevel  uint8
+	UsedUs       int64
+	PenaltyLevel uint8
+	// CutSeq is the low 32 bits of the seq of the batch that carries this bucket's last
+	// report, until its reply is applied (0: none in flight). A reply's lease is applied
+	// only to a record whose CutSeq it matches, and only once.
+	CutSeq uint32
+	// Pending is consumption not yet cut into a batch.
+	Pending Pending
+	// Cold is set while the bucket decides from a cold slice (no lease yet): its first
+	// report carries wire.FlagNew so the service reserves the rest of the slice.
+	Cold bool
+	// Urgent asks for a report at the next sync: a new bucket, a lease at its low water,
+	// a refusal, a lease returned.
+	Urgent bool
+}
+
+// Pending is what a bucket's decisions consumed since its last report.
+type Pending struct {
+	Leased, Over, Returned, Rejected, Early int64
+	// Degraded: Over includes admissions made while the service was unreachable.
+	Degraded bool
+}
+
+func (p *Pending) empty() bool {
+	return p.Leased == 0 && p.Over == 0 && p.Returned == 0 && p.Rejected == 0 && p.Early == 0
 }
 
 // Env is what a decision needs to know about the gateway beyond the bucket.
 type Env struct {
 	// Sync is false when no sync service is configured: the gateway is the whole fleet.
 	Sync bool
-	// Healthy is false while the circuit breaker is open.
+	// Healthy is false while the gateway cannot rely on the service (breaker open, or no
+	// successful sync lately).
 	Healthy bool
-	// Nodes is the fleet size (from the last reply, or the configured expectation).
+	// Nodes is the fleet size the service reported (0: not known yet). A cold bucket may
+	// admit capacity/Nodes before its first reply; with 0, or a slice below the cost, it
+	// asks the service instead.
 	Nodes int64
-	// LeaseTTLUs is how long a lease stays usable without a successful sync.
-	LeaseTTLUs int64
-	// IntervalUs is the sync interval (a rejected caller whose lease ran dry while the
-	// global bucket still had permits is told to come back after it).
+	// IntervalUs is the sync interval (a refusal that a new lease would lift answers
+	// Retry-After of one interval).
 	IntervalUs int64
 }
 
 // Decision is the outcome of Decide for one bucket.
 type Decision struct {
 	Allowed bool
-	// Leased and Over split the admitted cost for the sync batch (wire.Delta);
-	// Returned is lease dropped by this decision (expired), to be reported.
+	// Acquire: the lease cannot cover the cost, but the global bucket may: the request
+	// should wait for the service (a FlagAcquire delta) instead of being refused.
+	Acquire bool
+	// Leased and Over split the admitted cost as added to Record.Pending; Returned is
+	// lease dropped by this decision (expired). Undo needs them.
 	Leased, Over, Returned int64
-	// Rejected/Early are 1 when the request was rejected (Early: before the Retry-After
+	// Rejected/Early are 1 when the request was refused (Early: before the Retry-After
 	// this bucket had announced).
 	Rejected, Early int64
 	Remaining       int64 // for headers; never negative
 	ResetUs         int64 // absolute, local clock
-	RetryAfterUs    int64 // when !Allowed: from now until the bucket can admit (un-jittered)
-	Degraded        bool  // decided without a valid lease (sync enabled but unhealthy)
-	// FromOverdraft is set when Over came out of the overdraft slice; Unreported when
-	// Over was added to Record.OverSinceSync (cold start or overdraft). Undo needs both.
-	FromOverdraft, Unreported bool
-	Penalized                 bool  // rejected by a progressive-penalty cooldown
-	PenaltyLeftUs             int64 // when Penalized: what remains of the cooldown
-	PenaltyLevel              uint8
-	// Flush asks for an early sync: the bucket is new or its lease ran dry.
-	Flush bool
+	RetryAfterUs    int64 // when refused: from now until the bucket can admit (un-jittered)
+	Degraded        bool  // decided without the service (sync enabled but unhealthy)
+	Penalized       bool  // refused by a progressive-penalty cooldown
+	PenaltyLeftUs   int64 // when Penalized: what remains of the cooldown
+	PenaltyLevel    uint8
+	// Urgent: this decision made the bucket want a report at the next sync (it was not
+	// urgent before): the caller queues it.
+	Urgent bool
 }
 
 // Decide decides one request of cost on r at local time now and returns the record to
@@ -93,198 +123,335 @@ func Decide(r Record, p algo.Params, now, cost int64, env Env) (Record, Decision
 			wait = algo.RetryAfter(p, r.Local, now, cost)
 		}
 		d.RetryAfterUs = max(d.PenaltyLeftUs, wait)
-		d.ResetUs = maxI(r.ResetUs, r.PenaltyUntilUs)
-		return reject(r, now, d)
+		d.ResetUs = max(r.ResetUs, r.PenaltyUntilUs)
+		return reject(r, now, d, env.Sync)
 	}
-	capacity := p.Capacity()
-	nodes := env.Nodes
-	if nodes < 1 {
-		nodes = 1
+	if !env.Sync {
+		return decideLocal(r, p, now, cost, d)
 	}
-	synced := r.SyncedUs != 0
-	leaseValid := synced && env.Healthy && now-r.SyncedUs <= env.LeaseTTLUs
-	if env.Sync && !leaseValid && r.LeaseLeft > 0 {
-		// The lease is stale: the service will reclaim it; give it back explicitly so a
-		// gateway that reconnects before the reclaim does not strand it (RATIONALE §2).
+	if r.LeaseLeft > 0 && now >= r.LeaseUntilUs {
+		// The service will reclaim (or has reclaimed) this lease: stop using it and say so.
 		d.Returned = r.LeaseLeft
+		r.Pending.Returned += r.LeaseLeft
 		r.LeaseLeft = 0
+		r = urgent(r, &d)
 	}
-	switch {
-	case !env.Sync:
-		return decideLocal(r, p, now, cost, d)
-	case !env.Healthy:
-		d.Degraded = true
-		return decideLocal(r, p, now, cost, d)
-	case !leaseValid:
-		// Never synced, or idle past the lease TTL while the service is reachable: a cold
-		// start. Allow this gateway's fair share of what the bucket can hold until the
-		// reply to the flush asked for here arrives.
-		d.Flush = true
-		// The lease just returned (d.Returned) is back in the pool too: the service may
-		// have leased this gateway everything it had.
-		known := max(0, r.GlobalRemaining) + d.Returned
-		if synced && r.RetryUs > now && known < cost {
-			// The service last said the bucket is empty until RetryUs: that still holds.
-			d.RetryAfterUs = r.RetryUs - now
-			d.ResetUs = r.ResetUs
-			return reject(r, now, d)
-		}
-		if synced || len(r.Local) == 0 {
-			slice := capacity / nodes
-			if synced {
-				// The lease just returned was reserved for this gateway: it stays usable
-				// here. The unreserved rest — what the bucket held at the last reply plus
-				// what it refilled since — is split with the rest of the fleet.
-				refill := (now - r.SyncedUs) / max(1, p.WindowUs/max(1, p.Limit))
-				slice = min(capacity, d.Returned+(max(0, r.GlobalRemaining)+refill)/nodes)
-			}
-			r.SyncedUs = 0
-			r.Local = algo.Take(p, nil, now, capacity-slice)
-		}
+	if !env.Healthy {
 		r, d = decideLocal(r, p, now, cost, d)
-		if !d.Allowed {
-			// This gateway's cold slice is spent, not necessarily the bucket: not the
-			// caller's fault, so no announced Retry-After and no penalty signal.
-			return soft(r, d, env)
+		d.Degraded = true
+		if d.Allowed {
+			d.Over = cost
+			r.Pending.Over += cost
+			r.Pending.Degraded = true
+		} else {
+			r.Pending.Rejected++
+			r.Pending.Early += d.Early
 		}
-		r.OverSinceSync += cost
-		d.Unreported = true
 		return r, d
 	}
-	// Synced with a valid lease.
+	leaseTime := r.Synced() && now < r.LeaseUntilUs
 	switch {
-	case r.LeaseLeft >= cost:
+	case leaseTime && r.LeaseLeft >= cost:
 		r.LeaseLeft -= cost
 		d.Leased = cost
-	case r.Overdraft >= cost:
-		r.Overdraft -= cost
-		r.GlobalRemaining -= cost
-		r.OverSinceSync += cost
-		d.Over = cost
-		d.FromOverdraft, d.Unreported = true, true
-		d.Flush = true
-	default:
-		d.Flush = true
-		d.ResetUs = r.ResetUs
-		d.Remaining = 0
-		if r.GlobalRemaining >= cost {
-			// The global bucket has permits but this gateway's share is spent: the flush
-			// asked for here brings a new lease within a sync interval.
-			return soft(r, d, env)
+		r.Pending.Leased += cost
+		if r.LeaseLeft <= r.LowWater {
+			r = urgent(r, &d)
 		}
-		// The global bucket is empty as far as this gateway knows: wait until the
-		// service's retry time, and at least until the steady rate refills the deficit
-		// (the last reply's retry time predates what this gateway spent since).
+		return admit(r, p, now, cost, d)
+	case r.Synced() && r.RetryUs > now && r.GlobalRemaining < cost:
+		// The service last said the bucket is empty until RetryUs, and this gateway has
+		// spent what it held since: a real refusal. Wait at least until the steady rate
+		// refills the deficit (the retry time predates what was spent since).
 		perPermit := max(1, p.WindowUs/max(1, p.Limit))
-		d.RetryAfterUs = max(r.RetryUs-now, (cost-r.GlobalRemaining)*perPermit)
-		return reject(r, now, d)
+		d.RetryAfterUs = max(r.RetryUs-now, (cost-max(r.GlobalRemaining, 0))*perPermit)
+		d.ResetUs = r.ResetUs
+		return reject(r, now, d, true)
+	case leaseTime || r.Cold:
+		if !r.Cold {
+			// The lease is short but the bucket may not be: ask the service.
+			d.Acquire = true
+			return r, d
+		}
+		// A cold start in progress: its slice, then the service.
+		res := algo.Decide(p, r.Local, now, cost)
+		if !res.Allowed {
+			d.Acquire = true
+			return r, d
+		}
+		r.Local = res.State
+		d.Over = cost
+		r.Pending.Over += cost
+		return admitted(r, res, d)
 	}
+	// No lease: a cold start. Admit this gateway's fair slice of the capacity before the
+	// first reply, when the fleet size is known and the slice covers the cost; the
+	// report asks the service to reserve what is left of it (wire.FlagNew).
+	capacity := p.Capacity()
+	if env.Nodes < 1 {
+		d.Acquire = true
+		return r, d
+	}
+	slice := capacity / env.Nodes
+	if r.Synced() {
+		// The bucket was synced before: its share of what the service last said is
+		// unreserved, plus what the steady rate refilled since.
+		refill := (now - r.SyncedUs) / max(1, p.WindowUs/max(1, p.Limit))
+		slice = min(slice, (max(0, r.GlobalRemaining)+refill)/env.Nodes)
+	}
+	if slice < cost {
+		d.Acquire = true
+		return r, d
+	}
+	r.Local = algo.Take(p, nil, now, capacity-slice)
+	r.Cold = true
+	res := algo.Decide(p, r.Local, now, cost)
+	r.Local = res.State
+	d.Over = cost
+	r.Pending.Over += cost
+	r = urgent(r, &d)
+	return admitted(r, res, d)
+}
+
+// admit finishes an admission out of the lease: the local state follows this gateway's
+// own traffic so that, if the service goes away, degraded decisions start from what
+// this gateway actually admitted.
+func admit(r Record, p algo.Params, now, cost int64, d Decision) (Record, Decision) {
 	d.Allowed = true
-	// The local state follows this gateway's own traffic so that, if the service goes
-	// away, degraded decisions start from what this gateway actually admitted.
 	r.Local = algo.Take(p, r.Local, now, cost)
-	d.Remaining = maxI(0, r.LeaseLeft+maxI(0, r.GlobalRemaining))
-	d.ResetUs = maxI(r.ResetUs, now)
+	d.Remaining = max(0, r.LeaseLeft+max(0, r.GlobalRemaining))
+	d.ResetUs = max(r.ResetUs, now)
+	return r, d
+}
+
+func admitted(r Record, res algo.Result, d Decision) (Record, Decision) {
+	d.Allowed = true
+	d.Remaining = max(0, res.Remaining)
+	d.ResetUs = res.ResetUs
 	return r, d
 }
 
 func decideLocal(r Record, p algo.Params, now, cost int64, d Decision) (Record, Decision) {
 	res := algo.Decide(p, r.Local, now, cost)
 	d.ResetUs = res.ResetUs
-	d.Remaining = maxI(0, res.Remaining)
+	d.Remaining = max(0, res.Remaining)
+	r.Local = res.State
 	if !res.Allowed {
 		d.RetryAfterUs = res.RetryAfterUs
-		r.Local = res.State
-		return reject(r, now, d)
+		return reject(r, now, d, false)
 	}
 	d.Allowed = true
-	d.Over = cost
-	r.Local = res.State
 	return r, d
 }
 
 // reject records the announcement of a Retry-After so that a caller coming back before it
-// is counted as Early (the progressive-penalty signal).
-func reject(r Record, now int64, d Decision) (Record, Decision) {
+// is counted as Early (the progressive-penalty signal). With report set the refusal is
+// also counted for the service (which turns Early refusals into penalties).
+func reject(r Record, now int64, d Decision, report bool) (Record, Decision) {
 	d.Allowed = false
 	d.Rejected = 1
 	if now < r.AnnouncedUs {
 		d.Early = 1
 	}
-	if d.RetryAfterUs < 0 {
-		d.RetryAfterUs = 0
-	}
+	d.RetryAfterUs = max(d.RetryAfterUs, 0)
 	if announced := now + d.RetryAfterUs; announced > r.AnnouncedUs {
 		r.AnnouncedUs = announced
+	}
+	if report {
+		r.Pending.Rejected++
+		r.Pending.Early += d.Early
+		r = urgent(r, &d)
 	}
 	return r, d
 }
 
+func urgent(r Record, d *Decision) Record {
+	if !r.Urgent {
+		r.Urgent = true
+		d.Urgent = true
+	}
+	return r
+}
+
 // Undo gives back what an admitting decision d took from r (cost permits at now): the
-// exact inverse of Decide's bookkeeping, for a request that another bucket refused after
-// this one was written.
+// inverse of Decide's bookkeeping, for a request that another bucket refused after this
+// one was written. A lease Decide found expired stays returned.
 func Undo(r Record, p algo.Params, now, cost int64, d *Decision) Record {
 	if !d.Allowed {
 		return r
 	}
 	r.LeaseLeft += d.Leased
-	if d.FromOverdraft {
-		r.Overdraft += d.Over
-		r.GlobalRemaining += d.Over
-	}
-	if d.Unreported {
-		r.OverSinceSync = max(0, r.OverSinceSync-d.Over)
-	}
+	r.Pending.Leased = max(0, r.Pending.Leased-d.Leased)
+	r.Pending.Over = max(0, r.Pending.Over-d.Over)
 	r.Local = algo.Refund(p, r.Local, now, cost)
 	return r
 }
 
-// soft refuses without blaming the caller: the gateway's share ran out while the global
-// bucket may still hold permits. It answers one sync interval, announces nothing and
-// sends no penalty signal; the flush it asks for brings a new lease.
-func soft(r Record, d Decision, env Env) (Record, Decision) {
-	d.Allowed = false
-	d.Flush = true
-	d.Rejected = 1
-	d.Early = 0
-	d.Remaining = 0
-	d.RetryAfterUs = max(env.IntervalUs, 1)
-	return r, d
+// Acquired records a request the service admitted on an acquire (its cost is charged
+// there already): only the local state, which follows this gateway's own traffic.
+func Acquired(r Record, p algo.Params, now, cost int64) Record {
+	r.UsedUs = now
+	r.Local = algo.Take(p, r.Local, now, cost)
+	return r
 }
 
-// ApplyReply folds the service's authoritative state into r at local time now.
-// reportedOver is the Over of the delta this reply answers (0 for a bucket the batch did
-// not carry): the rest of r.OverSinceSync has not reached the service yet, so it is taken
-// off the reply's remaining, and stays counted until a reply accounts for it.
-//
-// When that leaves the remaining negative, the lease just granted came out of permits
-// this gateway had already admitted: that much of it is handed straight back (returned,
-// to be reported as wire.Delta.Returned), and the unreported admissions will consume it
-// when they reach the service.
-func ApplyReply(r Record, s *wire.State, now, nodes, reportedOver int64) (Record, int64) {
-	if nodes < 1 {
-		nodes = 1
+// Due reports whether r should be in the next batch: it is urgent, it was never
+// reported, or consumption has waited staleUs since the last report, or a lease that
+// was used since the last report ends within renewUs (renewing keeps it). inflight is
+// the low 32 bits of the seq of the batch awaiting its reply (0: none): a record that
+// batch carries is not due again, whereas one cut into a batch that was lost is.
+func (r *Record) Due(now, staleUs, renewUs int64, inflight uint32) bool {
+	if r.CutSeq != 0 && r.CutSeq == inflight {
+		return false
 	}
-	unreported := max(0, r.OverSinceSync-reportedOver)
-	remaining := s.Remaining - unreported
-	r.OverSinceSync = unreported
-	r.LeaseLeft += int64(s.Lease)
+	if r.Pending.empty() {
+		return r.LeaseLeft > 0 && r.UsedUs > r.SyncedUs && r.LeaseUntilUs-now <= renewUs
+	}
+	return r.Urgent || !r.Synced() || now-r.SyncedUs >= staleUs ||
+		(r.LeaseLeft > 0 && r.LeaseUntilUs-now <= renewUs)
+}
+
+// Cut moves r's pending consumption into delta d (whose Key, Rule, Tier, Window and
+// params the caller fills in) for the batch numbered seq, and returns the record to
+// store.
+func Cut(r Record, p algo.Params, now int64, seq uint32, d *wire.Delta) Record {
+	pd := &r.Pending
+	d.Flags = 0
+	if pd.Degraded {
+		d.Flags |= wire.FlagDegraded
+	}
+	d.Leased, d.Over, d.Returned = clampU32(pd.Leased), clampU32(pd.Over), clampU32(pd.Returned)
+	d.Rejected, d.Early = clampU32(pd.Rejected), clampU32(pd.Early)
+	d.Held, d.Epoch = 0, 0
+	switch {
+	case r.Cold:
+		d.Flags |= wire.FlagNew
+		d.Held = clampU32(algo.Available(p, r.Local, now))
+	default:
+		// Returned lease refers to the same epoch as the lease held.
+		d.Epoch = r.LeaseEpoch
+		if r.LeaseLeft > 0 && now < r.LeaseUntilUs {
+			d.Held = clampU32(r.LeaseLeft)
+		}
+	}
+	d.ElapsedMs = 0
+	if r.Synced() {
+		d.ElapsedMs = clampU32((now - r.SyncedUs) / 1000)
+	}
+	r.Pending = Pending{}
+	r.Urgent = false
+	if seq == 0 {
+		seq = 1
+	}
+	r.CutSeq = seq
+	return r
+}
+
+// Uncut gives a batch's consumption back to r's pending (the batch was refused for good
+// and will not be resent, but its consumption happened and is reported with the next).
+func Uncut(r Record, d *wire.Delta, seq uint32) Record {
+	if r.CutSeq != seq {
+		return r
+	}
+	r.CutSeq = 0
+	r.Pending.Leased += int64(d.Leased)
+	r.Pending.Over += int64(d.Over)
+	r.Pending.Rejected += int64(d.Rejected)
+	r.Pending.Early += int64(d.Early)
+	if d.Flags&wire.FlagDegraded != 0 {
+		r.Pending.Degraded = true
+	}
+	return r
+}
+
+// ApplyReply folds the service's answer s to delta sent (cut into batch seq) into r at
+// local time now. The lease part — what the service still reserves of the lease the
+// gateway reported, and the new grant — is applied once, to the record that batch cut;
+// the rest (remaining, reset, retry, penalty) only when s is newer than what r holds.
+//
+// It returns lease to report as returned: when the remaining is negative once this
+// gateway's unreported admissions are counted, the grant came out of permits it had
+// already admitted, and that much is handed back.
+func ApplyReply(r Record, s *wire.State, sent *wire.Delta, seq uint32, now int64) (Record, int64) {
+	if seq == 0 {
+		seq = 1
+	}
 	var returned int64
-	if remaining < 0 && r.LeaseLeft > 0 {
-		returned = min(r.LeaseLeft, -remaining)
+	if r.CutSeq == seq {
+		r.CutSeq = 0
+		held := int64(s.Held)
+		if sent.Flags&wire.FlagNew != 0 {
+			// The cold slice is reserved: what this gateway admitted from it since the
+			// cut came out of that reservation.
+			conv := min(r.Pending.Over, held)
+			r.Pending.Over -= conv
+			r.Pending.Leased += conv
+			r.LeaseLeft = held - conv
+			r.Cold = false
+		} else {
+			r.LeaseLeft = max(0, min(r.LeaseLeft, held-r.Pending.Leased))
+		}
+		r.LeaseLeft += int64(s.Lease)
+		r.LeaseEpoch = s.Epoch
+		r.LeaseUntilUs = now + int64(s.ValidMs)*1000
+		r.LowWater = int64(s.LowWater)
+		r.SyncedUs = now
+		r, returned = r.overwrite(s, now, true)
+		return r, returned
+	}
+	r, _ = r.overwrite(s, now, false)
+	return r, 0
+}
+
+// ApplyAcquire folds the answer to an acquire (a paused request's FlagAcquire delta)
+// into r: the grant is added to the lease; a lease already held keeps its older epoch
+// and earlier end, so it is never used past what the service reserves.
+func ApplyAcquire(r Record, s *wire.State, now int64) Record {
+	if g := int64(s.Lease); g > 0 {
+		until := now + int64(s.ValidMs)*1000
+		if r.LeaseLeft > 0 && now < r.LeaseUntilUs {
+			r.LeaseUntilUs = min(r.LeaseUntilUs, until)
+		} else {
+			r.LeaseLeft = 0
+			r.LeaseEpoch = s.Epoch
+			r.LeaseUntilUs = until
+		}
+		r.LeaseLeft += g
+		r.LowWater = int64(s.LowWater)
+		r.Cold = false
+	}
+	if !r.Synced() {
+		r.SyncedUs = now
+	}
+	r, _ = r.overwrite(s, now, false)
+	return r
+}
+
+// overwrite applies the fields of s that describe the global bucket, if s is newer than
+// the state r last applied (force: the reply to r's own report, applied regardless).
+func (r Record) overwrite(s *wire.State, now int64, force bool) (Record, int64) {
+	ms := uint32(s.ServerMs)
+	if !force && r.ServerMs != 0 && int32(ms-r.ServerMs) < 0 {
+		return r, 0
+	}
+	if int32(ms-r.ServerMs) > 0 || r.ServerMs == 0 {
+		r.ServerMs = ms
+	}
+	remaining := s.Remaining - r.Pending.Over
+	var returned int64
+	if remaining < 0 && r.LeaseLeft > 0 && s.Lease > 0 {
+		returned = min(r.LeaseLeft, int64(s.Lease), -remaining)
 		r.LeaseLeft -= returned
+		r.Pending.Returned += returned
 		remaining += returned
 	}
 	r.GlobalRemaining = remaining
-	r.Overdraft = max(0, remaining) / nodes
-	r.SyncedUs = now
 	r.ResetUs = now + int64(s.ResetInMs)*1000
 	r.RetryUs = now + int64(s.RetryInMs)*1000
 	r.PenaltyLevel = s.PenaltyLevel
+	r.PenaltyUntilUs = 0
 	if s.PenaltyInMs > 0 {
 		r.PenaltyUntilUs = now + int64(s.PenaltyInMs)*1000
-	} else {
-		r.PenaltyUntilUs = 0
 	}
 	return r, returned
 }
@@ -292,37 +459,49 @@ func ApplyReply(r Record, s *wire.State, now, nodes, reportedOver int64) (Record
 // Synced reports whether a reply has ever been applied to r.
 func (r *Record) Synced() bool { return r.SyncedUs != 0 }
 
-// Idle reports whether r has seen nothing for idleUs and holds no lease worth keeping,
-// so its shared-data slot may be reused.
+// Idle reports whether r has seen nothing for idleUs and holds nothing worth keeping
+// (no lease, nothing to report), so its shared-data slot may be reused.
 func (r *Record) Idle(now, idleUs int64) bool {
 	last := max(r.SyncedUs, r.AnnouncedUs, r.UsedUs)
-	return r.LeaseLeft == 0 && now-last > idleUs && r.PenaltyUntilUs <= now
+	return (r.LeaseLeft == 0 || now >= r.LeaseUntilUs) && r.Pending.empty() && r.CutSeq == 0 &&
+		now-last > idleUs && r.PenaltyUntilUs <= now
 }
 
-// Encoding: a fixed 47-byte header followed by the algorithm state (13 or 17 bytes for
-// every algorithm but the sliding window log), so a record is ≤ 64 bytes:
+// LastSeen is the last time anything happened to r (for least-recently-used eviction).
+func (r *Record) LastSeen() int64 { return max(r.SyncedUs, r.AnnouncedUs, r.UsedUs) }
+
+// Encoding: a fixed 55-byte header, six uvarints (LowWater and the pending counts), then
+// the algorithm state (13 or 17 bytes for every algorithm but the sliding window log):
 //
-//	0      version (2)
-//	1      flags (bit 0: synced, bit 1: used)
+//	0      version (3)
+//	1      flags (bit 0 synced, 1 used, 2 cold, 3 urgent, 4 pending degraded)
 //	2      penalty level
 //	3..11  base (int64 µs): UsedUs, or the earliest time set when never used; the
 //	       times below are relative to it
-//	11..15 SyncedUs, 15..19 ResetUs, 19..23 RetryUs, 23..27 PenaltyUntilUs,
-//	27..31 AnnouncedUs: int32 milliseconds relative to UsedUs, rounded up so a deadline
-//	       is never brought forward (SyncedUs rounded down, so a lease never looks younger);
-//	       ±24 days is far beyond any window or lease
-//	31..35 LeaseLeft, 35..39 Overdraft, 39..43 GlobalRemaining, 43..47 OverSinceSync
-//	       (int32, saturated)
-//	47..   algorithm state (the rest of the value)
+//	11..35 SyncedUs, ResetUs, RetryUs, PenaltyUntilUs, AnnouncedUs, LeaseUntilUs:
+//	       int32 milliseconds relative to base, rounded up so a deadline is never brought
+//	       forward (SyncedUs and LeaseUntilUs rounded down: a lease never looks younger
+//	       or longer); ±24 days is far beyond any lease or retry
+//	35..39 LeaseLeft, 39..43 GlobalRemaining (int32, saturated)
+//	43..47 ServerMs, 47..51 LeaseEpoch, 51..55 CutSeq (uint32)
+//	55..   uvarints LowWater, Pending.Leased, Over, Returned, Rejected, Early; then the
+//	       algorithm state (the rest of the value)
+//
+// Reset times of calendar windows beyond 24 days saturate: the headers then say "at
+// least 24 days", and the service's answer is used again at the next reply.
 const (
-	recordVersion = 2
-	headerSize    = 47
+	recordVersion = 3
+	headerSize    = 55
 	flagSynced    = 1
 	flagUsed      = 2
+	flagCold      = 4
+	flagUrgent    = 8
+	flagDegraded  = 16
 )
 
-// MaxRecordSize is the encoded size bound for the fixed-size algorithms.
-const MaxRecordSize = 64
+// MaxRecordSize bounds the encoded size for the fixed-size algorithms with counts below
+// 2^21.
+const MaxRecordSize = headerSize + 6*3 + algo.MaxStateSize
 
 // ErrRecord reports an undecodable record.
 var ErrRecord = errors.New("lease: malformed record")
@@ -333,7 +512,7 @@ func AppendRecord(dst []byte, r *Record) []byte {
 	h[0] = recordVersion
 	base := r.UsedUs
 	if base == 0 {
-		for _, t := range [...]int64{r.SyncedUs, r.ResetUs, r.RetryUs, r.PenaltyUntilUs, r.AnnouncedUs} {
+		for _, t := range [...]int64{r.SyncedUs, r.ResetUs, r.RetryUs, r.PenaltyUntilUs, r.AnnouncedUs, r.LeaseUntilUs} {
 			if t != 0 && (base == 0 || t < base) {
 				base = t
 			}
@@ -345,6 +524,15 @@ func AppendRecord(dst []byte, r *Record) []byte {
 	if r.UsedUs != 0 {
 		h[1] |= flagUsed
 	}
+	if r.Cold {
+		h[1] |= flagCold
+	}
+	if r.Urgent {
+		h[1] |= flagUrgent
+	}
+	if r.Pending.Degraded {
+		h[1] |= flagDegraded
+	}
 	h[2] = r.PenaltyLevel
 	binary.LittleEndian.PutUint64(h[3:], uint64(base))
 	putRel(h[11:], r.SyncedUs, base, false)
@@ -352,11 +540,16 @@ func AppendRecord(dst []byte, r *Record) []byte {
 	putRel(h[19:], r.RetryUs, base, true)
 	putRel(h[23:], r.PenaltyUntilUs, base, true)
 	putRel(h[27:], r.AnnouncedUs, base, true)
-	putI32(h[31:], r.LeaseLeft)
-	putI32(h[35:], r.Overdraft)
+	putRel(h[31:], r.LeaseUntilUs, base, false)
+	putI32(h[35:], r.LeaseLeft)
 	putI32(h[39:], r.GlobalRemaining)
-	putI32(h[43:], r.OverSinceSync)
+	binary.LittleEndian.PutUint32(h[43:], r.ServerMs)
+	binary.LittleEndian.PutUint32(h[47:], r.LeaseEpoch)
+	binary.LittleEndian.PutUint32(h[51:], r.CutSeq)
 	dst = append(dst, h[:]...)
+	for _, v := range [...]int64{r.LowWater, r.Pending.Leased, r.Pending.Over, r.Pending.Returned, r.Pending.Rejected, r.Pending.Early} {
+		dst = binary.AppendUvarint(dst, uint64(max(v, 0)))
+	}
 	return append(dst, r.Local...)
 }
 
@@ -365,25 +558,42 @@ func DecodeRecord(data []byte, r *Record) error {
 	if len(data) < headerSize || data[0] != recordVersion {
 		return ErrRecord
 	}
+	var vals [6]int64
+	i := headerSize
+	for n := range vals {
+		v, k := binary.Uvarint(data[i:])
+		if k <= 0 || v > 1<<62 {
+			return ErrRecord
+		}
+		vals[n] = int64(v)
+		i += k
+	}
 	base := int64(binary.LittleEndian.Uint64(data[3:]))
+	f := data[1]
 	r.UsedUs = 0
-	if data[1]&flagUsed != 0 {
+	if f&flagUsed != 0 {
 		r.UsedUs = base
 	}
 	r.PenaltyLevel = data[2]
 	r.SyncedUs = 0
-	if data[1]&flagSynced != 0 {
+	if f&flagSynced != 0 {
 		r.SyncedUs = getRel(data[11:], base)
 	}
 	r.ResetUs = getRel(data[15:], base)
 	r.RetryUs = getRel(data[19:], base)
 	r.PenaltyUntilUs = getRel(data[23:], base)
 	r.AnnouncedUs = getRel(data[27:], base)
-	r.LeaseLeft = getI32(data[31:])
-	r.Overdraft = getI32(data[35:])
+	r.LeaseUntilUs = getRel(data[31:], base)
+	r.LeaseLeft = getI32(data[35:])
 	r.GlobalRemaining = getI32(data[39:])
-	r.OverSinceSync = getI32(data[43:])
-	r.Local = append(r.Local[:0], data[headerSize:]...)
+	r.ServerMs = binary.LittleEndian.Uint32(data[43:])
+	r.LeaseEpoch = binary.LittleEndian.Uint32(data[47:])
+	r.CutSeq = binary.LittleEndian.Uint32(data[51:])
+	r.Cold = f&flagCold != 0
+	r.Urgent = f&flagUrgent != 0
+	r.LowWater = vals[0]
+	r.Pending = Pending{Leased: vals[1], Over: vals[2], Returned: vals[3], Rejected: vals[4], Early: vals[5], Degraded: f&flagDegraded != 0}
+	r.Local = append(r.Local[:0], data[i:]...)
 	return nil
 }
 
@@ -433,18 +643,5 @@ func getI32(b []byte) int64    { return int64(int32(binary.LittleEndian.Uint32(b
 
 func clampI32(v int64) int64 {
 	const lo, hi = -1 << 31, 1<<31 - 1
-	if v < lo {
-		return lo
-	}
-	if v > hi {
-		return hi
-	}
-	return v
-}
-
-func maxI(a, b int64) int64 {
-	if a > b {
-		return a
-	}
-	return b
+	return min(max(v, lo), hi)
 }

@@ -3,29 +3,17 @@ package lease
 // This file is the Go twin of the sync service's lease script
 // (ratelimit/store/scripts/lease.lua). The service runs the Lua inside Redis; this code
 // exists so the protocol can be reasoned about, property-tested and simulated natively,
-// and the service tests check that both produce the same outputs and the same stored
-// fields, step by step, on random delta sequences (RATIONALE.md §2).
+// and the store's differential test checks that both produce the same outputs and store
+// the same bytes, step by step, on random delta sequences (RATIONALE.md §2).
 //
 // Arithmetic is integer-only and every intermediate value stays below 2^53, so Lua's
-// doubles compute exactly what Go's int64 computes:
-//
-//   - Demand is an EWMA in integer milli-permits per second. With tau = min(horizon, 1 s)
-//     and e = µs since the node's previous sync,
-//     d' = floor((d·tau + count·10^9) / (tau + e)),
-//     which is the time-weighted EWMA of the sample count/e (count·10^9/e milli-permits/s)
-//     without ever dividing by e, so a sync 0 µs after the previous one is harmless.
-//     count is clamped to 2^22 per delta and d to 2^31 (2 million permits/s per node per
-//     bucket), which keeps d·tau + count·10^9 < 6.4·10^15 < 2^53. A node's first sample
-//     is count over one sync interval (horizon/2).
-//   - The fair share floor(pool·d_n/Σd) scales d_n and Σd down by a common factor until
-//     Σd ≤ 2^20 and caps pool at 2^32, so the product stays below 2^52.
-//   - Floor division of non-negative integers: Go's / here, an exact corrected
-//     floor(a/b) in Lua (a double quotient alone can round up across an integer).
+// doubles compute exactly what Go's int64 computes: demand samples are clamped to 2^22
+// permits over at least MinElapsedMs, rates to 2^31 milli-permits per second, and
+// horizons to MaxHorizonMs, so rate × horizon < 2^48.
 
 import (
-	"sort"
+	"encoding/binary"
 	"strconv"
-	"strings"
 
 	"github.com/tollgate-rl/tollgate/shared/algo"
 	"github.com/tollgate-rl/tollgate/shared/wire"
@@ -33,13 +21,29 @@ import (
 
 // SyncConfig holds the service-side lease settings (flags of tollgate-ratelimit).
 type SyncConfig struct {
-	// LeaseTTLUs: a node that has not synced a bucket for this long loses its lease to
-	// the pool (lease_ttl_service, default 3 s; must exceed the node's lease TTL plus the
-	// worst callout latency).
-	LeaseTTLUs int64
-	// HorizonMs: leases aim at this much of a node's demand (two sync intervals,
-	// default 200 ms). Whole milliseconds keep d·horizon exact.
+	// EpochMs is the lease epoch. A lease granted or renewed during epoch k is reclaimed
+	// when epoch k+2 begins: a gateway that stops reporting (it died) gives its leases
+	// back within two epochs, and a gateway renews a lease it still holds whenever it
+	// reports the bucket. Window algorithms also end every lease with the window.
+	EpochMs int64
+	// HorizonMs: a lease covers this much of the gateway's demand (the longer, the rarer
+	// the reports of a bucket whose consumption stays within its lease).
 	HorizonMs int64
+	// MaxShare: one lease is at most capacity/MaxShare permits, and one grant at most
+	// half of what the bucket still has unreserved, so that no gateway can reserve a
+	// bucket away from the others and a gateway that dies strands little.
+	MaxShare int64
+	// RenewMs: the gateway reports again when its lease falls to what its demand
+	// consumes in this long (the low-water mark), so the renewal arrives before the
+	// lease runs out.
+	RenewMs int64
+	// MinElapsedMs is the shortest interval a demand sample is measured over (a bucket's
+	// first report counts its first admissions over one sync interval).
+	MinElapsedMs int64
+	// ValidMarginMs shortens the validity a reply announces, to cover the reply's
+	// transit and clock-rate differences: a gateway stops using a lease before the
+	// service can reclaim it.
+	ValidMarginMs int64
 	// PenaltyBaseUs is the first progressive-penalty cooldown; each further early
 	// request (at most one step per PenaltyBaseUs) doubles it up to PenaltyMaxUs. A key
 	// that stays calm for PenaltyMaxUs after its cooldown ends starts over at level 0.
@@ -48,19 +52,49 @@ type SyncConfig struct {
 }
 
 // DefaultSyncConfig is the service's default configuration.
-var DefaultSyncConfig = SyncConfig{LeaseTTLUs: 3_000_000, HorizonMs: 200, PenaltyBaseUs: 1_000_000, PenaltyMaxUs: 60_000_000}
+var DefaultSyncConfig = SyncConfig{
+	EpochMs: 20_000, HorizonMs: 10_000, MaxShare: 8, RenewMs: 500, MinElapsedMs: 100,
+	ValidMarginMs: 1_000, PenaltyBaseUs: 1_000_000, PenaltyMaxUs: 60_000_000,
+}
 
-// Normalized returns c with out-of-range values replaced so the integer bounds above hold.
+// Bounds of the integer arithmetic (see the file comment).
+const (
+	MaxHorizonMs  = 120_000
+	maxEpochMs    = 3_600_000
+	maxCount      = 1 << 22
+	maxRate       = 1 << 31
+	maxElapsedMs  = 60_000
+	maxPenaltyLvl = 62
+	maxHeld       = 1<<32 - 1 // wire fields are uint32
+)
+
+// Normalized returns c with out-of-range values replaced so the integer bounds hold.
 func (c SyncConfig) Normalized() SyncConfig {
-	if c.LeaseTTLUs <= 0 {
-		c.LeaseTTLUs = DefaultSyncConfig.LeaseTTLUs
+	d := DefaultSyncConfig
+	if c.EpochMs <= 0 {
+		c.EpochMs = d.EpochMs
 	}
+	c.EpochMs = min(c.EpochMs, maxEpochMs)
 	if c.HorizonMs <= 0 {
-		c.HorizonMs = DefaultSyncConfig.HorizonMs
+		c.HorizonMs = d.HorizonMs
 	}
 	c.HorizonMs = min(c.HorizonMs, MaxHorizonMs)
+	if c.MaxShare <= 0 {
+		c.MaxShare = d.MaxShare
+	}
+	if c.RenewMs <= 0 {
+		c.RenewMs = d.RenewMs
+	}
+	c.RenewMs = min(c.RenewMs, MaxHorizonMs)
+	if c.MinElapsedMs <= 0 {
+		c.MinElapsedMs = d.MinElapsedMs
+	}
+	c.MinElapsedMs = min(c.MinElapsedMs, maxElapsedMs)
+	if c.ValidMarginMs < 0 {
+		c.ValidMarginMs = 0
+	}
 	if c.PenaltyBaseUs <= 0 {
-		c.PenaltyBaseUs = DefaultSyncConfig.PenaltyBaseUs
+		c.PenaltyBaseUs = d.PenaltyBaseUs
 	}
 	if c.PenaltyMaxUs < c.PenaltyBaseUs {
 		c.PenaltyMaxUs = c.PenaltyBaseUs
@@ -68,58 +102,31 @@ func (c SyncConfig) Normalized() SyncConfig {
 	return c
 }
 
-// Bounds of the integer arithmetic (see the file comment).
-const (
-	MaxHorizonMs  = 60_000
-	maxCount      = 1 << 22
-	maxDemand     = 1 << 31
-	maxShareDen   = 1 << 20
-	maxPool       = 1 << 32
-	maxHeld       = 1<<32 - 1 // LeaseHeld is a uint32 on the wire
-	maxElapsedUs  = 60_000_000
-	maxTauUs      = 1_000_000
-	milliPerSecUs = 1_000_000_000 // count·10^9/µs = milli-permits per second
-	maxPenaltyLvl = 62
-)
-
-// NodeLease is one gateway's share of a bucket (fields o:, d:, s:).
-type NodeLease struct {
-	Outstanding int64 // o: lease reserved for the node, not yet reported consumed
-	Demand      int64 // d: EWMA of what it asked for, milli-permits per second
-	LastSyncUs  int64 // s: server time of its last sync of this bucket
+// Leases is the service's bookkeeping of the leases of one bucket, whatever the number
+// of gateways: what is outstanding, by the epoch in which it was granted or last
+// renewed. No gateway is named: a gateway reports the epoch of the lease it holds, and
+// an epoch's leases are reclaimed together (RATIONALE.md §2).
+type Leases struct {
+	Epoch uint32 // epoch index (mod 2^32) of Cur
+	Cur   int64  // outstanding leases granted or renewed in Epoch
+	Prev  int64  // ... in Epoch-1 (always 0 for window algorithms at a window start)
 }
 
-// Applied records the last batch a (node, worker) applied to a bucket (fields q:, g:).
-// Grant is the lease that batch granted, or for a FlagStrict delta (which never gets a
-// lease) 1 when its Over was allowed and 0 when refused, so a replay answers the same.
-type Applied struct {
-	Seq   uint64
-	Grant int64
-}
+// Outstanding is Σ of the outstanding leases.
+func (l *Leases) Outstanding() int64 { return l.Cur + l.Prev }
 
-// WorkerID names a node's worker in Bucket.Applied.
-type WorkerID struct {
-	Node   string
-	Worker uint32
-}
-
-// Bucket is the global record of one (caller key, rule, window): the Redis hash
-// rl:{key}:rule:window.
+// Bucket is the global record of one (caller key, rule, window): the Redis string
+// tg:{key}:rule:window, the algorithm state of everything reported consumed, and the
+// leases outstanding beside it. The leases are not taken from State when granted: what
+// the bucket can still give is Available(State) − Outstanding, and a lease's
+// consumption is charged when it is reported. So the bucket never holds more than its
+// capacity, however long a lease is held (RATIONALE.md §2).
 type Bucket struct {
-	// Params are those of the last delta applied ("p"); a change of algorithm discards
-	// State, whose encoding is the algorithm's own.
-	Params  algo.Params
-	State   algo.State // "st"
-	Nodes   map[string]*NodeLease
-	Applied map[WorkerID]Applied
-	// SweepUs ("sw") is the earliest time any node's lease can have expired: the
-	// smallest LastSyncUs + LeaseTTLUs when the nodes were last swept (syncs since only
-	// move LastSyncUs forward). Sync looks at every node only when now passes it, which
-	// reclaims exactly what checking every node on every call would.
-	SweepUs int64
+	State  algo.State
+	Leases Leases
 }
 
-// Penalty is a caller key's progressive-penalty record (the hash rl:{key}:penalty).
+// Penalty is a caller key's progressive-penalty record (the hash tg:{key}:p).
 type Penalty struct {
 	Level   int64 // "l"
 	UntilUs int64 // "u": cooldown end
@@ -128,33 +135,48 @@ type Penalty struct {
 
 // SyncResult is what the script returns for one delta. Durations are from now.
 type SyncResult struct {
-	Replay    bool // seq not newer than the last applied: nothing was changed
-	Allowed   bool // FlagStrict: Over was taken; otherwise true
+	Replay    bool // the batch was applied before: the lease fields repeat that application
+	Allowed   bool // FlagStrict/FlagAcquire: Over was taken; otherwise true
 	Remaining int64
-	Grant     int64 // lease granted by this (or, on replay, the original) delta
-	Held      int64 // node's outstanding lease after the delta
+	Grant     int64 // new lease for the gateway
+	Held      int64 // lease the gateway reported holding that is still reserved (renewed)
+	Epoch     uint32
+	ValidUs   int64 // how long the gateway may use Held+Grant
+	LowWater  int64
 	ResetUs   int64
 	RetryUs   int64
 	PenaltyUs int64
 	Level     int64
 	// Overshoot is the part of this delta's unconditional charge that exceeded what the
-	// bucket held: admitted while the bucket was (or went) into debt.
+	// bucket held unreserved: admitted while the bucket was (or went) into debt.
 	Overshoot int64
-	// Reclaimed is lease taken back from expired nodes by this call.
+	// Reclaimed is lease whose epoch ended, given back to the bucket by this call.
 	Reclaimed int64
+	NowUs     int64 // server time of the call
 }
 
 // Fill writes r into the wire State a gateway receives. Durations round up to
-// milliseconds so gateways reset late rather than early (RATIONALE.md §4).
+// milliseconds so gateways reset late rather than early (RATIONALE.md §4), except the
+// validity, which rounds down so a lease is never used past it.
 func (r *SyncResult) Fill(st *wire.State) {
-	st.Allowed = r.Allowed
+	st.Flags = 0
+	if r.Allowed {
+		st.Flags |= wire.StateAllowed
+	}
+	if r.Replay {
+		st.Flags |= wire.StateReplay
+	}
 	st.Remaining = r.Remaining
 	st.Lease = clampU32(r.Grant)
-	st.LeaseHeld = clampU32(r.Held)
+	st.Held = clampU32(r.Held)
+	st.Epoch = r.Epoch
+	st.ValidMs = clampU32(r.ValidUs / 1000)
+	st.LowWater = clampU32(r.LowWater)
 	st.ResetInMs = clampU32(ceilMs(r.ResetUs))
 	st.RetryInMs = clampU32(ceilMs(r.RetryUs))
 	st.PenaltyInMs = clampU32(ceilMs(r.PenaltyUs))
 	st.PenaltyLevel = uint8(min(max(r.Level, 0), 255))
+	st.ServerMs = uint64(max(r.NowUs, 0) / 1000)
 }
 
 func ceilMs(us int64) int64 {
@@ -171,77 +193,89 @@ func ParamsOf(d *wire.Delta) algo.Params {
 	return algo.Params{Kind: algo.Kind(d.Algo), Limit: int64(d.Limit), WindowUs: int64(d.WindowMs) * 1000, Burst: int64(d.Burst)}
 }
 
-// Sync applies delta d, sent by (node, worker) in batch seq, to bucket b and the key's
-// penalty record pen at server time now (µs), following RATIONALE.md §2 steps 1-7. b and
-// pen are updated in place (a nil map is created). It is the reference the Lua script is
-// tested against.
-func Sync(b *Bucket, pen *Penalty, node string, worker uint32, seq uint64, d *wire.Delta, now int64, cfg SyncConfig) SyncResult {
+// windowed reports the algorithms whose buckets start afresh at window boundaries: a
+// lease granted in one window means nothing in the next.
+func windowed(p algo.Params) bool {
+	return p.Kind == algo.FixedWindow || p.Kind == algo.SlidingWindowCounter
+}
+
+// epochClock places now in the lease epochs of p: the epoch index (mod 2^32), the index
+// of the epoch within the current window (0 for continuous algorithms), and when the
+// leases of this epoch stop being usable. Continuous algorithms use epochs of EpochMs
+// from the Unix epoch. Window algorithms cut every window into epochs of at most
+// EpochMs, counted from the window's start, so a window boundary is an epoch boundary;
+// their leases end with the window.
+func epochClock(p algo.Params, now int64, cfg *SyncConfig) (k uint32, j int64, validUntil int64) {
+	e := cfg.EpochMs * 1000
+	if !windowed(p) || p.WindowUs <= 0 {
+		q := now / e
+		return uint32(q % (1 << 32)), 0, (q + 2) * e
+	}
+	w := p.WindowUs
+	wi := now / w
+	ws := wi * w
+	el := min(e, w)
+	n := (w + el - 1) / el // epochs per window
+	j = (now - ws) / el
+	return uint32((wi*n + j) % (1 << 32)), j, min(ws+(j+2)*el, ws+w)
+}
+
+// advance moves the leases to the epoch of now and returns what it reclaimed: the
+// previous epoch's leases when the epoch moved on by one (within one window), all of
+// them otherwise.
+func (l *Leases) advance(k uint32, j int64, win bool) (reclaimed int64) {
+	d := k - l.Epoch
+	switch {
+	case d == 0:
+	case d == 1 && !(win && j == 0):
+		reclaimed = l.Prev
+		l.Prev, l.Cur = l.Cur, 0
+	default:
+		reclaimed = l.Cur + l.Prev
+		l.Cur, l.Prev = 0, 0
+	}
+	l.Epoch = k
+	return reclaimed
+}
+
+// slot returns the outstanding amount that leases of epoch e count in, or nil when
+// they are no longer reserved (reclaimed, or of another window).
+func (l *Leases) slot(e uint32, j int64, win bool) *int64 {
+	switch {
+	case e == 0:
+		return nil
+	case e == l.Epoch:
+		return &l.Cur
+	case e == l.Epoch-1 && !(win && j == 0):
+		return &l.Prev
+	}
+	return nil
+}
+
+// pastWindow reports whether epoch e belongs to a window before the current one (the
+// current window's epochs are k-j .. k).
+func pastWindow(e, k uint32, j int64) bool {
+	return e != 0 && int64(k-e) > j
+}
+
+// Sync applies delta d to bucket b and the key's penalty record pen at server time now
+// (µs), following RATIONALE.md §2. b and pen are updated in place. It is the reference
+// the Lua script is tested against.
+func Sync(b *Bucket, pen *Penalty, d *wire.Delta, now int64, cfg SyncConfig) SyncResult {
 	cfg = cfg.Normalized()
 	p := ParamsOf(d)
-	strict := d.Flags&wire.FlagStrict != 0
-	wid := WorkerID{node, worker}
+	win := windowed(p)
+	strict := d.Flags&(wire.FlagStrict|wire.FlagAcquire) != 0
+	r := SyncResult{NowUs: now, Allowed: true}
+
+	// 1. Epochs: leases of an ended epoch (or window) go back to the bucket. They were
+	// never taken from the state, so nothing is refunded: they just stop counting.
+	k, j, validUntil := epochClock(p, now, &cfg)
+	r.Reclaimed = b.Leases.advance(k, j, win)
 	st := b.State
-	if b.Params.WindowUs != 0 && b.Params.Kind != p.Kind {
-		st = nil
-	}
+	slot := b.Leases.slot(d.Epoch, j, win)
 
-	if a, ok := b.Applied[wid]; ok && seq <= a.Seq {
-		// Replay: answer from the current state without writing anything, with the grant
-		// (or strict verdict) the original gave.
-		var r SyncResult
-		r.Replay = true
-		r.Allowed = true
-		if strict {
-			r.Allowed = a.Grant == 1
-		} else {
-			r.Grant = a.Grant
-		}
-		if n := b.Nodes[node]; n != nil {
-			r.Held = n.Outstanding
-		}
-		pv := *pen
-		decayPenalty(&pv, now, cfg)
-		finish(&r, p, st, now, &pv, strict && !r.Allowed, int64(d.Over))
-		return r
-	}
-
-	if b.Nodes == nil {
-		b.Nodes = map[string]*NodeLease{}
-	}
-	if b.Applied == nil {
-		b.Applied = map[WorkerID]Applied{}
-	}
-	var r SyncResult
-
-	// 2. Reclaim expired leases (one refund of the sum: algorithms cap refunds, so
-	// refunding node by node could depend on map order).
-	swept := now > b.SweepUs
-	if swept {
-		for m, nl := range b.Nodes {
-			if now-nl.LastSyncUs > cfg.LeaseTTLUs {
-				r.Reclaimed += nl.Outstanding
-				delete(b.Nodes, m)
-				for w := range b.Applied {
-					if w.Node == m {
-						delete(b.Applied, w)
-					}
-				}
-			}
-		}
-	}
-	if r.Reclaimed > 0 {
-		st = algo.Refund(p, st, now, r.Reclaimed)
-	}
-
-	nl := b.Nodes[node]
-	isNew := nl == nil
-	if isNew {
-		nl = &NodeLease{}
-		b.Nodes[node] = nl
-	}
-	leased, over, returned := int64(d.Leased), int64(d.Over), int64(d.Returned)
-
-	// Penalty before the grant: a key that ignores Retry-After gets no new lease.
+	// 2. Penalty before the grant: a key that ignores Retry-After gets no new lease.
 	decayPenalty(pen, now, cfg)
 	if d.Early > 0 && (pen.Level == 0 || now-pen.LastUs >= cfg.PenaltyBaseUs) {
 		if penaltyCooldown(pen.Level, cfg) < cfg.PenaltyMaxUs && pen.Level < maxPenaltyLvl {
@@ -252,121 +286,116 @@ func Sync(b *Bucket, pen *Penalty, node string, worker uint32, seq uint64, d *wi
 	}
 	penalized := pen.UntilUs > now
 
-	// 3. Consumption: what the lease covers was reserved already; the rest is charged
-	// unconditionally (debt is over-admission that really happened).
-	covered := min(leased, nl.Outstanding)
-	nl.Outstanding -= covered
-	charge := leased - covered
+	// 3. Consumption, charged now. What a lease covered stops being outstanding as it
+	// is charged, so it changes nothing for the other gateways. A fixed window's lease of
+	// an earlier window was counted in that window: its consumption is not charged to
+	// this one.
+	avail0 := algo.Available(p, st, now) - b.Leases.Outstanding()
+	leased, over := int64(d.Leased), int64(d.Over)
+	var covered int64
+	if slot != nil {
+		covered = min(leased, *slot)
+		*slot -= covered
+	}
+	uncovered := leased - covered
+	if p.Kind == algo.FixedWindow && pastWindow(d.Epoch, k, j) {
+		uncovered = 0
+	}
 	if !strict {
-		charge += over
+		uncovered += over
 	}
-	if charge > 0 {
-		avail := algo.Available(p, st, now)
-		r.Overshoot = max(0, charge-max(avail, 0))
+	if uncovered > 0 {
+		r.Overshoot = max(0, uncovered-max(avail0, 0))
 		if d.Flags&wire.FlagDegraded != 0 {
-			charge -= r.Overshoot // forgive what the outage admitted beyond the bucket
-		}
-		if charge > 0 {
-			st = algo.Take(p, st, now, charge)
+			uncovered -= r.Overshoot // forgive what an outage admitted beyond the bucket
 		}
 	}
-	r.Allowed = true
+	if c := covered + uncovered; c > 0 {
+		st = algo.Take(p, st, now, c)
+	}
 	if strict && over > 0 {
 		if penalized {
 			r.Allowed = false
 		} else {
-			res := algo.Decide(p, st, now, over)
-			r.Allowed = res.Allowed
-			st = res.State
-		}
-	}
-
-	// 4. Returned lease goes back to the pool.
-	if ret := min(returned, nl.Outstanding); ret > 0 {
-		nl.Outstanding -= ret
-		st = algo.Refund(p, st, now, ret)
-	}
-
-	// 5. Demand.
-	count := min(int64(d.Leased)+int64(d.Over)+int64(d.Rejected), maxCount)
-	if isNew {
-		nl.Demand = count * milliPerSecUs / max(cfg.HorizonMs*500, 1)
-	} else {
-		tau := min(cfg.HorizonMs*1000, maxTauUs)
-		e := min(max(now-nl.LastSyncUs, 0), maxElapsedUs)
-		nl.Demand = (nl.Demand*tau + count*milliPerSecUs) / (tau + e)
-	}
-	nl.Demand = min(nl.Demand, maxDemand)
-	nl.LastSyncUs = now
-	if swept {
-		first := now
-		for m, l := range b.Nodes {
-			if m != node && l.LastSyncUs < first {
-				first = l.LastSyncUs
+			eff := algo.Take(p, st, now, b.Leases.Outstanding())
+			r.Allowed = algo.Decide(p, eff, now, over).Allowed
+			if r.Allowed {
+				st = algo.Take(p, st, now, over)
 			}
 		}
-		b.SweepUs = first + cfg.LeaseTTLUs
 	}
 
-	// 6. Grant.
-	if !strict && !penalized {
-		var pool, sum int64
-		for _, m := range b.Nodes {
-			pool += m.Outstanding
-			sum += m.Demand
-		}
-		avail := algo.Available(p, st, now)
-		pool += avail
-		need := (nl.Demand*cfg.HorizonMs + 999_999) / 1_000_000
-		var share int64
-		if pool > 0 && sum > 0 {
-			dn, den := nl.Demand, sum
-			if den > maxShareDen {
-				k := (den + maxShareDen - 1) / maxShareDen
-				dn, den = dn/k, den/k
-			}
-			share = min(pool, maxPool) * dn / den
-		}
-		target := min(need, share)
-		if nl.Demand > 0 && pool >= 1 && target < 1 {
+	// 4. Returned lease stops counting; the lease the gateway keeps is renewed (moved to
+	// this epoch). A cold gateway's slice (FlagNew) is reserved out of what is left.
+	if slot != nil {
+		*slot -= min(int64(d.Returned), *slot)
+	}
+	held := int64(d.Held)
+	switch {
+	case d.Flags&wire.FlagNew != 0:
+		r.Held = min(held, max(algo.Available(p, st, now)-b.Leases.Outstanding(), 0))
+	case slot != nil:
+		r.Held = min(held, *slot)
+		*slot -= r.Held
+	}
+	b.Leases.Cur += r.Held
+
+	// 5. The gateway's demand over the interval it reports.
+	count := min(leased+over+int64(d.Rejected), maxCount)
+	elapsed := min(max(int64(d.ElapsedMs), cfg.MinElapsedMs), maxElapsedMs)
+	rate := min(count*1_000_000/elapsed, maxRate) // milli-permits per second
+
+	// 6. Grant: the demand over the horizon, at most 1/MaxShare of the capacity, and at
+	// most half of what is unreserved (all of it when that is a single permit).
+	if !penalized && d.Flags&(wire.FlagStrict|FlagNoLease) == 0 && (d.Flags&wire.FlagAcquire == 0 || r.Allowed) {
+		target := min((rate*cfg.HorizonMs+999_999)/1_000_000, (p.Capacity()+cfg.MaxShare-1)/cfg.MaxShare)
+		if rate > 0 && target < 1 {
 			target = 1
 		}
-		grant := min(max(target-nl.Outstanding, 0), max(avail, 0), maxHeld-nl.Outstanding)
-		if grant > 0 {
-			st = algo.Take(p, st, now, grant)
-			nl.Outstanding += grant
-			r.Grant = grant
+		avail := algo.Available(p, st, now) - b.Leases.Outstanding()
+		if avail > 1 {
+			avail /= 2
+		}
+		g := min(target-r.Held, avail, maxHeld-r.Held)
+		if g > 0 {
+			r.Grant = g
+			b.Leases.Cur += g
 		}
 	}
-	r.Held = nl.Outstanding
-
-	g := r.Grant
-	if strict {
-		g = 0
-		if r.Allowed {
-			g = 1
-		}
+	r.LowWater = min((rate*cfg.RenewMs+999_999)/1_000_000, (r.Held+r.Grant)/2)
+	r.Epoch = k
+	if r.Held+r.Grant > 0 {
+		margin := min(cfg.ValidMarginMs*1000, min(cfg.EpochMs*1000, max(p.WindowUs, 1))/10)
+		r.ValidUs = max(validUntil-now-margin, 0)
 	}
-	b.Applied[wid] = Applied{Seq: seq, Grant: g}
-	b.Params = p
 	b.State = st
 
-	// 7. Reply.
-	finish(&r, p, st, now, pen, strict && !r.Allowed, over)
+	// 7. Reply: the state as the other gateways see it, every lease counted as taken.
+	finish(&r, p, st, b.Leases.Outstanding(), now, pen, strict && !r.Allowed, over)
 	return r
 }
 
 // finish fills the reply fields derived from the state at now.
-func finish(r *SyncResult, p algo.Params, st algo.State, now int64, pen *Penalty, refused bool, over int64) {
-	r.Remaining = algo.Available(p, st, now)
-	r.ResetUs = max(algo.ResetAt(p, st, now)-now, 0)
+func finish(r *SyncResult, p algo.Params, st algo.State, outstanding, now int64, pen *Penalty, refused bool, over int64) {
+	eff := algo.Take(p, st, now, outstanding)
+	r.Remaining = algo.Available(p, eff, now)
+	r.ResetUs = max(algo.ResetAt(p, eff, now)-now, 0)
 	cost := int64(1)
 	if refused && over > 1 {
 		cost = over
 	}
-	r.RetryUs = max(algo.RetryAfter(p, st, now, cost), 0)
+	r.RetryUs = max(algo.RetryAfter(p, eff, now, cost), 0)
 	r.PenaltyUs = max(pen.UntilUs-now, 0)
 	r.Level = pen.Level
+}
+
+// TTLUs is how long the bucket's Redis key must live after a call at now: until the
+// bucket is full again with every lease counted, at least two windows and two epochs.
+func TTLUs(b *Bucket, d *wire.Delta, now int64, cfg SyncConfig) int64 {
+	cfg = cfg.Normalized()
+	p := ParamsOf(d)
+	eff := algo.Take(p, b.State, now, b.Leases.Outstanding())
+	return max(2*p.WindowUs, algo.ResetAt(p, eff, now)-now+p.WindowUs, 2*cfg.EpochMs*1000)
 }
 
 // decayPenalty forgives a key that stayed calm for PenaltyMaxUs after its cooldown.
@@ -388,163 +417,50 @@ func penaltyCooldown(level int64, cfg SyncConfig) int64 {
 	return min(c, cfg.PenaltyMaxUs)
 }
 
-// Outstanding is Σ o over all nodes.
-func (b *Bucket) Outstanding() int64 {
-	var s int64
-	for _, n := range b.Nodes {
-		s += n.Outstanding
+// FlagNoLease, in a delta's flags, asks Sync for no grant. It is above every wire flag,
+// so only the service sets it (for gateways on the previous protocol, which cannot hold a
+// lease).
+const FlagNoLease = 0x80
+
+// leaseTag starts a bucket value that carries leases (algorithm states start with
+// 0x10-0x14, or are empty).
+const leaseTag = 0x21
+
+// AppendValue encodes b as the Redis string the Lua script writes: the algorithm state
+// alone when no lease is outstanding; otherwise leaseTag, uvarint Epoch, Cur and Prev,
+// then the state.
+func (b *Bucket) AppendValue(dst []byte) []byte {
+	if b.Leases.Cur == 0 && b.Leases.Prev == 0 {
+		return append(dst, b.State...)
 	}
-	return s
+	dst = append(dst, leaseTag)
+	dst = binary.AppendUvarint(dst, uint64(b.Leases.Epoch))
+	dst = binary.AppendUvarint(dst, uint64(max(b.Leases.Cur, 0)))
+	dst = binary.AppendUvarint(dst, uint64(max(b.Leases.Prev, 0)))
+	return append(dst, b.State...)
 }
 
-// Hash field names of a Bucket (the Redis layout, RATIONALE.md §5).
-const (
-	FieldState  = "st"
-	FieldParams = "p"
-	// FieldTotalOut and FieldTotalDemand are Σ o and Σ d over all nodes, and
-	// FieldSweep the next expiry sweep (see Bucket.SweepUs): with them the script reads
-	// its own node's fields and its own worker record, not the whole fleet's.
-	FieldTotalOut    = "to"
-	FieldTotalDemand = "td"
-	FieldSweep       = "sw"
-)
-
-// Fields encodes b as the Redis hash fields the Lua script writes (decimal integers;
-// params as "kind:limit:window_us:burst"; the node index).
-func (b *Bucket) Fields() map[string]string {
-	m := make(map[string]string, 3+3*len(b.Nodes)+2*len(b.Applied))
-	if b.Params.WindowUs != 0 {
-		m[FieldParams] = FormatParams(b.Params)
-		m[FieldState] = string(b.State)
+// ParseValue decodes a bucket value. A malformed lease header reads as no leases and a
+// fresh state, as a malformed algorithm state does (a corrupt record costs at most one
+// bucket's worth of permits, never an error).
+func ParseValue(v []byte) Bucket {
+	if len(v) == 0 || v[0] != leaseTag {
+		return Bucket{State: algo.State(v)}
 	}
-	if b.Params.WindowUs != 0 {
-		var to, td int64
-		for _, l := range b.Nodes {
-			to += l.Outstanding
-			td += l.Demand
+	var b Bucket
+	i := 1
+	var vals [3]uint64
+	for n := range vals {
+		x, k := binary.Uvarint(v[i:])
+		if k <= 0 || k > 8 || (n == 0 && x > 1<<32-1) || x > 1<<40 {
+			return Bucket{}
 		}
-		m[FieldTotalOut] = strconv.FormatInt(to, 10)
-		m[FieldTotalDemand] = strconv.FormatInt(td, 10)
-		m[FieldSweep] = strconv.FormatInt(b.SweepUs, 10)
+		vals[n] = x
+		i += k
 	}
-	for n, l := range b.Nodes {
-		m["o:"+n] = strconv.FormatInt(l.Outstanding, 10)
-		m["d:"+n] = strconv.FormatInt(l.Demand, 10)
-		m["s:"+n] = strconv.FormatInt(l.LastSyncUs, 10)
-	}
-	for w, a := range b.Applied {
-		suffix := w.Node + ":" + strconv.FormatUint(uint64(w.Worker), 10)
-		m["q:"+suffix] = strconv.FormatUint(a.Seq, 10)
-		m["g:"+suffix] = strconv.FormatInt(a.Grant, 10)
-	}
-	return m
-}
-
-// FormatParams is the "p" field.
-func FormatParams(p algo.Params) string {
-	return strconv.Itoa(int(p.Kind)) + ":" + strconv.FormatInt(p.Limit, 10) + ":" +
-		strconv.FormatInt(p.WindowUs, 10) + ":" + strconv.FormatInt(p.Burst, 10)
-}
-
-// ParseParams decodes the "p" field.
-func ParseParams(s string) (algo.Params, bool) {
-	parts := strings.Split(s, ":")
-	if len(parts) != 4 {
-		return algo.Params{}, false
-	}
-	var v [4]int64
-	for i, x := range parts {
-		n, err := strconv.ParseInt(x, 10, 64)
-		if err != nil || n < 0 {
-			return algo.Params{}, false
-		}
-		v[i] = n
-	}
-	if v[0] > 255 {
-		return algo.Params{}, false
-	}
-	return algo.Params{Kind: algo.Kind(v[0]), Limit: v[1], WindowUs: v[2], Burst: v[3]}, true
-}
-
-// ParseBucket decodes the fields of a bucket hash (as HGETALL returns them). Unknown or
-// malformed fields are skipped and counted in ignored, so callers can notice them.
-func ParseBucket(fields map[string]string) (b Bucket, ignored int) {
-	b.Nodes = map[string]*NodeLease{}
-	b.Applied = map[WorkerID]Applied{}
-	node := func(n string) *NodeLease {
-		l := b.Nodes[n]
-		if l == nil {
-			l = &NodeLease{}
-			b.Nodes[n] = l
-		}
-		return l
-	}
-	// Deterministic order so "ignored" does not depend on map iteration.
-	keys := make([]string, 0, len(fields))
-	for k := range fields {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		v := fields[k]
-		switch {
-		case k == FieldState:
-			b.State = algo.State(v)
-		case k == FieldTotalOut || k == FieldTotalDemand:
-			// Derived from the node fields; Fields recomputes them.
-		case k == FieldSweep:
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				ignored++
-				continue
-			}
-			b.SweepUs = n
-		case k == FieldParams:
-			p, ok := ParseParams(v)
-			if !ok {
-				ignored++
-				continue
-			}
-			b.Params = p
-		case len(k) > 2 && k[1] == ':' && strings.IndexByte("ods", k[0]) >= 0:
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				ignored++
-				continue
-			}
-			l := node(k[2:])
-			switch k[0] {
-			case 'o':
-				l.Outstanding = n
-			case 'd':
-				l.Demand = n
-			case 's':
-				l.LastSyncUs = n
-			}
-		case len(k) > 2 && k[1] == ':' && (k[0] == 'q' || k[0] == 'g'):
-			i := strings.LastIndexByte(k, ':')
-			w, err := strconv.ParseUint(k[i+1:], 10, 32)
-			if i <= 2 || err != nil {
-				ignored++
-				continue
-			}
-			id := WorkerID{Node: k[2:i], Worker: uint32(w)}
-			a := b.Applied[id]
-			if k[0] == 'q' {
-				a.Seq, err = strconv.ParseUint(v, 10, 64)
-			} else {
-				a.Grant, err = strconv.ParseInt(v, 10, 64)
-			}
-			if err != nil {
-				ignored++
-				continue
-			}
-			b.Applied[id] = a
-		default:
-			ignored++
-		}
-	}
-	return b, ignored
+	b.Leases = Leases{Epoch: uint32(vals[0]), Cur: int64(vals[1]), Prev: int64(vals[2])}
+	b.State = algo.State(v[i:])
+	return b
 }
 
 // Fields encodes the penalty record as its hash fields (empty when level 0 and no

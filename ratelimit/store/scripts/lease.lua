@@ -1,47 +1,56 @@
--- lease.lua: apply sync deltas of one batch to their buckets and grant the node leases
--- (RATIONALE.md §2 steps 1-7), one delta after the other. The Go twin is
--- shared/lease.Sync; the service tests check that both compute the same outputs and
--- store the same fields. The store prepends one algorithm fragment (algo_*.lua:
--- algo_available, algo_take, algo_refund, algo_decide, algo_reset_at,
--- algo_retry_after), so each algorithm has its own script and every delta of one call
--- uses that algorithm. A call carries many deltas (all keys in one slot on a cluster) so
--- the per-call cost of EVALSHA is paid once per group, not once per bucket.
+-- lease.lua: apply the deltas of one batch (those of one Redis node, up to 100) to their
+-- buckets and grant the gateway leases (RATIONALE.md §2), one delta after the other. The
+-- Go twin is shared/lease.Sync; the store's differential test checks that both compute
+-- the same outputs and store the same bytes. The store puts every algorithm fragment
+-- (algo_*.lua) before this body, each in its own closure, as ALGOS[kind] (see
+-- buildScript), so one script serves every algorithm.
 --
--- KEYS[2i-1]  bucket hash of delta i   rl:{<caller key>}:<rule id>:<window index>
---             fields: st (algorithm state), p ("kind:limit:window_us:burst"),
---                     to, td (Σ o and Σ d over all nodes), sw (next expiry sweep, µs),
---                     o:<node> outstanding lease, d:<node> demand (milli-permits/s),
---                     s:<node> last sync (µs), q:<node>:<worker> last applied seq,
---                     g:<node>:<worker> its grant (strict deltas: 1 allowed / 0 refused)
--- KEYS[2i]    penalty hash of delta i  rl:{<caller key>}:penalty
---             fields: l level, u cooldown end (µs), t last step (µs)
--- ARGV[1] node   ARGV[2] worker   ARGV[3] seq (decimal uint64)
--- ARGV[4] lease_ttl_us   ARGV[5] horizon_ms   ARGV[6] penalty_base_us   ARGV[7] penalty_max_us
--- ARGV[8] now_us: TESTS ONLY, overrides TIME when non-empty (production sends '')
--- ARGV[9] algorithm kind (decimal, the fragment's)
--- ARGV[10+9(i-1) .. 18+9(i-1)] delta i: flags (bit 0 strict, bit 2 degraded), leased, over, returned,
---             rejected, early, limit, window_us, burst
+-- KEYS[1] routes the call: with ARGV[1] set it is the gateway's idempotency hash on this
+-- Redis node (tg:{<tag>}:q:<node>), whose field ARGV[1] holds "<seq>:<now>:<results>" of
+-- the last call at that position of the gateway's batches. A call whose seq is not newer
+-- is a replay: nothing is written and the results stored by the first call are answered
+-- again (RATIONALE.md §2). Without ARGV[1], KEYS[1] is the first delta's bucket.
 --
--- Returns {now_us, then per delta i: replay (0/1), allowed (0/1), remaining, grant, held,
---          reset_in_us, retry_in_us, penalty_in_us, penalty_level, overshoot, reclaimed}
+-- The bucket and penalty keys come in ARGV, one pair per delta, not in KEYS: on a Redis
+-- Cluster the keys a command declares must share one slot, and one call carries the
+-- deltas of every slot its node serves (the script's allow-cross-slot-keys flag lets it
+-- touch them; Redis still refuses a key another node serves). The store computes every
+-- name; the script builds none.
+--   bucket   tg:{<caller key>}:<rule id>:<window index>[:<tier>]
+--            a string: [0x21 uv epoch uv cur uv prev] then the algorithm state
+--   penalty  tg:{<caller key>}:p   hash: l level, u cooldown end (µs), t last step (µs)
+--
+-- ARGV[1] idempotency field ('' for none)   ARGV[2] seq (decimal uint64)
+-- ARGV[3] idempotency record TTL (ms)
+-- ARGV[4] epoch_ms  ARGV[5] horizon_ms  ARGV[6] max_share  ARGV[7] renew_ms
+-- ARGV[8] min_elapsed_ms  ARGV[9] valid_margin_ms  ARGV[10] penalty_base_us
+-- ARGV[11] penalty_max_us
+-- ARGV[12] now_us: TESTS ONLY, overrides TIME when non-empty (production sends '')
+-- ARGV[13+16(i-1) ..] delta i: bucket key, penalty key, kind, flags (1 strict, 2 new,
+--               4 degraded, 8 acquire, 128 no lease: set by the service only),
+--               leased, over, returned, held, rejected, early, epoch, elapsed_ms,
+--               limit, window_us, burst, capacity
+--
+-- Returns {now_us, then per delta i: replay, allowed, remaining, grant, held, epoch,
+--          valid_us, low_water, reset_in_us, retry_in_us, penalty_in_us, penalty_level,
+--          overshoot, reclaimed}
 --
 -- All arithmetic is on integers below 2^53 (exact in doubles) and every number written
 -- to Redis goes through istr: Redis would otherwise format large numbers in exponent form.
 
-local node, worker, seq = ARGV[1], ARGV[2], ARGV[3]
-local lease_ttl, horizon_ms = tonumber(ARGV[4]), tonumber(ARGV[5])
-local pen_base, pen_max = tonumber(ARGV[6]), tonumber(ARGV[7])
-local kind = ARGV[9]
+local dfield, seq, dttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local epoch_ms, horizon_ms, max_share = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local renew_ms, min_elapsed, margin_ms = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+local pen_base, pen_max = tonumber(ARGV[10]), tonumber(ARGV[11])
 local now
-if ARGV[8] ~= '' then
-  now = tonumber(ARGV[8])
+if ARGV[12] ~= '' then
+  now = tonumber(ARGV[12])
 else
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local wsuffix = node .. ':' .. worker
-local qfield, gfield = 'q:' .. wsuffix, 'g:' .. wsuffix
-local ofield, dfield, sfield = 'o:' .. node, 'd:' .. node, 's:' .. node
+local U32 = 4294967296
+local NRES = 14
 
 local function istr(x)
   return string.format('%d', x)
@@ -68,6 +77,54 @@ local function newer(a, b)
   return a > b
 end
 
+local function uvarint(x)
+  local t = {}
+  while x >= 128 do
+    t[#t + 1] = string.char(x % 128 + 128)
+    x = idiv(x, 128)
+  end
+  t[#t + 1] = string.char(x)
+  return table.concat(t)
+end
+
+-- read_uvarint returns the value at byte i of s and the index after it (nil if
+-- malformed: truncated or longer than 8 bytes).
+local function read_uvarint(s, i)
+  local x, mul = 0, 1
+  for k = 0, 7 do
+    local b = string.byte(s, i + k)
+    if b == nil then
+      return nil
+    end
+    if b < 128 then
+      return x + b * mul, i + k + 1
+    end
+    x = x + (b - 128) * mul
+    mul = mul * 128
+  end
+  return nil
+end
+
+-- parse a bucket value: epoch, cur, prev, algorithm state (Go lease.ParseValue).
+local function parse_value(v)
+  if not v or #v == 0 or string.byte(v, 1) ~= 0x21 then
+    return 0, 0, 0, v or ''
+  end
+  local e, i = read_uvarint(v, 2)
+  if not e or e >= U32 then
+    return 0, 0, 0, ''
+  end
+  local c, i2 = read_uvarint(v, i)
+  if not c or c > 1099511627776 then
+    return 0, 0, 0, ''
+  end
+  local p, i3 = read_uvarint(v, i2)
+  if not p or p > 1099511627776 then
+    return 0, 0, 0, ''
+  end
+  return e, c, p, string.sub(v, i3)
+end
+
 local function cooldown(level)
   if level <= 0 then
     return 0
@@ -85,147 +142,81 @@ end
 
 local out = {now}
 
--- Step 7: the reply fields derived from the state at now.
-local function finish(p, st, over, replay, allowed, grant, held, refused, overshoot, reclaimed, plevel, puntil, reset_at, avail)
-  if avail == nil then
-    avail = algo_available(p, st, now)
+local function put(r)
+  for k = 1, NRES do
+    out[#out + 1] = r[k]
   end
-  if reset_at == nil then
-    reset_at = algo_reset_at(p, st, now)
-  end
-  local reset = reset_at - now
-  if reset < 0 then
-    reset = 0
-  end
-  local cost = 1
-  if refused and over > 1 then
-    cost = over
-  end
-  local retry = algo_retry_after(p, st, now, cost)
-  if retry < 0 then
-    retry = 0
-  end
-  local pen_us = puntil - now
-  if pen_us < 0 then
-    pen_us = 0
-  end
-  local n = #out
-  out[n + 1], out[n + 2], out[n + 3], out[n + 4] = replay, allowed, avail, grant
-  out[n + 5], out[n + 6], out[n + 7], out[n + 8] = held, reset, retry, pen_us
-  out[n + 9], out[n + 10], out[n + 11] = plevel, overshoot, reclaimed
 end
 
-local function apply(bkey, pkey, a)
-  local strict = tonumber(ARGV[a]) % 2 == 1
-  local degraded = math.floor(tonumber(ARGV[a]) / 4) % 2 == 1
-  local leased, over, returned = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  local rejected, early = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
-  local p = {limit = tonumber(ARGV[a + 6]), window_us = tonumber(ARGV[a + 7]), burst = tonumber(ARGV[a + 8])}
+local NARG = 16
 
-  -- Read only what this delta needs: the totals, this node's fields and this worker's
-  -- record. Every node's fields are read only when some lease may have expired.
-  local hv = redis.call('HMGET', bkey, 'st', 'p', 'to', 'td', 'sw', ofield, dfield, sfield, qfield, gfield)
-  local st = hv[1] or ''
-  if hv[2] and string.match(hv[2], '^(%d+):') ~= kind then
-    st = '' -- another algorithm's encoding
+local function apply(a)
+  local bkey, pkey = ARGV[a], ARGV[a + 1]
+  a = a + 2
+  local A = ALGOS[tonumber(ARGV[a])]
+  local flags = tonumber(ARGV[a + 1])
+  local strict_only = flags % 2 == 1
+  local is_new = math.floor(flags / 2) % 2 == 1
+  local degraded = math.floor(flags / 4) % 2 == 1
+  local acquire = math.floor(flags / 8) % 2 == 1
+  local nolease = math.floor(flags / 128) % 2 == 1
+  local strict = strict_only or acquire
+  local leased, over, returned = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+  local held_in, rejected, early = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])
+  local depoch, elapsed = tonumber(ARGV[a + 8]), tonumber(ARGV[a + 9])
+  local p = {limit = tonumber(ARGV[a + 10]), window_us = tonumber(ARGV[a + 11]), burst = tonumber(ARGV[a + 12])}
+  local capacity = tonumber(ARGV[a + 13])
+  local kind = tonumber(ARGV[a])
+  local win = kind == 3 or kind == 4
+
+  local epoch, cur, prev, st = parse_value(redis.call('GET', bkey))
+
+  -- 1. Epochs (Go epochClock, Leases.advance).
+  local e = epoch_ms * 1000
+  local k, j, valid_until
+  if not win or p.window_us <= 0 then
+    local q = idiv(now, e)
+    k, j, valid_until = q % U32, 0, (q + 2) * e
+  else
+    local w = p.window_us
+    local wi = idiv(now, w)
+    local ws = wi * w
+    local el = math.min(e, w)
+    local n = idiv(w + el - 1, el)
+    j = idiv(now - ws, el)
+    k = (wi * n + j) % U32
+    valid_until = math.min(ws + (j + 2) * el, ws + w)
+  end
+  local reclaimed = 0
+  local de = (k - epoch) % U32
+  if de == 1 and not (win and j == 0) then
+    reclaimed = prev
+    prev, cur = cur, 0
+  elseif de ~= 0 then
+    reclaimed = cur + prev
+    cur, prev = 0, 0
+  end
+  epoch = k
+  -- which outstanding amount the delta's lease counts in (Go Leases.slot)
+  local slot = nil
+  if depoch ~= 0 then
+    if depoch == epoch then
+      slot = 'cur'
+    elseif depoch == (epoch - 1) % U32 and not (win and j == 0) then
+      slot = 'prev'
+    end
+  end
+  local function slot_get()
+    if slot == 'cur' then return cur elseif slot == 'prev' then return prev end
+    return 0
+  end
+  local function slot_sub(x)
+    if slot == 'cur' then cur = cur - x elseif slot == 'prev' then prev = prev - x end
   end
 
+  -- 2. Penalty: decay, then one step per pen_base for early requests.
   local pen = redis.call('HMGET', pkey, 'l', 'u', 't')
   local plevel, puntil, plast = tonumber(pen[1]) or 0, tonumber(pen[2]) or 0, tonumber(pen[3]) or 0
-
-  -- Replay of an applied batch: change nothing, answer with the original grant.
-  local q = hv[9]
-  if q and not newer(seq, q) then
-    local g = tonumber(hv[10]) or 0
-    local allowed, grant = 1, 0
-    if strict then
-      if g ~= 1 then
-        allowed = 0
-      end
-    else
-      grant = g
-    end
-    if plevel > 0 and now - puntil >= pen_max then
-      plevel, puntil = 0, 0
-    end
-    finish(p, st, over, 1, allowed, grant, tonumber(hv[6]) or 0, strict and allowed == 0, 0, 0, plevel, puntil)
-    return
-  end
-
-  -- This node, and the totals over all nodes of o and d.
-  local nl
-  if hv[8] then
-    nl = {o = tonumber(hv[6]) or 0, d = tonumber(hv[7]) or 0, s = tonumber(hv[8])}
-  end
-  local tot_o, tot_d = tonumber(hv[3]) or 0, tonumber(hv[4]) or 0
-
-  -- 1-2. Reclaim expired leases. 'sw' is the earliest moment any lease can have expired
-  -- (min s + ttl at the last sweep; later syncs only move s forward), so a sweep over all
-  -- nodes runs only when one may have: it reclaims exactly what checking every node on
-  -- every call would, and recomputes the totals. One refund of the sum, as the Go twin.
-  local reclaimed, gone, swept, sweep_at = 0, {}, false, 0
-  if now > (tonumber(hv[5]) or 0) then
-    swept = true
-    local raw = redis.call('HGETALL', bkey)
-    local nodes, workers = {}, {}
-    for i = 1, #raw, 2 do
-      local k = raw[i]
-      local c, colon = string.byte(k, 1, 2)
-      if colon == 58 and #k > 2 then
-        if c == 111 or c == 100 or c == 115 then -- o: d: s:
-          local m = string.sub(k, 3)
-          local n = nodes[m]
-          if not n then
-            n = {o = 0, d = 0, s = 0}
-            nodes[m] = n
-          end
-          n[string.char(c)] = tonumber(raw[i + 1]) or 0
-        elseif c == 113 or c == 103 then -- q: g:
-          workers[#workers + 1] = k
-        end
-      end
-    end
-    local expired = {}
-    tot_o, tot_d = 0, 0
-    for m, n in pairs(nodes) do
-      if now - n.s > lease_ttl then
-        reclaimed = reclaimed + n.o
-        gone[#gone + 1] = 'o:' .. m
-        gone[#gone + 1] = 'd:' .. m
-        gone[#gone + 1] = 's:' .. m
-        expired[m] = true
-        nodes[m] = nil
-      else
-        tot_o, tot_d = tot_o + n.o, tot_d + n.d
-      end
-    end
-    for _, k in ipairs(workers) do
-      local m = string.match(k, '^..(.*):%d+$')
-      if m and expired[m] then
-        gone[#gone + 1] = k
-      end
-    end
-    nl = nodes[node]
-    -- Next sweep: the earliest expiry among the nodes left, this one synced now.
-    local first = now
-    for m, n in pairs(nodes) do
-      if m ~= node and n.s < first then
-        first = n.s
-      end
-    end
-    sweep_at = first + lease_ttl
-  end
-  if reclaimed > 0 then
-    st = algo_refund(p, st, now, reclaimed)
-  end
-
-  local o, d_old = 0, 0
-  if nl then
-    o, d_old = nl.o, nl.d
-  end
-  local o_old = o
-
-  -- Penalty: decay, then one step per pen_base for early requests.
   local plevel0, puntil0, plast0 = plevel, puntil, plast
   if plevel > 0 and now - puntil >= pen_max then
     plevel, puntil, plast = 0, 0, 0
@@ -242,122 +233,102 @@ local function apply(bkey, pkey, a)
   end
   local penalized = puntil > now
 
-  -- 3. Consumption: what the lease covers was reserved already; the rest is charged
-  -- unconditionally (debt is over-admission that really happened).
-  local covered = math.min(leased, o)
-  o = o - covered
-  local charge = leased - covered
+  -- 3. Consumption, charged now (Go Sync step 3).
+  local avail0 = A.available(p, st, now) - (cur + prev)
+  local covered = 0
+  if slot then
+    covered = math.min(leased, slot_get())
+    slot_sub(covered)
+  end
+  local uncovered = leased - covered
+  if kind == 4 and depoch ~= 0 and (k - depoch) % U32 > j then
+    uncovered = 0 -- a lease of an earlier window: counted in that window
+  end
   if not strict then
-    charge = charge + over
+    uncovered = uncovered + over
   end
   local overshoot = 0
-  if charge > 0 then
-    overshoot = charge - math.max(algo_available(p, st, now), 0)
+  if uncovered > 0 then
+    overshoot = uncovered - math.max(avail0, 0)
     if overshoot < 0 then
       overshoot = 0
     end
     if degraded then
-      charge = charge - overshoot -- forgive what the outage admitted beyond the bucket
+      uncovered = uncovered - overshoot
     end
-    if charge > 0 then
-      st = algo_take(p, st, now, charge)
-    end
+  end
+  if covered + uncovered > 0 then
+    st = A.take(p, st, now, covered + uncovered)
   end
   local allowed = 1
   if strict and over > 0 then
     if penalized then
       allowed = 0
     else
-      local ok, nst = algo_decide(p, st, now, over)
-      st = nst
-      if not (ok == true or ok == 1) then
+      local eff = A.take(p, st, now, cur + prev)
+      local ok = A.decide(p, eff, now, over)
+      if ok == true or ok == 1 then
+        st = A.take(p, st, now, over)
+      else
         allowed = 0
       end
     end
   end
 
-  -- 4. Returned lease goes back to the pool.
-  local ret = math.min(returned, o)
-  if ret > 0 then
-    o = o - ret
-    st = algo_refund(p, st, now, ret)
+  -- 4. Returned stops counting; held is renewed; a cold slice is reserved.
+  if slot then
+    slot_sub(math.min(returned, slot_get()))
   end
+  local held = 0
+  if is_new then
+    held = math.min(held_in, math.max(A.available(p, st, now) - (cur + prev), 0))
+  elseif slot then
+    held = math.min(held_in, slot_get())
+    slot_sub(held)
+  end
+  cur = cur + held
 
-  -- 5. Demand (milli-permits/s, EWMA with tau = min(horizon, 1 s)).
+  -- 5. Demand (milli-permits per second over the reported interval).
   local count = leased + over + rejected
   if count > 4194304 then
     count = 4194304
   end
-  local d
-  if nl == nil then
-    d = idiv(count * 1000000000, math.max(horizon_ms * 500, 1))
-  else
-    local tau = math.min(horizon_ms * 1000, 1000000)
-    local e = now - nl.s
-    if e < 0 then
-      e = 0
-    elseif e > 60000000 then
-      e = 60000000
-    end
-    d = idiv(nl.d * tau + count * 1000000000, tau + e)
-  end
-  if d > 2147483648 then
-    d = 2147483648
-  end
-  tot_d = tot_d - d_old + d
+  local el = math.min(math.max(elapsed, min_elapsed), 60000)
+  local rate = math.min(idiv(count * 1000000, el), 2147483648)
 
   -- 6. Grant.
-  local grant, avail = 0, nil
-  if not strict and not penalized then
-    local sum = tot_d
-    avail = algo_available(p, st, now)
-    local pool = tot_o - o_old + o + avail
-    local need = idiv(d * horizon_ms + 999999, 1000000)
-    local share = 0
-    if pool > 0 and sum > 0 then
-      local dn, den = d, sum
-      if den > 1048576 then
-        local k = idiv(den + 1048575, 1048576)
-        dn, den = idiv(dn, k), idiv(den, k)
-      end
-      share = idiv(math.min(pool, 4294967296) * dn, den)
-    end
-    local target = math.min(need, share)
-    if d > 0 and pool >= 1 and target < 1 then
+  local grant = 0
+  if not penalized and not strict_only and not nolease and (not acquire or allowed == 1) then
+    local target = math.min(idiv(rate * horizon_ms + 999999, 1000000), idiv(capacity + max_share - 1, max_share))
+    if rate > 0 and target < 1 then
       target = 1
     end
-    grant = math.min(math.max(target - o, 0), math.max(avail, 0), 4294967295 - o)
-    if grant > 0 then
-      st = algo_take(p, st, now, grant)
-      o = o + grant
-      avail = nil
-    else
-      grant = 0
+    local avail = A.available(p, st, now) - (cur + prev)
+    if avail > 1 then
+      avail = idiv(avail, 2)
     end
+    local g = math.min(target - held, avail, 4294967295 - held)
+    if g > 0 then
+      grant = g
+      cur = cur + g
+    end
+  end
+  local low = math.min(idiv(rate * renew_ms + 999999, 1000000), idiv(held + grant, 2))
+  local valid = 0
+  if held + grant > 0 then
+    local m = math.min(margin_ms * 1000, idiv(math.min(e, math.max(p.window_us, 1)), 10))
+    valid = math.max(valid_until - now - m, 0)
   end
 
   -- Write back.
-  for i = 1, #gone, 256 do -- unpack has a stack limit: delete in slices
-    redis.call('HDEL', bkey, unpack(gone, i, math.min(i + 255, #gone)))
+  local value = st
+  if cur ~= 0 or prev ~= 0 then
+    value = string.char(0x21) .. uvarint(epoch) .. uvarint(math.max(cur, 0)) .. uvarint(math.max(prev, 0)) .. st
   end
-  local g = grant
-  if strict then
-    g = allowed
-  end
-  tot_o = tot_o - o_old + o
-  if swept then
-    redis.call('HSET', bkey, 'sw', istr(sweep_at))
-  end
-  redis.call('HSET', bkey,
-    'to', istr(tot_o), 'td', istr(tot_d),
-    'p', kind .. ':' .. ARGV[a + 6] .. ':' .. ARGV[a + 7] .. ':' .. ARGV[a + 8],
-    'st', st,
-    ofield, istr(o), dfield, istr(d), sfield, istr(now),
-    qfield, seq, gfield, istr(g))
-  -- Keep the bucket until it is full again (and at least two windows and two lease TTLs).
-  local reset_at = algo_reset_at(p, st, now)
-  local ttl = math.max(2 * p.window_us, reset_at - now + p.window_us, 2 * lease_ttl)
-  redis.call('PEXPIRE', bkey, idiv(ttl + 999, 1000))
+  local eff = A.take(p, st, now, cur + prev)
+  local reset_at = A.reset_at(p, eff, now)
+  local ttl = math.max(2 * p.window_us, reset_at - now + p.window_us, 2 * e)
+  redis.call('SET', bkey, value, 'PX', idiv(ttl + 999, 1000))
 
   if plevel ~= plevel0 or puntil ~= puntil0 or plast ~= plast0 then
     if plevel == 0 and puntil == 0 then
@@ -368,10 +339,64 @@ local function apply(bkey, pkey, a)
     end
   end
 
-  finish(p, st, over, 0, allowed, grant, o, strict and allowed == 0, overshoot, reclaimed, plevel, puntil, reset_at, avail)
+  -- 7. Reply (Go finish): every lease counted as taken.
+  local remaining = A.available(p, eff, now)
+  local reset = reset_at - now
+  if reset < 0 then
+    reset = 0
+  end
+  local cost = 1
+  if strict and allowed == 0 and over > 1 then
+    cost = over
+  end
+  local retry = A.retry_after(p, eff, now, cost)
+  if retry < 0 then
+    retry = 0
+  end
+  local pen_us = puntil - now
+  if pen_us < 0 then
+    pen_us = 0
+  end
+  return {0, allowed, remaining, grant, held, epoch, valid, low, reset, retry, pen_us, plevel, overshoot, reclaimed}
 end
 
-for i = 1, #KEYS / 2 do
-  apply(KEYS[2 * i - 1], KEYS[2 * i], 10 + 9 * (i - 1))
+if dfield ~= '' then
+  local rec = redis.call('HGET', KEYS[1], dfield)
+  if rec then
+    local s1 = string.find(rec, ':', 1, true)
+    local rseq = string.sub(rec, 1, s1 - 1)
+    if not newer(seq, rseq) then
+      -- Replay: answer what the first call granted, at its time, with the current
+      -- state of nothing else (a replayed reply only hands over a lost grant).
+      local s2 = string.find(rec, ':', s1 + 1, true)
+      local t0 = tonumber(string.sub(rec, s1 + 1, s2 - 1))
+      out[1] = t0
+      local vals = {}
+      for x in string.gmatch(string.sub(rec, s2 + 1), '[^,]+') do
+        vals[#vals + 1] = tonumber(x)
+      end
+      local n = (#ARGV - 12) / NARG
+      for i = 1, n do
+        local r = {1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+        if rseq == seq then
+          local b = (i - 1) * 5
+          r[4], r[5], r[6], r[7], r[8] = vals[b + 1] or 0, vals[b + 2] or 0, vals[b + 3] or 0, vals[b + 4] or 0, vals[b + 5] or 0
+        end
+        put(r)
+      end
+      return out
+    end
+  end
+end
+
+local saved = {}
+for i = 1, (#ARGV - 12) / NARG do
+  local r = apply(13 + NARG * (i - 1))
+  put(r)
+  saved[#saved + 1] = istr(r[4]) .. ',' .. istr(r[5]) .. ',' .. istr(r[6]) .. ',' .. istr(r[7]) .. ',' .. istr(r[8])
+end
+if dfield ~= '' then
+  redis.call('HSET', KEYS[1], dfield, seq .. ':' .. istr(now) .. ':' .. table.concat(saved, ','))
+  redis.call('PEXPIRE', KEYS[1], dttl)
 end
 return out
