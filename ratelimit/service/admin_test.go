@@ -200,8 +200,8 @@ func TestRulesAPI(t *testing.T) {
 	}
 }
 
-// TestUsageAndReset: the usage endpoint shows a key's buckets and leases; reset deletes
-// them (and logs who did it).
+// TestUsageAndReset: the usage endpoint shows a key's buckets and what is leased out;
+// reset deletes them (and logs who did it).
 func TestUsageAndReset(t *testing.T) {
 	for _, mode := range []store.Mode{store.Standalone, store.Cluster} {
 		t.Run(string(mode), func(t *testing.T) { usageAndReset(t, mode) })
@@ -227,7 +227,6 @@ func usageAndReset(t *testing.T, mode store.Mode) {
 			Rule        string
 			Remaining   int64
 			Outstanding int64
-			Leases      []struct{ Node string }
 		}
 		Penalty struct{ Level int64 }
 	}
@@ -236,7 +235,7 @@ func usageAndReset(t *testing.T, mode store.Mode) {
 		t.Fatalf("usage: %d %s", code, out)
 	}
 	for _, bu := range u.Buckets {
-		if bu.Remaining+bu.Outstanding != 90 || len(bu.Leases) != 1 || bu.Leases[0].Node != "gw-1" {
+		if bu.Remaining+bu.Outstanding != 90 {
 			t.Fatalf("bucket %+v", bu)
 		}
 	}

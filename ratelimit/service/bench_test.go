@@ -43,7 +43,7 @@ func newBenchGen() *benchGen {
 // batch builds one batch of distinct random keys from a 10k key space, as one worker of
 // one of 8 gateways would send it.
 func (g *benchGen) batch(rng *rand.Rand) *wire.Batch {
-	b := &wire.Batch{Node: fmt.Sprint("gw-", rng.IntN(8)), Worker: uint32(rng.IntN(4)), Seq: g.seq.Add(1)}
+	b := &wire.Batch{Node: fmt.Sprint("gw-", rng.IntN(8)), Seq: g.seq.Add(1)}
 	seen := make(map[int]bool, benchBatch)
 	for len(b.Deltas) < benchBatch {
 		k := rng.IntN(benchKeys)
@@ -117,7 +117,7 @@ func BenchmarkRawBatch(b *testing.B) {
 	benchModes(b, func(b *testing.B, in *instance, conc int) {
 		ctx := context.Background()
 		runBench(b, conc, func(bt *wire.Batch) error {
-			_, err := in.st.Apply(ctx, bt)
+			_, err := in.st.Apply(ctx, bt, store.Options{Idempotent: true})
 			return err
 		})
 	})

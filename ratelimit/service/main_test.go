@@ -62,6 +62,9 @@ type instance struct {
 	st   *store.Store
 	http *httptest.Server
 	log  *syncBuffer
+	// id makes the gateway names of one test its own: the package shares one Redis, and
+	// a gateway's idempotency records outlive the test that wrote them.
+	id string
 }
 
 type opts struct {
@@ -82,7 +85,7 @@ func start(t testing.TB, o opts) *instance {
 			o.addrs = standalone.Addrs()
 		}
 	}
-	cfg := store.Config{Mode: o.mode, Addrs: o.addrs, Lease: lease.SyncConfig{LeaseTTLUs: 3_000_000, HorizonMs: 200, PenaltyBaseUs: 1_000_000, PenaltyMaxUs: 8_000_000}}
+	cfg := store.Config{Mode: o.mode, Addrs: o.addrs, Lease: lease.SyncConfig{EpochMs: 2000, HorizonMs: 1000, MaxShare: 4, RenewMs: 200, PenaltyBaseUs: 1_000_000, PenaltyMaxUs: 8_000_000}}
 	if o.store != nil {
 		o.store(&cfg)
 	}
@@ -103,7 +106,7 @@ func start(t testing.TB, o opts) *instance {
 		<-done
 		_ = st.Close()
 	})
-	return &instance{svc: svc, st: st, http: hs, log: logs}
+	return &instance{svc: svc, st: st, http: hs, log: logs, id: uniq("t")}
 }
 
 // do sends a request and returns status, headers and body.
@@ -134,7 +137,9 @@ func (in *instance) do(t testing.TB, method, path, token string, body []byte, hd
 // sync posts a batch to path and decodes the reply (status 200 required).
 func (in *instance) sync(t testing.TB, path string, b *wire.Batch) *wire.Reply {
 	t.Helper()
-	body, err := wire.AppendBatch(nil, b)
+	own := *b
+	own.Node = b.Node + "@" + in.id
+	body, err := wire.AppendBatch(nil, &own)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,7 @@ type Metrics struct {
 	replays      prometheus.Counter
 	reclaimed    prometheus.Counter
 	rejections   *prometheus.CounterVec // rule
+	refused      *prometheus.CounterVec // endpoint
 	strictDenied *prometheus.CounterVec // rule
 	early        prometheus.Counter
 	penalized    prometheus.Counter
@@ -63,6 +64,7 @@ func NewMetrics() *Metrics {
 	m.overshoot = prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_overshoot_permits_total", Help: "Estimated over-admission: permits charged (Over and uncovered Leased) beyond what the bucket held."})
 	m.replays = prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_replayed_deltas_total", Help: "Deltas of retried batches answered without being applied again."})
 	m.reclaimed = prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_lease_reclaimed_permits_total", Help: "Lease permits reclaimed from gateways that stopped syncing."})
+	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_sync_deltas_refused_total", Help: "Deltas refused (not applied) while the rest of their batch was: invalid parameters, a bucket twice in one batch."}, []string{"endpoint"})
 	m.rejections = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_rejections_total", Help: "Requests rejected by gateways (reported in deltas) by rule."}, []string{"rule"})
 	m.strictDenied = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_strict_denied_total", Help: "Strict checks refused by rule."}, []string{"rule"})
 	m.early = prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_early_requests_total", Help: "Rejected requests that came back before their Retry-After (penalty signal)."})
@@ -71,7 +73,7 @@ func NewMetrics() *Metrics {
 	m.rulesVersion = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tollgate_rules_version", Help: "Current rule-set version known to this instance."})
 	m.fleet = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tollgate_fleet_nodes", Help: "Gateways seen syncing recently."})
 	for _, c := range []prometheus.Collector{m.batches, m.deltas, m.keys, m.batchSeconds, m.redisSeconds, m.redisErrors,
-		m.reloads, m.grants, m.granted, m.overshoot, m.replays, m.reclaimed, m.rejections, m.strictDenied, m.early,
+		m.reloads, m.grants, m.granted, m.overshoot, m.replays, m.reclaimed, m.refused, m.rejections, m.strictDenied, m.early,
 		m.penalized, m.errors, m.rulesVersion, m.fleet,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
@@ -120,6 +122,10 @@ func (m *Metrics) batch(endpoint string, b *wire.Batch, results []lease.SyncResu
 		d := &b.Deltas[i]
 		keys[d.Key] = struct{}{}
 		r := &results[i]
+		if states[i].Flags&wire.StateRefused != 0 {
+			m.refused.WithLabelValues(endpoint).Inc()
+			continue
+		}
 		if r.Replay {
 			m.replays.Inc()
 			continue
@@ -130,7 +136,7 @@ func (m *Metrics) batch(endpoint string, b *wire.Batch, results []lease.SyncResu
 		if d.Early > 0 {
 			m.early.Add(float64(d.Early))
 		}
-		if d.Flags&wire.FlagStrict != 0 && !r.Allowed {
+		if d.Flags&(wire.FlagStrict|wire.FlagAcquire) != 0 && !r.Allowed {
 			m.strictDenied.WithLabelValues(m.rule(d.Rule)).Inc()
 		}
 		if r.Grant > 0 {

@@ -144,8 +144,12 @@ func (s *Service) admin(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// handleBatch serves /v1/sync and /v1/check (strict: every delta is a strict check).
-func (s *Service) handleBatch(endpoint string, strict bool) http.HandlerFunc {
+// handleBatch serves /v1/sync and /v1/check. /v1/sync applies a gateway's batch exactly
+// once (a resent batch is answered from the idempotency records); /v1/check decides
+// strict rules and acquires (paused requests) once, without recording them: a gateway
+// never resends those. Batches of the previous protocol version are answered in that
+// version, without leases (ratelimit/README.md, "Upgrades").
+func (s *Service) handleBatch(endpoint string, check bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		outcome := "ok"
@@ -181,7 +185,13 @@ func (s *Service) handleBatch(endpoint string, strict bool) http.HandlerFunc {
 			return
 		}
 		var b wire.Batch
-		if err := wire.DecodeBatch(body, &b); err != nil {
+		v1 := wire.PeekVersion(body) == wire.VersionV1
+		if v1 {
+			err = decodeV1(body, &b)
+		} else {
+			err = wire.DecodeBatch(body, &b)
+		}
+		if err != nil {
 			if errors.Is(err, wire.ErrLimit) {
 				fail(http.StatusRequestEntityTooLarge, "too_large", err.Error())
 				return
@@ -189,14 +199,17 @@ func (s *Service) handleBatch(endpoint string, strict bool) http.HandlerFunc {
 			fail(http.StatusBadRequest, "decode", err.Error())
 			return
 		}
-		if strict {
+		opts := store.Options{Idempotent: !check, NoLease: v1}
+		if check {
 			for i := range b.Deltas {
-				b.Deltas[i].Flags |= wire.FlagStrict
+				if b.Deltas[i].Flags&(wire.FlagStrict|wire.FlagAcquire) == 0 {
+					b.Deltas[i].Flags |= wire.FlagStrict
+				}
 			}
 		}
 		// A gateway that hangs up must not cut a batch in half: finish it (bounded).
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.BatchTimeout)
-		out, err := s.st.Apply(ctx, &b)
+		out, err := s.st.Apply(ctx, &b, opts)
 		cancel()
 		if errors.Is(err, store.ErrInvalid) {
 			fail(http.StatusBadRequest, "invalid", err.Error())
@@ -207,7 +220,7 @@ func (s *Service) handleBatch(endpoint string, strict bool) http.HandlerFunc {
 			if errors.Is(err, context.DeadlineExceeded) {
 				kind = "timeout"
 			}
-			s.log.Warn("batch failed", "endpoint", endpoint, "node", b.Node, "worker", b.Worker, "seq", b.Seq, "deltas", len(b.Deltas), "err", err)
+			s.log.Warn("batch failed", "endpoint", endpoint, "node", b.Node, "seq", b.Seq, "deltas", len(b.Deltas), "err", err)
 			w.Header().Set("Retry-After", "1")
 			fail(http.StatusServiceUnavailable, "unavailable", err.Error())
 			s.m.error(kind)
@@ -215,8 +228,13 @@ func (s *Service) handleBatch(endpoint string, strict bool) http.HandlerFunc {
 		}
 		s.m.batch(endpoint, &b, out.Results, out.States)
 		s.m.fleet.Set(float64(out.Nodes))
-		reply := wire.Reply{RulesVersion: s.watcher.Version(), ServerTimeUs: out.ServerTimeUs, Nodes: out.Nodes, States: out.States}
-		enc, err := wire.AppendReply(body[:0], &reply)
+		var enc []byte
+		if v1 {
+			enc, err = replyV1(body[:0], s.watcher.Version(), out)
+		} else {
+			reply := wire.Reply{RulesVersion: s.watcher.Version(), ServerTimeUs: out.ServerTimeUs, Nodes: out.Nodes, States: out.States}
+			enc, err = wire.AppendReply(body[:0], &reply)
+		}
 		if err != nil {
 			fail(http.StatusInternalServerError, "internal", "encoding reply: "+err.Error())
 			return
@@ -226,6 +244,52 @@ func (s *Service) handleBatch(endpoint string, strict bool) http.HandlerFunc {
 		w.Header().Set("Content-Length", strconv.Itoa(len(enc)))
 		_, _ = w.Write(enc)
 	}
+}
+
+// decodeV1 reads a batch of the previous protocol as a Version 2 batch. Such a gateway
+// keeps one batch sequence per worker, so each worker is its own node for idempotency.
+// Its leases were kept by the previous service in records this one does not read, so
+// everything it admitted is charged (as Over), and it is granted no lease: it decides
+// from its share of the global remaining until it is upgraded.
+func decodeV1(body []byte, b *wire.Batch) error {
+	var old wire.BatchV1
+	if err := wire.DecodeBatchV1(body, &old); err != nil {
+		return err
+	}
+	*b = wire.Batch{Node: old.Node + "#" + strconv.FormatUint(uint64(old.Worker), 10), Seq: old.Seq, RulesVersion: old.RulesVersion}
+	if old.Node == "" {
+		b.Node = ""
+	}
+	b.Deltas = make([]wire.Delta, len(old.Deltas))
+	for i := range old.Deltas {
+		o := &old.Deltas[i]
+		d := wire.Delta{Key: o.Key, Rule: o.Rule, Window: o.Window, Rejected: o.Rejected, Early: o.Early,
+			Algo: o.Algo, Limit: o.Limit, WindowMs: o.WindowMs, Burst: o.Burst}
+		over := uint64(o.Leased) + uint64(o.Over)
+		d.Over = uint32(min(over, 1<<32-1))
+		if o.Flags&1 != 0 {
+			d.Flags |= wire.FlagStrict
+			d.Over = o.Over
+		}
+		if o.Flags&4 != 0 {
+			d.Flags |= wire.FlagDegraded
+		}
+		b.Deltas[i] = d
+	}
+	return nil
+}
+
+// replyV1 answers a previous-protocol batch: its remaining, reset, retry and penalty;
+// never a lease.
+func replyV1(dst []byte, version uint64, out *store.Outcome) ([]byte, error) {
+	rep := wire.ReplyV1{RulesVersion: version, ServerTimeUs: out.ServerTimeUs, Nodes: out.Nodes, States: make([]wire.StateV1, len(out.States))}
+	for i := range out.States {
+		st := &out.States[i]
+		rep.States[i] = wire.StateV1{Key: st.Key, Rule: st.Rule, Window: st.Window, Allowed: st.Allowed(),
+			Remaining: st.Remaining, ResetInMs: st.ResetInMs, RetryInMs: st.RetryInMs,
+			PenaltyInMs: st.PenaltyInMs, PenaltyLevel: st.PenaltyLevel}
+	}
+	return wire.AppendReplyV1(dst, &rep)
 }
 
 // readAll reads r into buf's capacity (growing it as needed).

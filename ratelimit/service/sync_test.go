@@ -50,7 +50,8 @@ func TestSyncAuth(t *testing.T) {
 }
 
 // fixtures: malformed or invalid batches, named after the failure they provoke, and the
-// status each must get.
+// status each must get. A batch that decodes is answered 200 even when some of its
+// deltas cannot be applied: those come back refused (TestSyncRefusesDeltas).
 var fixtures = map[string]struct {
 	status int
 	build  func() []byte
@@ -59,13 +60,13 @@ var fixtures = map[string]struct {
 	"unknown_version.bin": {400, func() []byte { b := validBatch(); b[0] = 99; return b }},
 	"trailing_bytes.bin":  {400, func() []byte { return append(validBatch(), 0) }},
 	"empty_node.bin":      {400, func() []byte { return encode(&wire.Batch{Seq: 1, Deltas: []wire.Delta{delta("k", "r", 0, 10, 1000)}}) }},
-	"zero_limit.bin": {400, func() []byte {
+	"zero_limit.bin": {200, func() []byte {
 		return encode(&wire.Batch{Node: "n", Deltas: []wire.Delta{delta("k", "r", 0, 0, 1000)}})
 	}},
-	"unknown_algorithm.bin": {400, func() []byte {
+	"unknown_algorithm.bin": {200, func() []byte {
 		return encode(&wire.Batch{Node: "n", Deltas: []wire.Delta{delta("k", "r", 7, 10, 1000)}})
 	}},
-	"duplicate_bucket.bin": {400, func() []byte {
+	"duplicate_bucket.bin": {200, func() []byte {
 		d := delta("k", "r", 0, 10, 1000)
 		return encode(&wire.Batch{Node: "n", Deltas: []wire.Delta{d, d}})
 	}},
@@ -159,15 +160,22 @@ func TestSyncIdempotent(t *testing.T) {
 			key := uniq("idem")
 			d := delta(key, "api", algo.FixedWindow, 1000, 60_000)
 			d.Over = 100
-			b := &wire.Batch{Node: "gw-a", Worker: 2, Seq: uint64(time.Now().UnixMicro()), Deltas: []wire.Delta{d}}
+			b := &wire.Batch{Node: "gw-a", Seq: uint64(time.Now().UnixMicro()), Deltas: []wire.Delta{d}}
 			first := in.sync(t, "/v1/sync", b)
 			again := in.sync(t, "/v1/sync", b)
 			f, g := first.States[0], again.States[0]
-			if f.Lease == 0 || f.Lease != g.Lease || f.LeaseHeld != g.LeaseHeld || f.Remaining != g.Remaining {
+			if f.Lease == 0 || f.Lease != g.Lease || f.Held != g.Held || f.Epoch != g.Epoch || f.ServerMs != g.ServerMs ||
+				g.Flags&wire.StateReplay == 0 || f.Flags&wire.StateReplay != 0 {
 				t.Fatalf("first %+v, retry %+v", f, g)
 			}
-			if got := f.Remaining + int64(f.LeaseHeld); got != 900 {
-				t.Fatalf("remaining %d + held %d, want 1000-100 charged once", f.Remaining, f.LeaseHeld)
+			if got := f.Remaining + int64(f.Lease); got != 900 {
+				t.Fatalf("remaining %d + lease %d, want 1000-100 charged once", f.Remaining, f.Lease)
+			}
+			// Charged once: a third, new batch sees the same bucket.
+			d.Over = 0
+			third := in.sync(t, "/v1/sync", &wire.Batch{Node: "gw-a", Seq: b.Seq + 1, Deltas: []wire.Delta{d}}).States[0]
+			if third.Remaining != f.Remaining {
+				t.Fatalf("after the replay: remaining %d, want %d", third.Remaining, f.Remaining)
 			}
 			if first.Nodes < 1 || first.ServerTimeUs == 0 {
 				t.Fatalf("reply without fleet size or server time: %+v", first)
@@ -185,10 +193,10 @@ func TestCheckStrict(t *testing.T) {
 		d.Over = 1
 		r := in.sync(t, "/v1/check", &wire.Batch{Node: "gw", Seq: uint64(i), Deltas: []wire.Delta{d}})
 		st := r.States[0]
-		if want := i <= 3; st.Allowed != want {
-			t.Fatalf("check %d: allowed %v, want %v (%+v)", i, st.Allowed, want, st)
+		if want := i <= 3; st.Allowed() != want {
+			t.Fatalf("check %d: allowed %v, want %v (%+v)", i, st.Allowed(), want, st)
 		}
-		if !st.Allowed && st.RetryInMs == 0 {
+		if !st.Allowed() && st.RetryInMs == 0 {
 			t.Fatalf("check %d refused without a retry time", i)
 		}
 		if st.Lease != 0 {
@@ -267,8 +275,8 @@ func TestSyncUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := in.sync(t, "/v1/sync", late).States[0]
-	if got := st.Remaining + int64(st.LeaseHeld); got != 70 {
-		t.Fatalf("late batch on the restarted server: remaining+held %d, want 100-30", got)
+	if got := st.Remaining + int64(st.Lease); got != 70 {
+		t.Fatalf("late batch on the restarted server: remaining+lease %d, want 100-30", got)
 	}
 	if code, _, _ := in.do(t, http.MethodGet, "/readyz", "", nil); code != http.StatusOK {
 		t.Fatalf("/readyz after restart: %d", code)
@@ -287,7 +295,7 @@ func TestSyncClusterManySlots(t *testing.T) {
 	}
 	r := in.sync(t, "/v1/sync", b)
 	for i, st := range r.States {
-		if st.Key != b.Deltas[i].Key || st.Remaining+int64(st.LeaseHeld) != 498 {
+		if st.Key != b.Deltas[i].Key || st.Remaining+int64(st.Lease) != 498 {
 			t.Fatalf("state %d: %+v", i, st)
 		}
 	}
@@ -314,5 +322,100 @@ func TestHealthAndMetrics(t *testing.T) {
 		if !bytes.Contains(out, []byte(want)) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+}
+
+// TestSyncRefusesDeltas: a delta the service cannot apply is refused on its own, with
+// the reason, and the rest of the batch is applied.
+func TestSyncRefusesDeltas(t *testing.T) {
+	in := start(t, opts{})
+	key := uniq("refuse")
+	good := delta(key, "api", algo.FixedWindow, 100, 60_000)
+	good.Over = 10
+	bad := delta(key, "api2", algo.FixedWindow, 0, 60_000)
+	odd := delta(key, "api3", algo.Kind(9), 10, 1000)
+	r := in.sync(t, "/v1/sync", &wire.Batch{Node: "gw", Seq: 1, Deltas: []wire.Delta{bad, good, odd, good}})
+	for i, want := range []string{"params: limit 0", "", "params: unknown algorithm 9", "bucket appears twice"} {
+		st := r.States[i]
+		refused := st.Flags&wire.StateRefused != 0
+		if refused != (want != "") || !strings.HasPrefix(st.Reason, want) {
+			t.Fatalf("state %d: flags %b reason %q, want refusal %q", i, st.Flags, st.Reason, want)
+		}
+	}
+	if got := r.States[1].Remaining + int64(r.States[1].Lease); got != 90 {
+		t.Fatalf("the valid delta: remaining+lease %d, want 90", got)
+	}
+	_, _, out := in.do(t, http.MethodGet, "/metrics", "", nil)
+	if !bytes.Contains(out, []byte(`tollgate_sync_deltas_refused_total{endpoint="sync"} 3`)) {
+		t.Errorf("/metrics lacks 3 refused deltas")
+	}
+}
+
+// TestSyncHeartbeat: a batch without deltas (a gateway's tick with nothing to report)
+// is answered with the rules version and the fleet size, and touches no bucket.
+func TestSyncHeartbeat(t *testing.T) {
+	in := start(t, opts{})
+	r := in.sync(t, "/v1/sync", &wire.Batch{Node: uniq("hb"), Seq: 1})
+	if len(r.States) != 0 || r.Nodes < 1 {
+		t.Fatalf("heartbeat reply %+v", r)
+	}
+}
+
+// TestCheckAcquire: a paused request's acquire takes its cost when the bucket can give
+// it (beyond every lease) and brings a lease; refused once the bucket is spent.
+func TestCheckAcquire(t *testing.T) {
+	in := start(t, opts{})
+	key := uniq("acq")
+	var leased int64
+	for i := 1; i <= 30; i++ {
+		d := delta(key, "api", algo.FixedWindow, 10, 60_000)
+		d.Over, d.Flags, d.ElapsedMs = 1, wire.FlagAcquire, 100
+		st := in.sync(t, "/v1/check", &wire.Batch{Node: "gw-" + strconv.Itoa(i%3), Seq: uint64(i), Deltas: []wire.Delta{d}}).States[0]
+		if st.Allowed() {
+			leased += int64(st.Lease)
+			if st.Lease > 0 && (st.Epoch == 0 || st.ValidMs == 0) {
+				t.Fatalf("acquire %d: lease without epoch or validity: %+v", i, st)
+			}
+		}
+		if i == 30 && (st.Allowed() || st.Remaining != 0) {
+			t.Fatalf("acquire 30 of a 10/min bucket: %+v", st)
+		}
+	}
+	if leased == 0 {
+		t.Fatal("no acquire brought a lease")
+	}
+}
+
+// TestSyncVersion1: a gateway on the previous protocol gets a previous-protocol answer:
+// its admissions are charged to the same buckets, it gets no lease, and a retried batch
+// is not charged twice.
+func TestSyncVersion1(t *testing.T) {
+	in := start(t, opts{})
+	key := uniq("v1")
+	old := &wire.BatchV1{Node: "gw-old", Worker: 3, Seq: 5, Deltas: []wire.DeltaV1{
+		{Key: key, Rule: "api", Leased: 4, Over: 6, Rejected: 1, Algo: uint8(algo.FixedWindow), Limit: 100, WindowMs: 60_000},
+	}}
+	body, err := wire.AppendBatchV1(nil, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		code, _, out := in.do(t, http.MethodPost, "/v1/sync", syncSecret, body)
+		if code != http.StatusOK {
+			t.Fatalf("v1 batch: %d %s", code, out)
+		}
+		var rep wire.ReplyV1
+		if err := wire.DecodeReplyV1(out, &rep); err != nil {
+			t.Fatalf("v1 reply: %v", err)
+		}
+		if st := rep.States[0]; st.Lease != 0 || st.Key != key {
+			t.Fatalf("v1 state %+v", st)
+		}
+	}
+	// A current gateway sees the 10 permits charged once.
+	d := delta(key, "api", algo.FixedWindow, 100, 60_000)
+	st := in.sync(t, "/v1/sync", &wire.Batch{Node: "gw-new", Seq: 1, Deltas: []wire.Delta{d}}).States[0]
+	if got := st.Remaining + int64(st.Lease); got != 90 {
+		t.Fatalf("after the v1 batch: remaining+lease %d, want 90", got)
 	}
 }

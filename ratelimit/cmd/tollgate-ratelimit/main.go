@@ -49,7 +49,9 @@ type config struct {
 	syncSecret      string
 	logLevel        string
 	logFormat       string
-	leaseTTL        time.Duration
+	leaseEpoch      time.Duration
+	leaseMaxShare   int64
+	leaseRenew      time.Duration
 	leaseHorizon    time.Duration
 	penaltyBase     time.Duration
 	penaltyMax      time.Duration
@@ -84,8 +86,11 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.StringVar(&c.syncSecret, "sync-secret", "", "bearer secret gateways send to /v1/sync, /v1/check, /v1/sync/rules; empty: no authentication")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json or text")
-	fs.DurationVar(&c.leaseTTL, "lease-ttl", time.Duration(lease.DefaultSyncConfig.LeaseTTLUs)*time.Microsecond, "reclaim a gateway's lease after this long without a sync (must exceed the gateways' lease TTL plus callout latency)")
-	fs.DurationVar(&c.leaseHorizon, "lease-horizon", time.Duration(lease.DefaultSyncConfig.HorizonMs)*time.Millisecond, "leases cover this much of a gateway's demand (two sync intervals), whole ms")
+	d := lease.DefaultSyncConfig
+	fs.DurationVar(&c.leaseEpoch, "lease-epoch", time.Duration(d.EpochMs)*time.Millisecond, "lease epoch: a lease granted or renewed in one epoch is reclaimed when the next-but-one begins (what a gateway that stopped syncing strands, at most two epochs), whole ms")
+	fs.DurationVar(&c.leaseHorizon, "lease-horizon", time.Duration(d.HorizonMs)*time.Millisecond, "leases cover this much of a gateway's demand (the longer, the rarer the reports of a bucket within its lease), whole ms")
+	fs.Int64Var(&c.leaseMaxShare, "lease-max-share", d.MaxShare, "one lease is at most 1/N of a bucket's capacity")
+	fs.DurationVar(&c.leaseRenew, "lease-renew", time.Duration(d.RenewMs)*time.Millisecond, "gateways report when their lease falls to what their demand consumes in this long, whole ms")
 	fs.DurationVar(&c.penaltyBase, "penalty-base", time.Duration(lease.DefaultSyncConfig.PenaltyBaseUs)*time.Microsecond, "first progressive-penalty cooldown (doubles per repeat)")
 	fs.DurationVar(&c.penaltyMax, "penalty-max", time.Duration(lease.DefaultSyncConfig.PenaltyMaxUs)*time.Microsecond, "longest progressive-penalty cooldown")
 	fs.DurationVar(&c.fleetWindow, "fleet-window", store.DefaultFleetWindow, "gateways that synced within this window count in the fleet size")
@@ -124,8 +129,12 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	switch {
 	case c.leaseHorizon < time.Millisecond || c.leaseHorizon > time.Duration(lease.MaxHorizonMs)*time.Millisecond:
 		return c, fmt.Errorf("--lease-horizon %v: want 1ms..%dms", c.leaseHorizon, lease.MaxHorizonMs)
-	case c.leaseTTL <= 0:
-		return c, fmt.Errorf("--lease-ttl %v: must be positive", c.leaseTTL)
+	case c.leaseEpoch < time.Second || c.leaseEpoch > time.Hour:
+		return c, fmt.Errorf("--lease-epoch %v: want 1s..1h", c.leaseEpoch)
+	case c.leaseMaxShare < 1:
+		return c, fmt.Errorf("--lease-max-share %d: want at least 1", c.leaseMaxShare)
+	case c.leaseRenew < time.Millisecond || c.leaseRenew > time.Duration(lease.MaxHorizonMs)*time.Millisecond:
+		return c, fmt.Errorf("--lease-renew %v: want 1ms..%dms", c.leaseRenew, lease.MaxHorizonMs)
 	case c.penaltyBase <= 0 || c.penaltyMax < c.penaltyBase:
 		return c, fmt.Errorf("--penalty-base %v / --penalty-max %v: want 0 < base <= max", c.penaltyBase, c.penaltyMax)
 	}
@@ -150,7 +159,9 @@ func (c config) storeConfig() store.Config {
 		MaxRetries:  retries,
 		FleetWindow: c.fleetWindow,
 		Lease: lease.SyncConfig{
-			LeaseTTLUs: c.leaseTTL.Microseconds(), HorizonMs: c.leaseHorizon.Milliseconds(),
+			EpochMs: c.leaseEpoch.Milliseconds(), HorizonMs: c.leaseHorizon.Milliseconds(),
+			MaxShare: c.leaseMaxShare, RenewMs: c.leaseRenew.Milliseconds(),
+			MinElapsedMs: lease.DefaultSyncConfig.MinElapsedMs, ValidMarginMs: lease.DefaultSyncConfig.ValidMarginMs,
 			PenaltyBaseUs: c.penaltyBase.Microseconds(), PenaltyMaxUs: c.penaltyMax.Microseconds(),
 		},
 	}
@@ -222,7 +233,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info("serving", "addr", ln.Addr().String(), "redis_mode", c.redisMode, "redis_addrs", c.redisAddrs,
-		"batch_timeout", svc.BatchTimeout(), "lease_ttl", c.leaseTTL, "lease_horizon", c.leaseHorizon)
+		"batch_timeout", svc.BatchTimeout(), "lease_epoch", c.leaseEpoch, "lease_horizon", c.leaseHorizon)
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}

@@ -22,17 +22,18 @@ func TestParseConfig(t *testing.T) {
 		wantErr string
 	}{
 		{name: "defaults", check: func(c config) bool {
-			return c.listen == ":8081" && c.redisMode == "standalone" && c.leaseHorizon == 200*time.Millisecond
+			return c.listen == ":8081" && c.redisMode == "standalone" && c.leaseHorizon == 10*time.Second && c.leaseEpoch == 20*time.Second
 		}},
-		{name: "env", env: map[string]string{"TOLLGATE_REDIS_MODE": "cluster", "TOLLGATE_REDIS_ADDRS": "a:1,b:2", "TOLLGATE_LEASE_TTL": "5s"},
+		{name: "env", env: map[string]string{"TOLLGATE_REDIS_MODE": "cluster", "TOLLGATE_REDIS_ADDRS": "a:1,b:2", "TOLLGATE_LEASE_EPOCH": "5s"},
 			check: func(c config) bool {
 				sc := c.storeConfig()
-				return sc.Mode == "cluster" && len(sc.Addrs) == 2 && sc.Lease.LeaseTTLUs == 5_000_000
+				return sc.Mode == "cluster" && len(sc.Addrs) == 2 && sc.Lease.EpochMs == 5_000
 			}},
 		{name: "flag beats env", args: []string{"--listen", ":9"}, env: map[string]string{"TOLLGATE_LISTEN": ":7"}, check: func(c config) bool { return c.listen == ":9" }},
 		{name: "zero retries means none", args: []string{"--redis-max-retries", "0"}, check: func(c config) bool { return c.storeConfig().MaxRetries < 0 }},
 		{name: "bad env duration", env: map[string]string{"TOLLGATE_PENALTY_MAX": "soon"}, wantErr: "TOLLGATE_PENALTY_MAX"},
-		{name: "horizon too long", args: []string{"--lease-horizon", "2m"}, wantErr: "--lease-horizon"},
+		{name: "horizon too long", args: []string{"--lease-horizon", "3m"}, wantErr: "--lease-horizon"},
+		{name: "epoch too short", args: []string{"--lease-epoch", "10ms"}, wantErr: "--lease-epoch"},
 		{name: "penalty max below base", args: []string{"--penalty-base", "10s", "--penalty-max", "1s"}, wantErr: "--penalty-max"},
 		{name: "stray argument", args: []string{"serve"}, wantErr: "unexpected arguments"},
 	}
