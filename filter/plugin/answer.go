@@ -33,8 +33,8 @@ func (p *Plugin) views(now int64, ops []bucketOp, strict []wire.State) []header.
 	for i := range strict {
 		st := &strict[i]
 		r := p.cfg.RuleByID(st.Rule)
-		if r == nil || int(st.Window) >= len(r.Windows) {
-			continue
+		if r == nil || !r.Strict || int(st.Window) >= len(r.Windows) {
+			continue // acquires' buckets are among ops
 		}
 		prm := r.Windows[st.Window]
 		reset := now + int64(st.ResetInMs)*1000

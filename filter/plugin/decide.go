@@ -16,6 +16,9 @@ type bucketOp struct {
 	next    lease.Record
 	dec     lease.Decision
 	written bool
+	// charged: an acquire admitted the request on this bucket (the service took the
+	// cost); it is not decided or written again.
+	charged bool
 }
 
 // verdict is the outcome of deciding one request on all its buckets.
@@ -25,18 +28,20 @@ type verdict struct {
 	reject     *bucketOp // the enforcing bucket that rejected (429)
 	shadow     *bucketOp // a shadow bucket that would have rejected
 	degraded   bool
-	exhausted  bool // CAS retries ran out (admitted, see maxCASAttempts)
+	// acquire: some enforcing bucket needs the service's answer before the request
+	// can be decided (its lease is short); nothing was written.
+	acquire   bool
+	exhausted bool // CAS retries ran out (decided by the rules' fail mode)
 }
 
-func (p *Plugin) env() lease.Env {
-	s := &p.cfg.Sync
-	return lease.Env{
-		Sync:       p.cfg.syncEnabled(),
-		Healthy:    p.sync.breaker.Healthy(),
-		Nodes:      p.sync.fleet(),
-		LeaseTTLUs: s.LeaseTTLMs * 1000,
-		IntervalUs: s.IntervalMs * 1000,
+func (p *Plugin) env(now int64, degraded bool) lease.Env {
+	e := lease.Env{Sync: p.cfg.syncEnabled()}
+	if e.Sync {
+		e.Healthy = !degraded && p.sync.healthy(now)
+		e.IntervalUs = p.sync.intervalUs()
+		e.RenewUs = renewUs
 	}
+	return e
 }
 
 // buildOps expands the applied rules into one op per window, skipping strict rules
@@ -50,7 +55,7 @@ func (p *Plugin) buildOps(applied []rule.Applied, skipStrict bool) []bucketOp {
 		}
 		for w := range a.Windows {
 			ops = append(ops, bucketOp{
-				id:     bucketID(&p.idBuf, a.Key, a.Rule.ID, w),
+				id:     bucketID(&p.idBuf, a.Key, a.Rule.ID, a.Tier, w),
 				a:      a,
 				w:      w,
 				params: a.Windows[w],
@@ -63,15 +68,17 @@ func (p *Plugin) buildOps(applied []rule.Applied, skipStrict bool) []bucketOp {
 
 // decide runs every bucket of a request: admitted only if every enforcing bucket admits;
 // a rejection consumes nothing from the other buckets (nothing is written until all have
-// decided, and buckets written before a CAS conflict are refunded if a retry rejects).
-// When commit is false nothing is written (a strict request's local pre-check).
-func (p *Plugin) decide(now int64, ops []bucketOp, commit bool) verdict {
-	env := p.env()
+// decided, and buckets written before a CAS conflict are given back if a retry rejects).
+// When commit is false nothing is written (a paused request's pre-check). A bucket whose
+// lease is short asks for an acquire (verdict.acquire) instead of deciding; with
+// degraded set (the service did not answer this request) every bucket decides locally.
+func (p *Plugin) decide(now int64, ops []bucketOp, commit, degraded bool) verdict {
+	env := p.env(now, degraded)
 	for attempt := 0; attempt < maxCASAttempts; attempt++ {
 		var v verdict
 		for i := range ops {
 			op := &ops[i]
-			if op.written {
+			if op.written || op.charged {
 				continue
 			}
 			if err := p.table.load(op.id, now, &op.s); err != nil {
@@ -84,6 +91,9 @@ func (p *Plugin) decide(now int64, ops []bucketOp, commit bool) verdict {
 		}
 		for i := range ops {
 			op := &ops[i]
+			if op.charged {
+				continue
+			}
 			if op.dec.Degraded {
 				v.degraded = true
 				if op.a.Rule.Fail == rule.FailClosed && !op.a.Rule.Shadow {
@@ -91,7 +101,12 @@ func (p *Plugin) decide(now int64, ops []bucketOp, commit bool) verdict {
 					v.reject = op
 				}
 			}
-			if !op.dec.Allowed {
+			switch {
+			case op.dec.Acquire:
+				if !op.a.Rule.Shadow {
+					v.acquire = true
+				}
+			case !op.dec.Allowed:
 				if op.a.Rule.Shadow {
 					if v.shadow == nil {
 						v.shadow = op
@@ -105,8 +120,11 @@ func (p *Plugin) decide(now int64, ops []bucketOp, commit bool) verdict {
 			p.undo(now, ops)
 			if commit && !v.failClosed {
 				p.storeRejection(v.reject)
-				p.flushIfAsked(now, ops) // a spent share is refilled by the next reply
 			}
+			return v
+		}
+		if v.acquire {
+			p.undo(now, ops)
 			return v
 		}
 		if !commit {
@@ -116,7 +134,7 @@ func (p *Plugin) decide(now int64, ops []bucketOp, commit bool) verdict {
 		done := true
 		for i := range ops {
 			op := &ops[i]
-			if op.written || !op.dec.Allowed { // a rejecting shadow bucket is not charged
+			if op.written || op.charged || !op.dec.Allowed { // a rejecting shadow bucket is not charged
 				continue
 			}
 			op.s.rec = op.next
@@ -126,32 +144,39 @@ func (p *Plugin) decide(now int64, ops []bucketOp, commit bool) verdict {
 				continue
 			}
 			op.written = true
-			p.sync.record(op.id, op, &op.dec)
+			if op.dec.Urgent {
+				p.sync.queue(uint32(op.s.n))
+			}
 		}
 		if done {
 			v.allowed = true
-			p.flushIfAsked(now, ops)
 			return v
 		}
 	}
-	// Contention beyond maxCASAttempts: admit; what was not written is still reported.
+	// Contention beyond maxCASAttempts: what was written is given back and the request
+	// is decided by its rules' fail mode, like any other moment the limiter cannot
+	// record a decision (counted; never admitted uncounted).
 	p.m.inc(p.m.casExhausted)
+	p.undo(now, ops)
+	v := verdict{exhausted: true, degraded: true}
 	for i := range ops {
-		if op := &ops[i]; !op.written && op.dec.Allowed {
-			d := lease.Decision{Over: op.a.Cost}
-			p.sync.record(op.id, op, &d)
+		op := &ops[i]
+		if !op.charged && op.a.Rule.Fail == rule.FailClosed && !op.a.Rule.Shadow {
+			v.failClosed, v.reject = true, op
+			return v
 		}
 	}
-	return verdict{allowed: true, exhausted: true}
+	v.allowed = true
+	return v
 }
 
-// storeRejection persists a rejecting bucket's bookkeeping (the announced Retry-After that
-// makes early retries count toward penalties) — one attempt: losing it only delays a
-// penalty — and reports the rejection.
+// storeRejection persists a rejecting bucket's bookkeeping (the announced Retry-After
+// that makes early retries count toward penalties, the refusal to report) — one attempt:
+// losing it only delays a penalty.
 func (p *Plugin) storeRejection(op *bucketOp) {
 	op.s.rec = op.next
-	if ok, err := p.table.store(op.id, &op.s); err == nil && ok {
-		p.sync.record(op.id, op, &op.dec)
+	if ok, err := p.table.store(op.id, &op.s); err == nil && ok && op.dec.Urgent {
+		p.sync.queue(uint32(op.s.n))
 	}
 }
 
@@ -159,7 +184,7 @@ func (p *Plugin) storeRejection(op *bucketOp) {
 func (p *Plugin) undo(now int64, ops []bucketOp) {
 	for i := range ops {
 		op := &ops[i]
-		if !op.written {
+		if !op.written || op.charged {
 			continue
 		}
 		for attempt := 0; attempt < maxCASAttempts; attempt++ {
@@ -171,27 +196,6 @@ func (p *Plugin) undo(now int64, ops []bucketOp) {
 				break
 			}
 		}
-		// Tell the service too: the consumption was already recorded for the batch.
-		if pd, ok := p.sync.pending[op.id]; ok {
-			pd.Leased -= min32(pd.Leased, u32(op.dec.Leased))
-			pd.Over -= min32(pd.Over, u32(op.dec.Over))
-		}
 		op.written = false
 	}
-}
-
-func (p *Plugin) flushIfAsked(now int64, ops []bucketOp) {
-	for i := range ops {
-		if ops[i].dec.Flush {
-			p.flushFromStream(now)
-			return
-		}
-	}
-}
-
-func min32(a, b uint32) uint32 {
-	if a < b {
-		return a
-	}
-	return b
 }

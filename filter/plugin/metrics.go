@@ -9,8 +9,10 @@ type metrics struct {
 
 	allowed, rejected, shadowRejected, denied, bypassed  uint32
 	casExhausted, degraded, failClosed, strictChecks     uint32
+	acquires, checkFailed                                uint32
 	syncSent, syncFailed, syncDropped, batchDeltas       uint32
-	pendingDropped, pendingDeltas, breakerState          uint32
+	urgentDropped, deltasRuleGone, deltasRefused         uint32
+	breakerState                                         uint32
 	rulesVersion, rulesRejected, leaseGranted, evictions uint32
 	penalized                                            uint32
 
@@ -43,8 +45,11 @@ func newMetrics(h Host) *metrics {
 	m.syncFailed = def(Counter, "sync_failed")
 	m.syncDropped = def(Counter, "sync_batches_dropped")
 	m.batchDeltas = def(Counter, "sync_deltas_sent")
-	m.pendingDropped = def(Counter, "pending_deltas_dropped")
-	m.pendingDeltas = def(Gauge, "pending_deltas")
+	m.acquires = def(Counter, "acquires")
+	m.checkFailed = def(Counter, "checks_failed")
+	m.urgentDropped = def(Counter, "urgent_dropped")
+	m.deltasRuleGone = def(Counter, "deltas_rule_gone")
+	m.deltasRefused = def(Counter, "deltas_refused")
 	// breaker_state counts the worker VMs whose breaker is not closed (each worker adds
 	// and removes itself): a gauge every worker set would show only the last writer.
 	m.breakerState = def(Gauge, "breaker_state")

@@ -6,7 +6,9 @@ import (
 	"strconv"
 
 	"github.com/tollgate-rl/tollgate/shared/header"
+	"github.com/tollgate-rl/tollgate/shared/lease"
 	"github.com/tollgate-rl/tollgate/shared/rule"
+	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
 // Action is what a stream callback tells the proxy.
@@ -17,10 +19,9 @@ const (
 	Pause    Action = 1
 )
 
-// maxCASAttempts bounds every compare-and-swap loop on shared data. When it runs out the
-// request is admitted and its consumption is still reported to the service (counted in
-// tollgate.cas_retry_exhausted): under that much contention the fleet-wide state is the
-// better judge, and a limiter must not fail requests because of its own bookkeeping.
+// maxCASAttempts bounds every compare-and-swap loop on shared data. When a request's
+// buckets cannot be written within it, the request is decided by its rules' fail mode
+// (counted in tollgate.cas_retry_exhausted).
 const maxCASAttempts = 8
 
 // rulesKey holds the newest rule set fetched from the service, so every worker — and a
@@ -55,6 +56,11 @@ type Plugin struct {
 	peerFn       func() string // p.peerAddr, bound once so requests do not allocate it
 	// listsHaveCIDR is set when an allow/deny entry is an address range.
 	listsHaveCIDR bool
+	// node is the gateway id sent with every batch (RATIONALE.md §6): the configured
+	// one, else Envoy's node.id, else the pod name Istio puts in the node metadata.
+	node string
+	// bearer is "Bearer <secret>" (none when no secret is configured).
+	bearer string
 
 	// per-request scratch (a VM is single threaded)
 	applied  []rule.Applied
@@ -62,14 +68,17 @@ type Plugin struct {
 	viewBuf  []header.Window
 	policies map[policyKey]string
 	idBuf    []byte
+	scratch  lease.Record
+	hdrBuf   [][2]string
+	callBuf  []byte
 }
 
 type callKind uint8
 
 const (
-	callSync callKind = iota
-	callRules
-	callStrict
+	callSync   callKind = iota
+	callRules           // a rule-set fetch
+	callStrict          // a paused request's strict checks and acquires
 )
 
 type call struct {
@@ -88,7 +97,7 @@ func New(h Host) *Plugin {
 		worker:  uint32(now) ^ uint32(now>>32),
 	}
 	p.table = table{host: h, slots: defaultSlots, probes: defaultProbes}
-	p.sync = newSyncer(p, p.worker, now)
+	p.sync = newSyncer(p, p.worker)
 	p.strictSeq = uint64(now)
 	p.peerFn = p.peerAddr
 	return p
@@ -111,13 +120,14 @@ func (p *Plugin) OnPluginStart(data []byte) bool {
 	p.base = cfg
 	p.install(cfg, cfg.Version)
 	s := &cfg.Sync
-	if s.Node == "" {
-		s.Node = "gw-" + strconv.FormatUint(p.nextRand()>>16, 36)
-	}
 	if s.Authority == "" {
 		s.Authority = s.Cluster
 	}
-	p.sync.breaker.Failures, p.sync.breaker.OpenUs = s.BreakerFailures, s.BreakerOpenMs*1000
+	p.node = p.nodeID(s.Node)
+	p.bearer = ""
+	if s.Secret != "" {
+		p.bearer = "Bearer " + s.Secret
+	}
 	p.table.idleUs = s.IdleTTLMs * 1000
 	// A rule set fetched from the service by another worker (or before a restart of this
 	// VM) is newer than the plugin configuration: enforce it.
@@ -149,14 +159,31 @@ func (p *Plugin) install(cfg *rule.Config, version uint64) {
 	}
 }
 
-// OnTick flushes this worker's deltas and picks up rules other workers fetched.
+// nodeID is the gateway's id: the configured sync.node, else what Envoy knows of
+// itself — node.id, or under Istio the pod name in the node metadata — else a random id.
+// Every worker of one Envoy resolves the same one; the service keeps nothing per gateway
+// in its buckets, so the id names the gateway's batch sequence and its idempotency
+// records.
+func (p *Plugin) nodeID(configured string) string {
+	if configured != "" {
+		return configured
+	}
+	for _, path := range [...][]string{{"node", "id"}, {"node", "metadata", "NAME"}} {
+		if v, err := p.host.Property(path...); err == nil && len(v) > 0 && len(v) <= wire.MaxStringLen {
+			return string(v)
+		}
+	}
+	return "gw-" + strconv.FormatUint(p.nextRand()>>16, 36)
+}
+
+// OnTick syncs (the leader) or queues this worker's urgent buckets, and picks up rules
+// other workers fetched.
 func (p *Plugin) OnTick() {
 	now := p.host.NowUs()
 	p.loadSharedRules()
 	if p.cfg.syncEnabled() {
-		p.sync.loadFleet()
+		p.sync.tick(now)
 	}
-	p.sync.flush(now)
 }
 
 // OnHTTPCallResponse routes a callout's answer. headers is empty when the call failed or
@@ -178,7 +205,7 @@ func (p *Plugin) OnHTTPCallResponse(token uint32, headers [][2]string, body []by
 		p.onRules(headers, body)
 	case callStrict:
 		if s, ok := p.streams[c.stream]; ok {
-			s.onStrictResponse(now, headers, body)
+			s.onCheckResponse(now, headers, body)
 		}
 	}
 }
@@ -202,7 +229,9 @@ func (p *Plugin) rulesBehind(version uint64) {
 		{":method", "GET"},
 		{":path", "/v1/sync/rules"},
 		{":authority", p.cfg.Sync.Authority},
-		{"authorization", "Bearer " + p.cfg.Sync.Secret},
+	}
+	if p.bearer != "" {
+		hdr = append(hdr, [2]string{"authorization", p.bearer})
 	}
 	token, err := p.host.HTTPCall(p.cfg.Sync.Cluster, hdr, nil, uint32(p.cfg.Sync.TimeoutMs))
 	if err != nil {
@@ -301,22 +330,6 @@ func (p *Plugin) nextRand() uint64 {
 	x ^= x >> 27
 	p.rnd = x
 	return x * 2685821657736338717
-}
-
-// flushFromStream starts an early sync from inside a request. The callout is made on the
-// root context: Envoy cancels a stream's pending callouts when the stream ends, and the
-// sync must outlive the request that triggered it.
-func (p *Plugin) flushFromStream(now int64) {
-	if !p.cfg.syncEnabled() || p.sync.inflight {
-		return
-	}
-	if p.host.SetEffectiveContext(p.host.RootID()) != nil {
-		return
-	}
-	p.sync.flush(now)
-	if err := p.host.SetEffectiveContext(p.curStream); err != nil {
-		p.host.Log(LogError, "tollgate: restore stream context: "+err.Error())
-	}
 }
 
 // peerAddr is the downstream address (Envoy's source.address property), read only when

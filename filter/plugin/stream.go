@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"github.com/tollgate-rl/tollgate/shared/algo"
 	"github.com/tollgate-rl/tollgate/shared/header"
 	"github.com/tollgate-rl/tollgate/shared/lease"
 	"github.com/tollgate-rl/tollgate/shared/rule"
@@ -17,14 +18,27 @@ type Stream struct {
 	// a second time if the proxy runs the reply through this filter's response path).
 	replied bool
 	hdrs    [][2]string
-	// strict holds a paused request's state while the service decides.
-	strict *strictState
+	// paused holds a paused request's state while the service decides.
+	paused *pausedState
 }
 
-type strictState struct {
+// pausedState is a request waiting for the service: its strict rules' checks and the
+// acquires of buckets whose lease was short (RATIONALE.md §2).
+type pausedState struct {
 	applied []rule.Applied
-	ops     []bucketOp // the request's non-strict buckets, decided again on resume
-	strict  []*rule.Applied
+	ops     []bucketOp       // the request's local buckets, decided again on resume
+	strict  []*rule.Applied  // strict rules, decided by the service
+	checks  []checkRef       // what each delta of the callout asks
+	done    map[int]struct{} // ops an acquire admitted (their cost is charged already)
+}
+
+// A paused request's decision counts its acquires among the buckets that admitted it.
+
+// checkRef ties a delta of a paused request's callout to what it decides.
+type checkRef struct {
+	op     int           // index into ops of an acquire, or -1
+	strict *rule.Applied // the strict rule (op == -1)
+	w      int
 }
 
 // OnRequestHeaders decides the request.
@@ -68,12 +82,15 @@ func (s *Stream) OnRequestHeaders(int, bool) Action {
 	if p.cfg.syncEnabled() {
 		for i := range applied {
 			if applied[i].Rule.Strict {
-				return s.startStrict(now, applied)
+				return s.pause(now, applied)
 			}
 		}
 	}
 	ops := p.buildOps(applied, false)
-	v := p.decide(now, ops, true)
+	v := p.decide(now, ops, true, false)
+	if v.acquire {
+		return s.pause(now, applied)
+	}
 	return s.answer(now, v, ops, nil)
 }
 
@@ -88,18 +105,15 @@ func (s *Stream) header(name string) (string, bool) {
 }
 
 // answer turns a verdict into a local reply or the headers for the upstream's response.
-func (s *Stream) answer(now int64, v verdict, ops []bucketOp, strictStates []wire.State) Action {
+func (s *Stream) answer(now int64, v verdict, ops []bucketOp, states []wire.State) Action {
 	p := s.p
 	switch {
 	case v.failClosed:
 		p.m.inc(p.m.failClosed)
 		p.m.inc(p.m.degraded)
-		retry := p.sync.breaker.OpenUntil() - now
-		if retry < p.cfg.Sync.IntervalMs*1000 {
-			retry = p.cfg.Sync.IntervalMs * 1000
-		}
+		retry := max(p.sync.state.OpenUntilUs-now, p.cfg.Sync.IntervalMs*1000)
 		secs := p.retryAfter(retry)
-		hdr := header.AppendRefused(nil, p.views(now, ops, strictStates), true, secs, v.reject.a.Rule.ID)
+		hdr := header.AppendRefused(nil, p.views(now, ops, states), true, secs, v.reject.a.Rule.ID)
 		s.reply(503, "tollgate_unavailable", body503(v.reject.a.Rule.ID, secs), hdr)
 		return Pause
 	case v.reject != nil:
@@ -110,7 +124,7 @@ func (s *Stream) answer(now int64, v verdict, ops []bucketOp, strictStates []wir
 			p.m.inc(p.m.penalized)
 		}
 		secs := p.retryAfter(op.dec.RetryAfterUs)
-		hdr := header.AppendRefused(nil, p.views(now, ops, strictStates), v.degraded, secs, op.a.Rule.ID)
+		hdr := header.AppendRefused(nil, p.views(now, ops, states), v.degraded, secs, op.a.Rule.ID)
 		s.reply(429, "tollgate_rate_limited", p.body429(now, op, secs), hdr)
 		return Pause
 	}
@@ -118,7 +132,7 @@ func (s *Stream) answer(now int64, v verdict, ops []bucketOp, strictStates []wir
 	if v.degraded {
 		p.m.inc(p.m.degraded)
 	}
-	s.headers = header.Append(s.headers[:0], p.views(now, ops, strictStates), v.degraded)
+	s.headers = header.Append(s.headers[:0], p.views(now, ops, states), v.degraded)
 	if v.shadow != nil {
 		p.m.inc(p.m.shadowRejected)
 		s.headers = header.AppendShadow(s.headers, v.shadow.a.Rule.ID)
@@ -154,80 +168,107 @@ func (s *Stream) OnLog() {}
 // OnDone forgets the stream.
 func (s *Stream) OnDone() { delete(s.p.streams, s.id) }
 
-// startStrict pauses the request and asks the service for the strict rules' decision,
-// after checking (without consuming) that the request's other buckets would admit it.
-func (s *Stream) startStrict(now int64, applied []rule.Applied) Action {
+// pause holds the request and asks the service: its strict rules' checks, and an
+// acquire for each bucket whose lease cannot cover the cost. The request's other buckets
+// are checked first, without consuming: a request they refuse is answered at once.
+func (s *Stream) pause(now int64, applied []rule.Applied) Action {
 	p := s.p
-	st := &strictState{applied: append([]rule.Applied(nil), applied...)}
+	st := &pausedState{applied: append([]rule.Applied(nil), applied...)}
 	for i := range st.applied {
 		if st.applied[i].Rule.Strict {
 			st.strict = append(st.strict, &st.applied[i])
 		}
 	}
 	st.ops = append([]bucketOp(nil), p.buildOps(st.applied, true)...)
-	if v := p.decide(now, st.ops, false); !v.allowed {
+	v := p.decide(now, st.ops, false, false)
+	if v.reject != nil {
 		return s.answer(now, v, st.ops, nil)
 	}
-	s.strict = st
-	if !p.sync.breaker.Allow(now) {
-		return s.strictUnavailable(now)
+	s.paused = st
+	if !p.sync.healthy(now) {
+		return s.unavailable(now)
 	}
 	p.strictSeq++
-	b := wire.Batch{Node: p.cfg.Sync.Node, Worker: p.worker | 1<<31, Seq: p.strictSeq, RulesVersion: p.rulesVersion}
+	b := wire.Batch{Node: p.node, Seq: p.strictSeq, RulesVersion: p.rulesVersion}
 	for _, a := range st.strict {
 		for w, prm := range a.Windows {
-			b.Deltas = append(b.Deltas, wire.Delta{
-				Key: a.Key, Rule: a.Rule.ID, Window: uint8(w), Flags: wire.FlagStrict, Over: u32(a.Cost),
-				Algo: uint8(prm.Kind), Limit: u32(prm.Limit), WindowMs: u32(prm.WindowUs / 1000), Burst: u32(prm.Burst),
-			})
+			b.Deltas = append(b.Deltas, checkDelta(a, w, prm, wire.FlagStrict, 0))
+			st.checks = append(st.checks, checkRef{op: -1, strict: a, w: w})
 		}
+	}
+	for i := range st.ops {
+		op := &st.ops[i]
+		if !op.dec.Acquire {
+			continue
+		}
+		var elapsed int64
+		if op.s.rec.Synced() {
+			elapsed = (now - op.s.rec.SyncedUs) / 1000
+		}
+		b.Deltas = append(b.Deltas, checkDelta(op.a, op.w, op.params, wire.FlagAcquire, elapsed))
+		st.checks = append(st.checks, checkRef{op: i})
 	}
 	body, err := wire.AppendBatch(nil, &b)
 	if err == nil {
 		var token uint32
-		token, err = p.host.HTTPCall(p.cfg.Sync.Cluster, p.sync.callHeaders("/v1/check"), body, uint32(p.cfg.Sync.TimeoutMs))
+		token, err = p.host.HTTPCall(p.cfg.Sync.Cluster, p.callHeaders("/v1/check"), body, uint32(p.cfg.Sync.TimeoutMs))
 		if err == nil {
-			p.m.inc(p.m.strictChecks)
+			if len(st.strict) > 0 {
+				p.m.inc(p.m.strictChecks)
+			}
+			if len(st.checks) > len(st.strict) {
+				p.m.inc(p.m.acquires)
+			}
 			p.calls[token] = call{kind: callStrict, stream: s.id}
 			return Pause
 		}
 	}
-	p.host.Log(LogWarn, "tollgate: strict check: "+err.Error())
-	return s.strictUnavailable(now)
+	p.host.Log(LogWarn, "tollgate: check: "+err.Error())
+	return s.unavailable(now)
 }
 
-// strictUnavailable applies the strict rules' fail mode when the service cannot answer.
-func (s *Stream) strictUnavailable(now int64) Action {
+// checkDelta asks the service for one window of a applied rule (cost a.Cost).
+func checkDelta(a *rule.Applied, w int, prm algo.Params, flags uint8, elapsedMs int64) wire.Delta {
+	return wire.Delta{
+		Key: a.Key, Rule: a.Rule.ID, Tier: a.Tier, Window: uint8(w), Flags: flags, Over: u32(a.Cost),
+		ElapsedMs: u32(elapsedMs), Algo: uint8(prm.Kind), Limit: u32(prm.Limit),
+		WindowMs: u32(prm.WindowUs / 1000), Burst: u32(prm.Burst),
+	}
+}
+
+// unavailable decides a paused request without the service: a fail-closed strict rule
+// answers 503; everything else is decided locally, degraded.
+func (s *Stream) unavailable(now int64) Action {
 	p := s.p
-	st := s.strict
+	st := s.paused
 	for _, a := range st.strict {
 		if a.Rule.Fail == rule.FailClosed {
 			op := bucketOp{a: a}
 			return s.answer(now, verdict{failClosed: true, reject: &op, degraded: true}, st.ops, nil)
 		}
 	}
-	v := p.decide(now, st.ops, true)
+	v := p.decide(now, st.ops, true, true)
 	v.degraded = true
 	return s.answer(now, v, st.ops, nil)
 }
 
-// onStrictResponse resumes or rejects a paused strict request.
-func (s *Stream) onStrictResponse(now int64, headers [][2]string, body []byte) {
+// onCheckResponse resumes or refuses a paused request.
+func (s *Stream) onCheckResponse(now int64, headers [][2]string, body []byte) {
 	p := s.p
-	if s.strict == nil {
+	if s.paused == nil {
 		return
 	}
 	if err := p.host.SetEffectiveContext(s.id); err != nil {
-		p.host.Log(LogError, "tollgate: strict resume: "+err.Error())
+		p.host.Log(LogError, "tollgate: resume: "+err.Error())
 		return
 	}
 	var reply wire.Reply
 	var act Action
-	if headerValue(headers, ":status") != "200" || wire.DecodeReply(body, &reply) != nil {
-		p.sync.failed(now)
-		act = s.strictUnavailable(now)
+	if headerValue(headers, ":status") != "200" || wire.DecodeReply(body, &reply) != nil || len(reply.States) != len(s.paused.checks) {
+		p.m.inc(p.m.checkFailed)
+		act = s.unavailable(now)
 	} else {
-		act = s.strictDecided(now, reply.States)
+		act = s.decided(now, reply.States)
 	}
 	if act == Continue {
 		if err := p.host.ResumeRequest(); err != nil {
@@ -236,29 +277,93 @@ func (s *Stream) onStrictResponse(now int64, headers [][2]string, body []byte) {
 	}
 }
 
-func (s *Stream) strictDecided(now int64, states []wire.State) Action {
+// decided applies the service's answers: a refused strict check or acquire refuses the
+// request (429); acquires that were granted bring their leases into the records and
+// count as admitted; the other buckets are then decided locally.
+func (s *Stream) decided(now int64, states []wire.State) Action {
 	p := s.p
-	st := s.strict
+	st := s.paused
+	var refusal *bucketOp
 	for i := range states {
-		if states[i].Allowed {
+		c := st.checks[i]
+		ws := &states[i]
+		if c.op >= 0 {
+			op := &st.ops[c.op]
+			p.acquired(now, op, ws)
+			if ws.Allowed() {
+				if st.done == nil {
+					st.done = map[int]struct{}{}
+				}
+				st.done[c.op] = struct{}{}
+				op.charged = true // by the service: decide and undo skip it
+				continue
+			}
+			if refusal == nil {
+				refusal = op
+				op.dec = refusedBy(now, ws)
+			}
 			continue
 		}
-		a := st.strict[0]
-		for _, x := range st.strict {
-			if x.Rule.ID == states[i].Rule {
-				a = x
+		if !ws.Allowed() && refusal == nil {
+			a := c.strict
+			refusal = &bucketOp{a: a, w: c.w, params: a.Windows[c.w%len(a.Windows)]}
+			refusal.dec = refusedBy(now, ws)
+		}
+	}
+	if refusal != nil {
+		// Buckets an acquire admitted keep what it charged: the service took it already.
+		return s.answer(now, verdict{reject: refusal}, st.ops, states)
+	}
+	v := p.decide(now, st.ops, true, false)
+	if v.acquire {
+		// A bucket went short while this request waited: one round trip per request is
+		// the most a request waits; refuse softly (one interval).
+		for i := range st.ops {
+			if op := &st.ops[i]; op.dec.Acquire && !op.a.Rule.Shadow {
+				op.dec = lease.Decision{Rejected: 1, RetryAfterUs: p.cfg.Sync.IntervalMs * 1000, ResetUs: op.s.rec.ResetUs}
+				v.reject = op
+				break
 			}
 		}
-		op := &bucketOp{a: a, w: int(states[i].Window), params: a.Windows[int(states[i].Window)%len(a.Windows)]}
-		op.dec = lease.Decision{RetryAfterUs: int64(states[i].RetryInMs) * 1000, ResetUs: now + int64(states[i].ResetInMs)*1000,
-			PenaltyLevel: states[i].PenaltyLevel, Penalized: states[i].PenaltyInMs > 0, PenaltyLeftUs: int64(states[i].PenaltyInMs) * 1000}
-		if op.dec.Penalized && int64(states[i].PenaltyInMs)*1000 > op.dec.RetryAfterUs {
-			op.dec.RetryAfterUs = int64(states[i].PenaltyInMs) * 1000
-		}
-		return s.answer(now, verdict{reject: op}, st.ops, states)
 	}
-	v := p.decide(now, st.ops, true)
 	return s.answer(now, v, st.ops, states)
+}
+
+// refusedBy is the decision a refusing state stands for.
+func refusedBy(now int64, st *wire.State) lease.Decision {
+	d := lease.Decision{
+		Rejected: 1, RetryAfterUs: int64(st.RetryInMs) * 1000, ResetUs: now + int64(st.ResetInMs)*1000,
+		PenaltyLevel: st.PenaltyLevel, Penalized: st.PenaltyInMs > 0, PenaltyLeftUs: int64(st.PenaltyInMs) * 1000,
+		Remaining: max(0, st.Remaining),
+	}
+	if d.Penalized && d.PenaltyLeftUs > d.RetryAfterUs {
+		d.RetryAfterUs = d.PenaltyLeftUs
+	}
+	return d
+}
+
+// acquired folds an acquire's answer into the bucket's record (bounded CAS).
+func (p *Plugin) acquired(now int64, op *bucketOp, st *wire.State) {
+	for attempt := 0; attempt < maxCASAttempts; attempt++ {
+		if p.table.load(op.id, now, &op.s) != nil {
+			return
+		}
+		rec := lease.ApplyAcquire(op.s.rec, st, now)
+		rec.LeaseUntilUs = min(rec.LeaseUntilUs, now+p.cfg.Sync.LeaseTTLMs*1000)
+		if st.Allowed() {
+			rec = lease.Acquired(rec, op.params, now, op.a.Cost)
+			op.dec = lease.Decision{Allowed: true, Remaining: max(0, rec.LeaseLeft+max(0, rec.GlobalRemaining)), ResetUs: rec.ResetUs}
+		} else if announced := now + int64(st.RetryInMs)*1000; announced > rec.AnnouncedUs {
+			rec.AnnouncedUs = announced
+		}
+		op.s.rec = rec
+		if ok, err := p.table.store(op.id, &op.s); err != nil || ok {
+			if st.Lease > 0 {
+				p.m.add(p.m.leaseGranted, int64(st.Lease))
+			}
+			return
+		}
+	}
 }
 
 func stripQuery(path string) string {

@@ -4,147 +4,112 @@ import (
 	"encoding/binary"
 	"strconv"
 
+	"github.com/tollgate-rl/tollgate/shared/algo"
 	"github.com/tollgate-rl/tollgate/shared/lease"
+	"github.com/tollgate-rl/tollgate/shared/rule"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
-// syncer is one worker's half of the sync protocol (RATIONALE §2): it accumulates what
-// this worker consumed per bucket, sends it every tick in one callout, and folds the
-// replies into the shared buckets. At most one batch is in flight; a batch that failed is
-// resent unchanged (same seq) until acknowledged, so the service can apply it exactly once.
+// syncer is one worker's part of the gateway-wide sync (RATIONALE.md §2, §6). Every
+// worker queues the buckets its decisions made urgent and reads the shared health; one
+// worker, the leader, holds leaderKey and syncs for the whole Envoy: once per tick it cuts
+// the due buckets' consumption out of their shared records into one batch (a heartbeat
+// when nothing is due), sends it, and folds the reply back into the records. At most one
+// batch is in flight; a batch that failed is resent unchanged (same seq) until it is
+// acknowledged, so the service applies it exactly once, whichever worker resends it.
 type syncer struct {
-	p       *Plugin
-	worker  uint32
-	seq     uint64
-	pending map[string]*wire.Delta // bucket id -> consumption since the last cut
-	// unacked is the cut batch awaiting acknowledgement, and its encoding.
-	unacked     *wire.Batch
-	unackedBody []byte
-	inflight    bool
-	token       uint32
-	nodes       int64
-	breaker     lease.Breaker
-	// unhealthy is what this worker last added to the breaker_state gauge.
-	unhealthy bool
-	idBuf     []byte
+	p      *Plugin
+	worker uint32 // this VM's id in leaderKey
+
+	// state is this worker's copy of syncKey, read at stateAt.
+	state   syncState
+	stateAt int64
+
+	// urgent holds the slots this worker's decisions made urgent since its last tick.
+	urgent []uint32
+
+	// leader only:
+	term     uint32
+	inflight bool
+	token    uint32
+	batch    wire.Batch // the batch in flight (or to resend)
+	ids      []string   // bucket id of each delta of batch
+	carry    []uint32   // urgent slots a full batch left for the next one
+	scanNext uint64     // next slot of the staleness scan
+
+	unhealthy bool // what this worker last added to the breaker_state gauge
+	buf       []byte
 }
 
-func newSyncer(p *Plugin, worker uint32, now int64) *syncer {
-	return &syncer{
-		p:       p,
-		worker:  worker,
-		seq:     uint64(now), // start at the worker's start time: a restart never reuses an id
-		pending: map[string]*wire.Delta{},
-	}
+// Timing of the sync (RATIONALE.md §2; sync.stale_ms bounds how long consumption waits
+// unreported, and the staleness scan visits every slot in half of it).
+const (
+	// renewUs: a lease used since its last report is renewed this long before it ends.
+	renewUs = 2_000_000
+	// healthRefreshUs: a worker rereads the shared health at most this old on the
+	// request path, so every worker sees a change within it.
+	healthRefreshUs = 25_000
+	// maxUrgent bounds the shared urgent list (slots beyond it wait for the scan).
+	maxUrgent = 1 << 16
+	// maxScan bounds the slots the staleness scan reads per tick.
+	maxScan = 2048
+)
+
+func newSyncer(p *Plugin, worker uint32) *syncer {
+	return &syncer{p: p, worker: worker}
 }
 
-// record adds one decision's consumption to the pending delta of bucket id.
-func (s *syncer) record(id string, op *bucketOp, d *lease.Decision) {
-	if !s.p.cfg.syncEnabled() {
+func (s *syncer) cfg() *rule.Sync { return &s.p.cfg.Sync }
+
+func (s *syncer) intervalUs() int64 { return s.cfg().IntervalMs * 1000 }
+
+func (s *syncer) staleUs() int64 { return s.cfg().StaleMs * 1000 }
+
+// refresh rereads syncKey when the copy is older than maxAgeUs.
+func (s *syncer) refresh(now, maxAgeUs int64) {
+	if s.stateAt != 0 && now-s.stateAt < maxAgeUs {
 		return
 	}
-	pd, ok := s.pending[id]
-	if !ok {
-		if int64(len(s.pending)) >= s.p.cfg.Sync.MaxPending {
-			// Bounded memory: a new bucket beyond the bound is not tracked. Its consumption
-			// is then unknown to the fleet (over-admission bounded by what this worker
-			// admits for it until the next flush drains the map); counted for operators.
-			s.p.m.inc(s.p.m.pendingDropped)
-			return
-		}
-		pd = &wire.Delta{
-			Key: op.a.Key, Rule: op.a.Rule.ID, Window: uint8(op.w),
-			Algo: uint8(op.params.Kind), Limit: u32(op.params.Limit),
-			WindowMs: u32(op.params.WindowUs / 1000), Burst: u32(op.params.Burst),
-		}
-		if !op.s.rec.Synced() {
-			pd.Flags |= wire.FlagNew
-		}
-		s.pending[id] = pd
-		s.p.m.add(s.p.m.pendingDeltas, 1)
-	}
-	if d.Degraded && d.Over > 0 {
-		pd.Flags |= wire.FlagDegraded
-	}
-	pd.Leased += u32(d.Leased)
-	pd.Over += u32(d.Over)
-	pd.Returned += u32(d.Returned)
-	pd.Rejected += u32(d.Rejected)
-	pd.Early += u32(d.Early)
-}
-
-// flush sends the unacked batch, or cuts a new one from pending. It is called on every
-// tick and early when a bucket is new or ran out of lease.
-func (s *syncer) flush(now int64) {
-	cfg := &s.p.cfg
-	if !cfg.syncEnabled() || s.inflight || !s.breaker.Allow(now) {
+	s.stateAt = now
+	v, _, found, err := s.p.host.SharedGet(syncKey)
+	if err != nil || !found {
 		return
 	}
-	if s.unacked == nil {
-		if len(s.pending) == 0 {
-			return
-		}
-		if s.cut(); s.unacked == nil {
-			return
-		}
+	var st syncState
+	if st.decode(v) == nil {
+		s.state = st
 	}
-	token, err := s.p.host.HTTPCall(cfg.Sync.Cluster, s.callHeaders("/v1/sync"), s.unackedBody, uint32(cfg.Sync.TimeoutMs))
-	if err != nil {
-		s.p.host.Log(LogWarn, "tollgate: sync callout to "+strconv.Quote(cfg.Sync.Cluster)+": "+err.Error())
-		s.failed(now)
+	s.gauge(now)
+}
+
+// healthy is the shared health as of at most healthRefreshUs ago.
+func (s *syncer) healthy(now int64) bool {
+	s.refresh(now, healthRefreshUs)
+	return s.healthyNow(now)
+}
+
+// healthyNow: a failed sync makes the gateway degraded once the last success is two
+// intervals old (a service that stops answering is noticed within about that); a sync
+// still waiting after its callout timeout and one interval does too; and so does the
+// stream having had no success for ten intervals and the timeout (no worker syncs).
+func (s *syncer) healthyNow(now int64) bool {
+	iv, to := s.intervalUs(), s.cfg().TimeoutMs*1000
+	return s.state.healthy(now, 2*iv, to+iv, 10*iv+to, uint32(max(1, s.cfg().BreakerFailures)))
+}
+
+// queue asks for bucket slot n to be in the next batch.
+func (s *syncer) queue(n uint32) {
+	if len(s.urgent) < maxUrgent {
+		s.urgent = append(s.urgent, n)
+	}
+}
+
+// gauge keeps this worker's share of the breaker_state gauge current.
+func (s *syncer) gauge(now int64) {
+	if s.p.m == nil {
 		return
 	}
-	s.inflight, s.token = true, token
-	s.p.calls[token] = call{kind: callSync}
-	s.p.m.inc(s.p.m.syncSent)
-	s.p.m.add(s.p.m.batchDeltas, int64(len(s.unacked.Deltas)))
-}
-
-// maxBatchBytes caps one batch's encoding.
-const maxBatchBytes = wire.MaxBatchSize / 4
-
-// cut moves up to MaxBatch pending deltas into a new batch with the next seq.
-func (s *syncer) cut() {
-	cfg := &s.p.cfg
-	s.seq++
-	b := &wire.Batch{Node: cfg.Sync.Node, Worker: s.worker, Seq: s.seq, RulesVersion: s.p.rulesVersion}
-	size := wire.EncodedBatchSize(b)
-	for id, d := range s.pending {
-		// The rest goes with the next tick. The byte cap keeps a batch of long keys (and
-		// its reply, which repeats them) well under the service's wire.MaxBatchSize.
-		if int64(len(b.Deltas)) >= cfg.Sync.MaxBatch || size+wire.DeltaSize(d) > maxBatchBytes {
-			break
-		}
-		size += wire.DeltaSize(d)
-		b.Deltas = append(b.Deltas, *d)
-		delete(s.pending, id)
-	}
-	// Each worker adds and removes its own: the gauge is the gateway's total.
-	s.p.m.add(s.p.m.pendingDeltas, -int64(len(b.Deltas)))
-	body, err := wire.AppendBatch(nil, b)
-	if err != nil {
-		// Only an invalid key (too long) gets here; such deltas cannot be synced at all.
-		s.p.host.Log(LogError, "tollgate: encode batch: "+err.Error())
-		s.p.m.inc(s.p.m.syncDropped)
-		return
-	}
-	s.unacked, s.unackedBody = b, body
-}
-
-func (s *syncer) callHeaders(path string) [][2]string {
-	cfg := &s.p.cfg
-	return [][2]string{
-		{":method", "POST"},
-		{":path", path},
-		{":authority", cfg.Sync.Authority},
-		{"content-type", "application/octet-stream"},
-		{"authorization", "Bearer " + cfg.Sync.Secret},
-	}
-}
-
-// breakerChanged keeps this worker's share of the breaker_state gauge current.
-func (s *syncer) breakerChanged() {
-	if open := !s.breaker.Healthy(); open != s.unhealthy {
+	if open := !s.healthyNow(now); open != s.unhealthy {
 		s.unhealthy = open
 		delta := int64(1)
 		if !open {
@@ -154,24 +119,336 @@ func (s *syncer) breakerChanged() {
 	}
 }
 
-func (s *syncer) failed(now int64) {
-	s.p.m.inc(s.p.m.syncFailed)
-	s.breaker.Failure(now)
-	s.breakerChanged()
+// tick runs every sync interval on every worker.
+func (s *syncer) tick(now int64) {
+	s.refresh(now, 0)
+	if !s.lead(now) {
+		s.publishUrgent()
+		return
+	}
+	s.run(now)
 }
 
-// onResponse handles the reply to the in-flight batch.
-func (s *syncer) onResponse(now int64, headers [][2]string, body []byte) {
+// publishUrgent appends this worker's urgent slots to urgentKey for the leader.
+func (s *syncer) publishUrgent() {
+	if len(s.urgent) == 0 {
+		return
+	}
+	for attempt := 0; attempt < maxCASAttempts; attempt++ {
+		cur, cas, found, err := s.p.host.SharedGet(urgentKey)
+		if err != nil {
+			return
+		}
+		if !found {
+			cas = s.p.table.fenceCas()
+		}
+		if len(cur)/4+len(s.urgent) > maxUrgent {
+			s.p.m.add(s.p.m.urgentDropped, int64(len(s.urgent)))
+			s.urgent = s.urgent[:0]
+			return // the staleness scan finds them
+		}
+		buf := append(s.buf[:0], cur...)
+		for _, n := range s.urgent {
+			buf = binary.LittleEndian.AppendUint32(buf, n)
+		}
+		s.buf = buf
+		if ok, err := s.p.host.SharedSet(urgentKey, buf, cas); err != nil || ok {
+			s.urgent = s.urgent[:0]
+			return
+		}
+	}
+}
+
+// takeUrgent empties urgentKey and returns what it held, with this worker's own.
+func (s *syncer) takeUrgent(dst []uint32) []uint32 {
+	dst = append(dst, s.urgent...)
+	s.urgent = s.urgent[:0]
+	for attempt := 0; attempt < maxCASAttempts; attempt++ {
+		cur, cas, found, err := s.p.host.SharedGet(urgentKey)
+		if err != nil || !found || len(cur) < 4 {
+			return dst
+		}
+		if ok, err := s.p.host.SharedSet(urgentKey, nil, cas); err != nil {
+			return dst
+		} else if ok {
+			for i := 0; i+4 <= len(cur); i += 4 {
+				dst = append(dst, binary.LittleEndian.Uint32(cur[i:]))
+			}
+			return dst
+		}
+	}
+	return dst
+}
+
+// lead makes this worker the leader if it is, or if the leader stopped beating for
+// three intervals, and beats.
+func (s *syncer) lead(now int64) bool {
+	for attempt := 0; attempt < maxCASAttempts; attempt++ {
+		v, cas, found, err := s.p.host.SharedGet(leaderKey)
+		if err != nil {
+			return false
+		}
+		var l leader
+		ok := found && l.decode(v)
+		mine := ok && l.Worker == s.worker && l.Term == s.term && s.term != 0
+		if !mine && ok && now-l.BeatUs <= 3*s.intervalUs() && now >= l.BeatUs-s.intervalUs() {
+			s.term = 0
+			return false // someone else leads
+		}
+		next := leader{Worker: s.worker, Term: l.Term, BeatUs: now}
+		if !mine {
+			next.Term++
+			if next.Term == 0 {
+				next.Term = 1
+			}
+		}
+		if !found {
+			cas = s.p.table.fenceCas()
+		}
+		s.buf = next.append(s.buf[:0])
+		written, err := s.p.host.SharedSet(leaderKey, s.buf, cas)
+		if err != nil {
+			return false
+		}
+		if written {
+			if !mine {
+				s.takeOver()
+			}
+			s.term = next.Term
+			return true
+		}
+	}
+	return false
+}
+
+// takeOver starts leading: a batch the previous leader left unacknowledged is resent
+// unchanged; the staleness scan starts over, so every bucket is seen within its bound.
+func (s *syncer) takeOver() {
 	s.inflight = false
+	s.batch.Deltas = s.batch.Deltas[:0]
+	s.ids = s.ids[:0]
+	if !s.state.Unacked {
+		return
+	}
+	v, _, found, err := s.p.host.SharedGet(batchKey)
+	if err != nil || !found || wire.DecodeBatch(v, &s.batch) != nil {
+		s.setState(func(st *syncState) { st.Unacked = false })
+		return
+	}
+	for i := range s.batch.Deltas {
+		d := &s.batch.Deltas[i]
+		s.ids = append(s.ids, bucketID(&s.buf, d.Key, d.Rule, d.Tier, int(d.Window)))
+	}
+}
+
+// run is the leader's tick: wait for the batch in flight, resend a failed one, or cut
+// and send the next.
+func (s *syncer) run(now int64) {
+	st := &s.state
+	if s.inflight {
+		if now-st.SentUs <= s.cfg().TimeoutMs*1000+2*s.intervalUs() {
+			return
+		}
+		s.inflight = false // the host never answered: count it failed, resend
+		s.failed(now)
+	}
+	if st.Failures > 0 && now < st.OpenUntilUs {
+		return
+	}
+	if st.Unacked && len(s.batch.Deltas) > 0 {
+		v, _, found, err := s.p.host.SharedGet(batchKey)
+		if err == nil && found {
+			s.send(now, v)
+			return
+		}
+	}
+	s.cut(now)
+}
+
+// cut builds the next batch from the due buckets and sends it.
+func (s *syncer) cut(now int64) {
+	p := s.p
+	cfg := s.cfg()
+	seq := max(s.state.Seq+1, uint64(now)) // seqs start at the gateway's clock: a restart never reuses one
+	s.batch = wire.Batch{Node: p.node, Seq: seq, RulesVersion: p.rulesVersion, Deltas: s.batch.Deltas[:0]}
+	s.ids = s.ids[:0]
+	size := wire.BatchHeaderSize(p.node, seq, p.rulesVersion, "", int(cfg.MaxBatch))
+	replySize := wire.MaxReplyHeader(0, int(cfg.MaxBatch))
+	slots := s.takeUrgent(s.carry[:0])
+	s.carry = slots[:0]
+	full := false
+	consider := func(n uint32) {
+		// Room for one more delta of the longest kind, and for its reply.
+		if full || int64(len(s.batch.Deltas)) >= min(cfg.MaxBatch, wire.MaxDeltas) ||
+			size+maxDeltaSize > maxBatchBytes || replySize+maxStateSize > maxBatchBytes {
+			full = true
+			s.carry = append(s.carry, n)
+			return
+		}
+		d, id, ok := s.cutSlot(now, n, uint32(seq))
+		if !ok {
+			return
+		}
+		size += wire.DeltaSize(&d)
+		replySize += wire.MaxStateSize(&d)
+		s.batch.Deltas = append(s.batch.Deltas, d)
+		s.ids = append(s.ids, id)
+	}
+	for _, n := range slots {
+		consider(n)
+	}
+	// The staleness scan: every slot once per stale_ms/2, at most maxScan slots a tick
+	// (a table of 65,536 slots is then seen every 3.2 s at 100 ms ticks, whatever
+	// stale_ms says).
+	perTick := min(int64(p.table.slots)*2*s.intervalUs()/max(s.staleUs(), 1)+1, maxScan)
+	for i := int64(0); i < perTick && !full; i++ {
+		consider(uint32(s.scanNext % p.table.slots))
+		s.scanNext++
+	}
+	if len(s.batch.Deltas) == 0 {
+		s.batch.Seq = s.state.Seq // a heartbeat: nothing to apply, nothing to resend
+	}
+	body, err := wire.AppendBatch(p.callBuf[:0], &s.batch)
+	if err != nil {
+		p.host.Log(LogError, "tollgate: encode batch: "+err.Error())
+		s.batch.Deltas = s.batch.Deltas[:0]
+		return
+	}
+	p.callBuf = body
+	if len(s.batch.Deltas) > 0 {
+		if _, err := p.host.SharedSet(batchKey, body, 0); err != nil {
+			p.host.Log(LogWarn, "tollgate: store batch: "+err.Error())
+		}
+		s.setState(func(st *syncState) { st.Seq, st.Unacked = seq, true })
+	}
+	s.send(now, body)
+}
+
+// cutSlot cuts the consumption of the bucket in slot n into a delta, if it is due.
+func (s *syncer) cutSlot(now int64, n uint32, seq uint32) (wire.Delta, string, bool) {
+	p := s.p
+	t := &p.table
+	key := t.slotKey(uint64(n))
+	for attempt := 0; attempt < maxCASAttempts; attempt++ {
+		v, cas, found, err := p.host.SharedGet(key)
+		if err != nil || !found {
+			return wire.Delta{}, "", false
+		}
+		id, recBytes, ok := splitSlotID(v)
+		if !ok || lease.DecodeRecord(recBytes, &s.p.scratch) != nil {
+			return wire.Delta{}, "", false
+		}
+		rec := &s.p.scratch
+		if !rec.Due(now, s.staleUs(), renewUs, 0) {
+			return wire.Delta{}, "", false
+		}
+		ruleID, w, tier, ck, ok := parseBucketID(id)
+		if !ok {
+			return wire.Delta{}, "", false
+		}
+		var d wire.Delta
+		prm, known := s.params(ruleID, tier, ck, w)
+		next := lease.Cut(*rec, prm, now, seq, &d)
+		t.valBuf = binary.AppendUvarint(t.valBuf[:0], uint64(len(id)))
+		t.valBuf = append(t.valBuf, id...)
+		t.valBuf = lease.AppendRecord(t.valBuf, &next)
+		written, err := p.host.SharedSet(key, t.valBuf, cas)
+		if err != nil {
+			return wire.Delta{}, "", false
+		}
+		if !written {
+			continue // a worker decided on it meanwhile: cut again
+		}
+		if !known {
+			// The rule (or this window of it) is gone from the rule set: nothing can
+			// charge what it consumed any more.
+			p.m.inc(p.m.deltasRuleGone)
+			return wire.Delta{}, "", false
+		}
+		d.Key, d.Rule, d.Tier, d.Window = ck, ruleID, tier, uint8(w)
+		d.Algo, d.Limit, d.WindowMs, d.Burst = uint8(prm.Kind), u32(prm.Limit), u32(prm.WindowUs/1000), u32(prm.Burst)
+		return d, string(id), true
+	}
+	return wire.Delta{}, "", false
+}
+
+// params resolves a bucket's parameters from the current rule set.
+func (s *syncer) params(ruleID, tier, key string, w int) (prm algo.Params, ok bool) {
+	r := s.p.cfg.RuleByID(ruleID)
+	if r == nil {
+		return prm, false
+	}
+	return r.Params(key, tier, w)
+}
+
+// send dispatches body, the batch in s.batch.
+func (s *syncer) send(now int64, body []byte) {
+	p := s.p
+	cfg := s.cfg()
+	token, err := p.host.HTTPCall(cfg.Cluster, p.callHeaders("/v1/sync"), body, uint32(cfg.TimeoutMs))
+	if err != nil {
+		p.host.Log(LogWarn, "tollgate: sync callout to "+strconv.Quote(cfg.Cluster)+": "+err.Error())
+		s.failed(now)
+		return
+	}
+	s.inflight, s.token = true, token
+	p.calls[token] = call{kind: callSync}
+	s.setState(func(st *syncState) { st.SentUs = now })
+	p.m.inc(p.m.syncSent)
+	p.m.add(p.m.batchDeltas, int64(len(s.batch.Deltas)))
+}
+
+// setState applies f to syncKey (bounded CAS) and to this worker's copy.
+func (s *syncer) setState(f func(*syncState)) {
+	for attempt := 0; attempt < maxCASAttempts; attempt++ {
+		v, cas, found, err := s.p.host.SharedGet(syncKey)
+		if err != nil {
+			break
+		}
+		var st syncState
+		if !found || st.decode(v) != nil {
+			st, cas = s.state, 0
+		}
+		f(&st)
+		s.buf = st.append(s.buf[:0])
+		if ok, err := s.p.host.SharedSet(syncKey, s.buf, cas); err != nil || ok {
+			s.state = st
+			return
+		}
+	}
+	f(&s.state)
+}
+
+// failed counts a failed sync: the breaker backs off (one interval, doubling up to
+// breaker_open_ms) and the batch stays to be resent.
+func (s *syncer) failed(now int64) {
+	s.p.m.inc(s.p.m.syncFailed)
+	iv := s.intervalUs()
+	s.setState(func(st *syncState) {
+		st.Failures++
+		st.SentUs = 0
+		backoff := iv << min(st.Failures-1, 20)
+		st.OpenUntilUs = now + min(backoff, max(s.cfg().BreakerOpenMs*1000, iv))
+	})
+	s.gauge(now)
+}
+
+// onResponse handles the reply to the batch in flight.
+func (s *syncer) onResponse(now int64, headers [][2]string, body []byte) {
+	p := s.p
+	s.inflight = false
+	s.refresh(now, 0)
 	status := headerValue(headers, ":status")
 	switch {
 	case status == "200":
 	case len(status) == 3 && status[0] == '4' && status != "429" && status != "408":
-		// The service will never accept this batch (malformed, too large, bad secret):
-		// resending it forever would block every later delta. Drop it, loudly.
-		s.p.host.Log(LogError, "tollgate: sync batch "+strconv.FormatUint(s.unacked.Seq, 10)+" refused with "+status+": "+string(truncate(body, 200)))
-		s.p.m.inc(s.p.m.syncDropped)
-		s.unacked, s.unackedBody = nil, nil
+		// The service will never accept this batch (wrong secret, too large): resending
+		// it forever would block every later report. Its consumption goes back to the
+		// buckets, to be reported once the service accepts batches again.
+		p.host.Log(LogError, "tollgate: sync batch "+strconv.FormatUint(s.batch.Seq, 10)+" refused with "+status+": "+string(truncate(body, 200)))
+		p.m.inc(p.m.syncDropped)
+		s.uncut(now)
+		s.setState(func(st *syncState) { st.Unacked = false })
 		s.failed(now)
 		return
 	default:
@@ -179,121 +456,166 @@ func (s *syncer) onResponse(now int64, headers [][2]string, body []byte) {
 		return
 	}
 	var reply wire.Reply
-	if err := wire.DecodeReply(body, &reply); err != nil {
-		s.p.host.Log(LogError, "tollgate: sync reply: "+err.Error())
+	if err := wire.DecodeReply(body, &reply); err != nil || len(reply.States) != len(s.batch.Deltas) {
+		msg := "states do not answer the deltas"
+		if err != nil {
+			msg = err.Error()
+		}
+		p.host.Log(LogError, "tollgate: sync reply: "+msg)
 		s.failed(now)
 		return
 	}
-	batch := s.unacked
-	s.unacked, s.unackedBody = nil, nil
-	s.breaker.Success()
-	s.breakerChanged()
-	if reply.Nodes > 0 && int64(reply.Nodes) != s.nodes {
-		s.nodes = int64(reply.Nodes)
-		// Every worker of this gateway divides by the fleet size, including those that
-		// have not had a reply yet: share it (last writer wins; all write the same value).
-		if _, err := s.p.host.SharedSet(nodesKey, binary.AppendUvarint(nil, uint64(reply.Nodes)), 0); err != nil {
-			s.p.host.Log(LogWarn, "tollgate: store fleet size: "+err.Error())
-		}
-	}
 	for i := range reply.States {
-		st := &reply.States[i]
-		// The service answers one state per delta, in order.
-		if i < len(batch.Deltas) && batch.Deltas[i].Key == st.Key && batch.Deltas[i].Rule == st.Rule && batch.Deltas[i].Window == st.Window {
-			s.apply(now, st, &batch.Deltas[i])
-		}
+		s.apply(now, &reply.States[i], &s.batch.Deltas[i], s.ids[i], uint32(s.batch.Seq))
 	}
-	if reply.RulesVersion > s.p.rulesVersion {
-		s.p.rulesBehind(reply.RulesVersion)
+	nodes := reply.Nodes
+	s.setState(func(st *syncState) {
+		st.Failures, st.OpenUntilUs, st.SentUs, st.LastOkUs = 0, 0, 0, now
+		if len(s.batch.Deltas) > 0 && st.Seq == s.batch.Seq {
+			st.Unacked = false
+		}
+		if nodes > 0 {
+			st.Nodes = nodes
+		}
+		st.RulesVersion = max(st.RulesVersion, reply.RulesVersion)
+	})
+	s.batch.Deltas = s.batch.Deltas[:0]
+	s.gauge(now)
+	if reply.RulesVersion > p.rulesVersion {
+		p.rulesBehind(reply.RulesVersion)
 	}
 }
 
-// apply folds one bucket's authoritative state into shared data (bounded CAS retries).
-func (s *syncer) apply(now int64, st *wire.State, sent *wire.Delta) {
+// apply folds one state into its bucket's record (bounded CAS).
+func (s *syncer) apply(now int64, st *wire.State, d *wire.Delta, id string, seq uint32) {
 	p := s.p
-	id := s.bucketID(st.Key, st.Rule, int(st.Window))
+	if st.Key != d.Key || st.Rule != d.Rule || st.Window != d.Window {
+		return
+	}
 	if st.Lease > 0 {
 		p.m.add(p.m.leaseGranted, int64(st.Lease))
 	}
 	var sl slot
 	for attempt := 0; attempt < maxCASAttempts; attempt++ {
-		if err := p.table.load(id, now, &sl); err != nil {
-			break
+		if err := p.table.load(id, now, &sl); err != nil || !sl.mine {
+			// Evicted meanwhile: a grant it carried stays reserved at the service until
+			// its epoch ends.
+			return
 		}
-		if !sl.mine {
-			break // evicted meanwhile: hand the lease back below
-		}
+		rec := sl.rec
 		var returned int64
-		sl.rec, returned = lease.ApplyReply(sl.rec, st, now, s.fleet(), int64(sent.Over))
+		if st.Flags&wire.StateRefused != 0 {
+			// The service will never take this delta: forget it (and say why).
+			if rec.CutSeq == seq {
+				rec.CutSeq = 0
+			}
+			p.m.inc(p.m.deltasRefused)
+		} else {
+			rec, returned = lease.ApplyReply(rec, st, seq, now)
+			rec.LeaseUntilUs = min(rec.LeaseUntilUs, now+s.cfg().LeaseTTLMs*1000)
+			if returned > 0 && !rec.Urgent {
+				rec.Urgent = true
+			}
+		}
+		sl.rec = rec
 		ok, err := p.table.store(id, &sl)
 		if err != nil {
-			break
+			return
 		}
 		if ok {
 			if returned > 0 {
-				s.addReturned(id, sent, returned)
+				s.queue(uint32(sl.n))
+			}
+			if st.Flags&wire.StateRefused != 0 && st.Reason != "" {
+				p.host.Log(LogWarn, "tollgate: the service refused a report of rule "+strconv.Quote(d.Rule)+": "+st.Reason)
 			}
 			return
 		}
 	}
-	if st.Lease > 0 {
-		// The grant could not be stored: give it back so it is not stranded until the
-		// service's lease expiry reclaims it.
-		s.addReturned(id, sent, int64(st.Lease))
-	}
 }
 
-// addReturned reports lease handed back for bucket id with the next batch.
-func (s *syncer) addReturned(id string, sent *wire.Delta, n int64) {
-	pd, ok := s.pending[id]
-	if !ok {
-		if int64(len(s.pending)) >= s.p.cfg.Sync.MaxPending {
-			s.p.m.inc(s.p.m.pendingDropped) // stranded until the service's lease expiry
-			return
+// uncut gives a refused batch's consumption back to its buckets.
+func (s *syncer) uncut(now int64) {
+	p := s.p
+	for i := range s.batch.Deltas {
+		d := &s.batch.Deltas[i]
+		var sl slot
+		for attempt := 0; attempt < maxCASAttempts; attempt++ {
+			if p.table.load(s.ids[i], now, &sl) != nil || !sl.mine {
+				break
+			}
+			sl.rec = lease.Uncut(sl.rec, d, uint32(s.batch.Seq))
+			if ok, err := p.table.store(s.ids[i], &sl); err != nil || ok {
+				break
+			}
 		}
-		pd = &wire.Delta{Key: sent.Key, Rule: sent.Rule, Window: sent.Window,
-			Algo: sent.Algo, Limit: sent.Limit, WindowMs: sent.WindowMs, Burst: sent.Burst}
-		s.pending[id] = pd
-		s.p.m.add(s.p.m.pendingDeltas, 1)
 	}
-	pd.Returned += u32(n)
+	s.batch.Deltas = s.batch.Deltas[:0]
 }
 
-// nodesKey holds the fleet size from the latest sync reply, for every worker.
-const nodesKey = "tg:nodes"
+// maxBatchBytes caps one batch's encoding (and its reply's).
+const maxBatchBytes = wire.MaxBatchSize / 4
 
-// loadFleet picks up the fleet size another worker learned.
-func (s *syncer) loadFleet() {
-	v, _, found, err := s.p.host.SharedGet(nodesKey)
-	if err != nil || !found {
-		return
+// The longest one delta, and the state answering it, can encode.
+var (
+	maxDeltaSize = wire.DeltaSize(&wire.Delta{Key: longString, Rule: longString, Tier: longString,
+		Leased: 1<<32 - 1, Over: 1<<32 - 1, Returned: 1<<32 - 1, Held: 1<<32 - 1, Rejected: 1<<32 - 1,
+		Early: 1<<32 - 1, Epoch: 1<<32 - 1, ElapsedMs: 1<<32 - 1, Limit: 1<<32 - 1, WindowMs: 1<<32 - 1, Burst: 1<<32 - 1})
+	maxStateSize = wire.MaxStateSize(&wire.Delta{Key: longString, Rule: longString})
+)
+
+const longString = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef" +
+	"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef" +
+	"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef" +
+	"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+func (p *Plugin) callHeaders(path string) [][2]string {
+	cfg := &p.cfg.Sync
+	h := append(p.hdrBuf[:0],
+		[2]string{":method", "POST"},
+		[2]string{":path", path},
+		[2]string{":authority", cfg.Authority},
+		[2]string{"content-type", "application/octet-stream"},
+	)
+	if cfg.Secret != "" {
+		h = append(h, [2]string{"authorization", p.bearer})
 	}
-	if n, k := binary.Uvarint(v); k > 0 && n > 0 {
-		s.nodes = int64(n)
-	}
+	p.hdrBuf = h
+	return h
 }
 
-func (s *syncer) fleet() int64 {
-	if s.nodes > 0 {
-		return s.nodes
-	}
-	return s.p.cfg.Sync.ExpectedNodes
-}
-
-// bucketID names a bucket: rule, window and caller key, separated by bytes that cannot
-// appear in a rule id.
-func (s *syncer) bucketID(key, rule string, window int) string {
-	return bucketID(&s.idBuf, key, rule, window)
-}
-
-func bucketID(buf *[]byte, key, rule string, window int) string {
+// bucketID names a bucket: rule, window, tier and caller key, separated by a byte that
+// cannot appear in a rule id or a tier name (the key goes last: it may contain it).
+func bucketID(buf *[]byte, key, rule, tier string, window int) string {
 	b := append((*buf)[:0], rule...)
 	b = append(b, 0x1f)
 	b = strconv.AppendInt(b, int64(window), 10)
 	b = append(b, 0x1f)
+	b = append(b, tier...)
+	b = append(b, 0x1f)
 	b = append(b, key...)
 	*buf = b
 	return string(b)
+}
+
+// parseBucketID splits a bucket id.
+func parseBucketID(id []byte) (rule string, window int, tier, key string, ok bool) {
+	var parts [3]int
+	n := 0
+	for i := 0; i < len(id) && n < 3; i++ {
+		if id[i] == 0x1f {
+			parts[n] = i
+			n++
+		}
+	}
+	if n < 3 {
+		return "", 0, "", "", false
+	}
+	w, err := strconv.Atoi(string(id[parts[0]+1 : parts[1]]))
+	if err != nil || w < 0 || w > 255 {
+		return "", 0, "", "", false
+	}
+	return string(id[:parts[0]]), w, string(id[parts[1]+1 : parts[2]]), string(id[parts[2]+1:]), true
 }
 
 func headerValue(h [][2]string, name string) string {

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"encoding/binary"
+	"math"
 	"strconv"
 
 	"github.com/tollgate-rl/tollgate/shared/lease"
@@ -25,6 +26,7 @@ type table struct {
 	// scratch buffers: a wasm VM is single threaded, so one set per worker suffices.
 	keyBuf []byte
 	valBuf []byte
+	other  lease.Record
 }
 
 const (
@@ -37,33 +39,38 @@ const (
 // slot is one loaded bucket.
 type slot struct {
 	key   string // shared-data key
+	n     uint64 // slot number
 	cas   uint32
 	found bool // the key existed (then cas is meaningful)
 	mine  bool // it holds this bucket (else it is empty or being taken over)
 	rec   lease.Record
 }
 
-// load finds the slot of bucket id, or the slot it should take.
+// load finds the slot of bucket id, or the slot it should take: an empty one, else an
+// undecodable one, else an idle one, else the least recently used of its probes (so a
+// full table keeps limiting new callers by evicting the oldest, never by refusing to
+// record them).
 func (t *table) load(id string, now int64, s *slot) error {
 	h := hashID(id)
 	var cand slot
-	candScore := int64(-1) // higher is a better takeover candidate
+	candScore := int64(math.MinInt64) // higher is a better takeover candidate
 	for p := 0; p < t.probes; p++ {
-		key := t.slotKey((h + uint64(p)) % t.slots)
+		n := (h + uint64(p)) % t.slots
+		key := t.slotKey(n)
 		val, cas, found, err := t.host.SharedGet(key)
 		if err != nil {
 			return err
 		}
 		if !found {
 			if candScore < 1<<62 {
-				cand = slot{key: key}
+				cand = slot{key: key, n: n}
 				candScore = 1 << 62
 			}
 			continue
 		}
 		recBytes, mine, ok := splitSlot(val, id)
 		if mine {
-			s.key, s.cas, s.found, s.mine = key, cas, true, true
+			s.key, s.n, s.cas, s.found, s.mine = key, n, cas, true, true
 			if lease.DecodeRecord(recBytes, &s.rec) != nil {
 				s.rec = lease.Record{Local: s.rec.Local[:0]}
 			}
@@ -72,17 +79,16 @@ func (t *table) load(id string, now int64, s *slot) error {
 		if candScore == 1<<62 {
 			continue // an empty slot beats any takeover
 		}
-		var other lease.Record
 		score := int64(1 << 61) // undecodable: take it
-		if ok && lease.DecodeRecord(recBytes, &other) == nil {
-			if other.Idle(now, t.idleUs) {
+		if ok && lease.DecodeRecord(recBytes, &t.other) == nil {
+			if t.other.Idle(now, t.idleUs) {
 				score = 1 << 60
 			} else {
-				score = -lastSeen(&other) // evict the least recently active
+				score = -t.other.LastSeen() // evict the least recently active
 			}
 		}
 		if score > candScore {
-			cand = slot{key: key, cas: cas, found: true}
+			cand = slot{key: key, n: n, cas: cas, found: true}
 			candScore = score
 		}
 	}
@@ -133,18 +139,21 @@ func (t *table) slotKey(n uint64) string {
 	return string(t.keyBuf)
 }
 
-func lastSeen(r *lease.Record) int64 {
-	if r.SyncedUs > r.AnnouncedUs {
-		return r.SyncedUs
-	}
-	return r.AnnouncedUs
-}
-
 // Slot value: uvarint id length, id, encoded lease.Record.
 func appendSlot(dst []byte, id string, r *lease.Record) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(id)))
 	dst = append(dst, id...)
 	return lease.AppendRecord(dst, r)
+}
+
+// splitSlotID returns the bucket id and the record bytes of a slot value.
+func splitSlotID(v []byte) (id, rec []byte, ok bool) {
+	n, k := binary.Uvarint(v)
+	if k <= 0 || n > uint64(len(v)-k) {
+		return nil, nil, false
+	}
+	end := k + int(n)
+	return v[k:end], v[end:], true
 }
 
 // splitSlot returns the record bytes of a slot value and whether it belongs to id.

@@ -125,7 +125,7 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 	local := map[string]heldLease{} // node|bucket -> the lease the node believes it holds
 	var history []wire.Batch
 	*clock = 1_700_000_000_000_000 + int64(rng.IntN(1_000_000))
-	var replays, grants, reclaims, refusals, penalties, overshoots, renewals, reserved, refusedDeltas int
+	var replays, grants, reclaims, refusals, penalties, overshoots, renewals, acquired, refusedDeltas int
 
 	for step := 0; step < 160; step++ {
 		var b wire.Batch
@@ -173,12 +173,8 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 				switch rng.IntN(12) {
 				case 0:
 					d.Flags |= wire.FlagStrict
-				case 1:
+				case 1, 2:
 					d.Flags |= wire.FlagAcquire
-				case 2, 3:
-					d.Flags |= wire.FlagNew
-					d.Held = uint32(rng.IntN(int(p.limit) + 1))
-					d.Epoch = 0
 				}
 				if rng.IntN(8) == 0 {
 					d.Flags |= wire.FlagDegraded
@@ -232,8 +228,8 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 			refusals += b2i(!r.Allowed)
 			penalties += b2i(r.Level > 1)
 			overshoots += b2i(r.Overshoot > 0)
-			renewals += b2i(!r.Replay && r.Held > 0 && d.Flags&wire.FlagNew == 0)
-			reserved += b2i(!r.Replay && r.Held > 0 && d.Flags&wire.FlagNew != 0)
+			renewals += b2i(!r.Replay && r.Held > 0)
+			acquired += b2i(!r.Replay && d.Flags&wire.FlagAcquire != 0 && r.Allowed && r.Grant > 0)
 			if !r.Replay {
 				local[b.Node+"|"+BucketKey(d.Key, d.Rule, d.Tier, d.Window)] = heldLease{r.Held + r.Grant, r.Epoch}
 			}
@@ -242,7 +238,7 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 	}
 	// The sequence must have exercised every branch worth comparing.
 	for name, n := range map[string]int{"replays": replays, "grants": grants, "reclaims": reclaims, "strict refusals": refusals,
-		"penalty levels > 1": penalties, "overshoots": overshoots, "renewals": renewals, "cold reservations": reserved, "refused deltas": refusedDeltas} {
+		"penalty levels > 1": penalties, "overshoots": overshoots, "renewals": renewals, "acquires with a lease": acquired, "refused deltas": refusedDeltas} {
 		if n == 0 {
 			t.Errorf("no %s in the random sequence: the comparison did not cover them", name)
 		}

@@ -16,7 +16,7 @@ import (
 // converted to it on receipt (ApplyReply), so gateway and server clocks are never compared.
 type Record struct {
 	// Local is the algorithm state this gateway keeps on its own: it decides alone when
-	// sync is disabled and while degraded, and it limits a cold start to its slice.
+	// sync is disabled and while degraded.
 	Local algo.State
 	// LeaseLeft is what remains of the lease the service reserved for this gateway,
 	// dated LeaseEpoch, usable until LeaseUntilUs.
@@ -48,11 +48,8 @@ type Record struct {
 	CutSeq uint32
 	// Pending is consumption not yet cut into a batch.
 	Pending Pending
-	// Cold is set while the bucket decides from a cold slice (no lease yet): its first
-	// report carries wire.FlagNew so the service reserves the rest of the slice.
-	Cold bool
-	// Urgent asks for a report at the next sync: a new bucket, a lease at its low water,
-	// a refusal, a lease returned.
+	// Urgent asks for a report at the next sync: a lease at its low water or near its
+	// end, a refusal, a lease returned.
 	Urgent bool
 }
 
@@ -74,13 +71,11 @@ type Env struct {
 	// Healthy is false while the gateway cannot rely on the service (breaker open, or no
 	// successful sync lately).
 	Healthy bool
-	// Nodes is the fleet size the service reported (0: not known yet). A cold bucket may
-	// admit capacity/Nodes before its first reply; with 0, or a slice below the cost, it
-	// asks the service instead.
-	Nodes int64
 	// IntervalUs is the sync interval (a refusal that a new lease would lift answers
 	// Retry-After of one interval).
 	IntervalUs int64
+	// RenewUs: a lease used this close to its end asks to be renewed.
+	RenewUs int64
 }
 
 // Decision is the outcome of Decide for one bucket.
@@ -155,7 +150,7 @@ func Decide(r Record, p algo.Params, now, cost int64, env Env) (Record, Decision
 		r.LeaseLeft -= cost
 		d.Leased = cost
 		r.Pending.Leased += cost
-		if r.LeaseLeft <= r.LowWater {
+		if r.LeaseLeft <= r.LowWater || r.LeaseUntilUs-now <= env.RenewUs {
 			r = urgent(r, &d)
 		}
 		return admit(r, p, now, cost, d)
@@ -167,50 +162,14 @@ func Decide(r Record, p algo.Params, now, cost int64, env Env) (Record, Decision
 		d.RetryAfterUs = max(r.RetryUs-now, (cost-max(r.GlobalRemaining, 0))*perPermit)
 		d.ResetUs = r.ResetUs
 		return reject(r, now, d, true)
-	case leaseTime || r.Cold:
-		if !r.Cold {
-			// The lease is short but the bucket may not be: ask the service.
-			d.Acquire = true
-			return r, d
-		}
-		// A cold start in progress: its slice, then the service.
-		res := algo.Decide(p, r.Local, now, cost)
-		if !res.Allowed {
-			d.Acquire = true
-			return r, d
-		}
-		r.Local = res.State
-		d.Over = cost
-		r.Pending.Over += cost
-		return admitted(r, res, d)
 	}
-	// No lease: a cold start. Admit this gateway's fair slice of the capacity before the
-	// first reply, when the fleet size is known and the slice covers the cost; the
-	// report asks the service to reserve what is left of it (wire.FlagNew).
-	capacity := p.Capacity()
-	if env.Nodes < 1 {
-		d.Acquire = true
-		return r, d
-	}
-	slice := capacity / env.Nodes
-	if r.Synced() {
-		// The bucket was synced before: its share of what the service last said is
-		// unreserved, plus what the steady rate refilled since.
-		refill := (now - r.SyncedUs) / max(1, p.WindowUs/max(1, p.Limit))
-		slice = min(slice, (max(0, r.GlobalRemaining)+refill)/env.Nodes)
-	}
-	if slice < cost {
-		d.Acquire = true
-		return r, d
-	}
-	r.Local = algo.Take(p, nil, now, capacity-slice)
-	r.Cold = true
-	res := algo.Decide(p, r.Local, now, cost)
-	r.Local = res.State
-	d.Over = cost
-	r.Pending.Over += cost
-	r = urgent(r, &d)
-	return admitted(r, res, d)
+	// The lease is short, or there is none (a cold start: never synced, or the lease
+	// ended): the request asks the service (an acquire), which decides it against what the
+	// bucket holds beyond every outstanding lease and brings a lease back. A cold gateway
+	// never admits on its own, so gateways going cold on one bucket at once cannot
+	// together admit more than it holds (RATIONALE.md §2).
+	d.Acquire = true
+	return r, d
 }
 
 // admit finishes an admission out of the lease: the local state follows this gateway's
@@ -295,9 +254,9 @@ func Acquired(r Record, p algo.Params, now, cost int64) Record {
 	return r
 }
 
-// Due reports whether r should be in the next batch: it is urgent, it was never
-// reported, or consumption has waited staleUs since the last report, or a lease that
-// was used since the last report ends within renewUs (renewing keeps it). inflight is
+// Due reports whether r should be in the next batch: it is urgent, or consumption has
+// waited staleUs since the last report, or a lease that was used since the last report
+// ends within renewUs (renewing keeps it). inflight is
 // the low 32 bits of the seq of the batch awaiting its reply (0: none): a record that
 // batch carries is not due again, whereas one cut into a batch that was lost is.
 func (r *Record) Due(now, staleUs, renewUs int64, inflight uint32) bool {
@@ -322,17 +281,10 @@ func Cut(r Record, p algo.Params, now int64, seq uint32, d *wire.Delta) Record {
 	}
 	d.Leased, d.Over, d.Returned = clampU32(pd.Leased), clampU32(pd.Over), clampU32(pd.Returned)
 	d.Rejected, d.Early = clampU32(pd.Rejected), clampU32(pd.Early)
-	d.Held, d.Epoch = 0, 0
-	switch {
-	case r.Cold:
-		d.Flags |= wire.FlagNew
-		d.Held = clampU32(algo.Available(p, r.Local, now))
-	default:
-		// Returned lease refers to the same epoch as the lease held.
-		d.Epoch = r.LeaseEpoch
-		if r.LeaseLeft > 0 && now < r.LeaseUntilUs {
-			d.Held = clampU32(r.LeaseLeft)
-		}
+	// Returned lease refers to the same epoch as the lease held.
+	d.Held, d.Epoch = 0, r.LeaseEpoch
+	if r.LeaseLeft > 0 && now < r.LeaseUntilUs {
+		d.Held = clampU32(r.LeaseLeft)
 	}
 	d.ElapsedMs = 0
 	if r.Synced() {
@@ -364,7 +316,7 @@ func Uncut(r Record, d *wire.Delta, seq uint32) Record {
 	return r
 }
 
-// ApplyReply folds the service's answer s to delta sent (cut into batch seq) into r at
+// ApplyReply folds the service's answer s to a delta cut into batch seq into r at
 // local time now. The lease part — what the service still reserves of the lease the
 // gateway reported, and the new grant — is applied once, to the record that batch cut;
 // the rest (remaining, reset, retry, penalty) only when s is newer than what r holds.
@@ -372,25 +324,14 @@ func Uncut(r Record, d *wire.Delta, seq uint32) Record {
 // It returns lease to report as returned: when the remaining is negative once this
 // gateway's unreported admissions are counted, the grant came out of permits it had
 // already admitted, and that much is handed back.
-func ApplyReply(r Record, s *wire.State, sent *wire.Delta, seq uint32, now int64) (Record, int64) {
+func ApplyReply(r Record, s *wire.State, seq uint32, now int64) (Record, int64) {
 	if seq == 0 {
 		seq = 1
 	}
 	var returned int64
 	if r.CutSeq == seq {
 		r.CutSeq = 0
-		held := int64(s.Held)
-		if sent.Flags&wire.FlagNew != 0 {
-			// The cold slice is reserved: what this gateway admitted from it since the
-			// cut came out of that reservation.
-			conv := min(r.Pending.Over, held)
-			r.Pending.Over -= conv
-			r.Pending.Leased += conv
-			r.LeaseLeft = held - conv
-			r.Cold = false
-		} else {
-			r.LeaseLeft = max(0, min(r.LeaseLeft, held-r.Pending.Leased))
-		}
+		r.LeaseLeft = max(0, min(r.LeaseLeft, int64(s.Held)-r.Pending.Leased))
 		r.LeaseLeft += int64(s.Lease)
 		r.LeaseEpoch = s.Epoch
 		r.LeaseUntilUs = now + int64(s.ValidMs)*1000
@@ -418,7 +359,6 @@ func ApplyAcquire(r Record, s *wire.State, now int64) Record {
 		}
 		r.LeaseLeft += g
 		r.LowWater = int64(s.LowWater)
-		r.Cold = false
 	}
 	if !r.Synced() {
 		r.SyncedUs = now
@@ -474,7 +414,7 @@ func (r *Record) LastSeen() int64 { return max(r.SyncedUs, r.AnnouncedUs, r.Used
 // the algorithm state (13 or 17 bytes for every algorithm but the sliding window log):
 //
 //	0      version (3)
-//	1      flags (bit 0 synced, 1 used, 2 cold, 3 urgent, 4 pending degraded)
+//	1      flags (bit 0 synced, 1 used, 3 urgent, 4 pending degraded)
 //	2      penalty level
 //	3..11  base (int64 µs): UsedUs, or the earliest time set when never used; the
 //	       times below are relative to it
@@ -494,7 +434,6 @@ const (
 	headerSize    = 55
 	flagSynced    = 1
 	flagUsed      = 2
-	flagCold      = 4
 	flagUrgent    = 8
 	flagDegraded  = 16
 )
@@ -523,9 +462,6 @@ func AppendRecord(dst []byte, r *Record) []byte {
 	}
 	if r.UsedUs != 0 {
 		h[1] |= flagUsed
-	}
-	if r.Cold {
-		h[1] |= flagCold
 	}
 	if r.Urgent {
 		h[1] |= flagUrgent
@@ -589,7 +525,6 @@ func DecodeRecord(data []byte, r *Record) error {
 	r.ServerMs = binary.LittleEndian.Uint32(data[43:])
 	r.LeaseEpoch = binary.LittleEndian.Uint32(data[47:])
 	r.CutSeq = binary.LittleEndian.Uint32(data[51:])
-	r.Cold = f&flagCold != 0
 	r.Urgent = f&flagUrgent != 0
 	r.LowWater = vals[0]
 	r.Pending = Pending{Leased: vals[1], Over: vals[2], Returned: vals[3], Rejected: vals[4], Early: vals[5], Degraded: f&flagDegraded != 0}

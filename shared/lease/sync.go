@@ -326,19 +326,13 @@ func Sync(b *Bucket, pen *Penalty, d *wire.Delta, now int64, cfg SyncConfig) Syn
 	}
 
 	// 4. Returned lease stops counting; the lease the gateway keeps is renewed (moved to
-	// this epoch). A cold gateway's slice (FlagNew) is reserved out of what is left.
+	// this epoch).
 	if slot != nil {
 		*slot -= min(int64(d.Returned), *slot)
-	}
-	held := int64(d.Held)
-	switch {
-	case d.Flags&wire.FlagNew != 0:
-		r.Held = min(held, max(algo.Available(p, st, now)-b.Leases.Outstanding(), 0))
-	case slot != nil:
-		r.Held = min(held, *slot)
+		r.Held = min(int64(d.Held), *slot)
 		*slot -= r.Held
+		b.Leases.Cur += r.Held
 	}
-	b.Leases.Cur += r.Held
 
 	// 5. The gateway's demand over the interval it reports.
 	count := min(leased+over+int64(d.Rejected), maxCount)

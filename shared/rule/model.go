@@ -64,12 +64,13 @@ type Sync struct {
 	Node            string // gateway id (default: random at start)
 	IntervalMs      int64  // tick (default 100)
 	TimeoutMs       int64  // callout timeout (default 250)
-	LeaseTTLMs      int64  // local lease lifetime without a successful sync (default 1000)
+	LeaseTTLMs      int64  // longest a lease is used, whatever validity the service grants (default 60000)
+	StaleMs         int64  // longest consumption waits unreported (default 10000)
 	MaxBatch        int64  // deltas per callout (default 1000, max wire.MaxDeltas)
-	MaxPending      int64  // pending buckets per worker before dropping the oldest (default 10000)
+	MaxPending      int64  // urgent buckets queued per worker between ticks (default 10000; beyond, the staleness scan finds them)
 	ExpectedNodes   int64  // fleet size assumed before the first reply (default 1)
-	BreakerFailures int64  // consecutive failures that open the breaker (default 3)
-	BreakerOpenMs   int64  // how long it stays open before a half-open probe (default 1000)
+	BreakerFailures int64  // consecutive failed syncs that open the breaker (default 3)
+	BreakerOpenMs   int64  // longest backoff between syncs while failing (default 1000)
 	IdleTTLMs       int64  // buckets idle this long are dropped from shared data (default 120000)
 }
 

@@ -516,14 +516,14 @@ func parseToken(path string, v gjson.Result, max int) (string, error) {
 
 func parseSync(path string, v gjson.Result) (Sync, error) {
 	s := Sync{
-		IntervalMs: 100, TimeoutMs: 250, LeaseTTLMs: 1000, MaxBatch: 1000, MaxPending: 10000,
+		IntervalMs: 100, TimeoutMs: 250, LeaseTTLMs: 60000, StaleMs: 10000, MaxBatch: 1000, MaxPending: 10000,
 		ExpectedNodes: 1, BreakerFailures: 3, BreakerOpenMs: 1000, IdleTTLMs: 120000,
 	}
 	if !v.Exists() {
 		return s, nil
 	}
 	o, err := parseObject(path, v, "cluster", "authority", "secret", "node", "interval_ms", "timeout_ms",
-		"lease_ttl_ms", "max_batch", "max_pending", "expected_nodes", "breaker_failures", "breaker_open_ms", "idle_ttl_ms")
+		"lease_ttl_ms", "stale_ms", "max_batch", "max_pending", "expected_nodes", "breaker_failures", "breaker_open_ms", "idle_ttl_ms")
 	if err != nil {
 		return s, err
 	}
@@ -555,6 +555,7 @@ func parseSync(path string, v gjson.Result) (Sync, error) {
 		{"interval_ms", &s.IntervalMs, 10, 60000},
 		{"timeout_ms", &s.TimeoutMs, 1, 60000},
 		{"lease_ttl_ms", &s.LeaseTTLMs, 1, 600000},
+		{"stale_ms", &s.StaleMs, 10, 600000},
 		{"max_batch", &s.MaxBatch, 1, wire.MaxDeltas},
 		{"max_pending", &s.MaxPending, 1, 1_000_000},
 		{"expected_nodes", &s.ExpectedNodes, 1, 10000},
@@ -573,6 +574,9 @@ func parseSync(path string, v gjson.Result) (Sync, error) {
 	// node drop its lease between syncs.
 	if s.LeaseTTLMs < s.IntervalMs {
 		return s, fieldErrorf(o.at("lease_ttl_ms"), "must be >= sync.interval_ms (%d), got %d", s.IntervalMs, s.LeaseTTLMs)
+	}
+	if s.StaleMs < s.IntervalMs {
+		return s, fieldErrorf(o.at("stale_ms"), "must be >= sync.interval_ms (%d), got %d", s.IntervalMs, s.StaleMs)
 	}
 	return s, nil
 }

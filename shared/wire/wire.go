@@ -56,11 +56,7 @@ const (
 	// what the bucket holds beyond every outstanding lease; the reply's State.Allowed says
 	// whether they were taken. A strict delta never gets a lease.
 	FlagStrict uint8 = 1 << iota
-	// FlagNew marks the first report of a bucket the gateway decided cold (no lease):
-	// Over is what it admitted from its cold slice, and Held what it may still admit
-	// from that slice before this reply arrives. The service reserves Held as a lease so
-	// that simultaneous cold starts stay within the limit (RATIONALE.md §3).
-	FlagNew
+	_ // reserved (bit 1)
 	// FlagDegraded says Over includes permits admitted while the gateway could not reach
 	// the service (fail-open). They are charged only up to what the global bucket holds:
 	// that over-admission already happened during the outage, and charging it as debt
@@ -70,7 +66,7 @@ const (
 	// FlagStrict) together with a lease for the gateway.
 	FlagAcquire
 
-	deltaFlags = FlagStrict | FlagNew | FlagDegraded | FlagAcquire
+	deltaFlags = FlagStrict | FlagDegraded | FlagAcquire
 )
 
 // State flags.
@@ -108,14 +104,13 @@ type Delta struct {
 	Flags  uint8
 	// Leased is what was admitted out of the gateway's lease (reserved at the service).
 	Leased uint32
-	// Over is what was admitted outside any lease (cold start, degraded mode); the
-	// service charges it to the global bucket. With FlagStrict/FlagAcquire it is the
-	// cost asked for.
+	// Over is what was admitted outside any lease (degraded mode); the service charges
+	// it to the global bucket. With FlagStrict/FlagAcquire it is the cost asked for.
 	Over uint32
 	// Returned is lease the gateway gives back (it expired locally or is not needed).
 	Returned uint32
 	// Held is the lease the gateway still holds (dated Epoch) and keeps; the service
-	// renews its reservation. With FlagNew: what the cold slice may still admit.
+	// renews its reservation.
 	Held uint32
 	// Rejected counts requests answered 429 locally; Early counts the subset that
 	// arrived before the Retry-After they had been given (the penalty signal).

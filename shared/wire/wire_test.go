@@ -17,7 +17,7 @@ func sampleBatch(n int) *Batch {
 	for i := 0; i < n; i++ {
 		b.Deltas = append(b.Deltas, Delta{
 			Key: "sk_live_" + strings.Repeat("x", i%24), Rule: "search", Tier: "pro", Window: uint8(i % 3),
-			Flags: FlagNew, Leased: uint32(i), Over: uint32(i * 7), Returned: 3, Held: uint32(i % 11), Rejected: uint32(i % 5),
+			Flags: FlagDegraded, Leased: uint32(i), Over: uint32(i * 7), Returned: 3, Held: uint32(i % 11), Rejected: uint32(i % 5),
 			Early: uint32(i % 2), Epoch: 85_000_000 + uint32(i), ElapsedMs: 100, Algo: 1, Limit: 100, WindowMs: 60000, Burst: 120,
 		})
 	}

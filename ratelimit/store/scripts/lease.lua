@@ -26,7 +26,7 @@
 -- ARGV[8] min_elapsed_ms  ARGV[9] valid_margin_ms  ARGV[10] penalty_base_us
 -- ARGV[11] penalty_max_us
 -- ARGV[12] now_us: TESTS ONLY, overrides TIME when non-empty (production sends '')
--- ARGV[13+16(i-1) ..] delta i: bucket key, penalty key, kind, flags (1 strict, 2 new,
+-- ARGV[13+16(i-1) ..] delta i: bucket key, penalty key, kind, flags (1 strict,
 --               4 degraded, 8 acquire, 128 no lease: set by the service only),
 --               leased, over, returned, held, rejected, early, epoch, elapsed_ms,
 --               limit, window_us, burst, capacity
@@ -156,7 +156,6 @@ local function apply(a)
   local A = ALGOS[tonumber(ARGV[a])]
   local flags = tonumber(ARGV[a + 1])
   local strict_only = flags % 2 == 1
-  local is_new = math.floor(flags / 2) % 2 == 1
   local degraded = math.floor(flags / 4) % 2 == 1
   local acquire = math.floor(flags / 8) % 2 == 1
   local nolease = math.floor(flags / 128) % 2 == 1
@@ -275,14 +274,10 @@ local function apply(a)
     end
   end
 
-  -- 4. Returned stops counting; held is renewed; a cold slice is reserved.
+  -- 4. Returned stops counting; held is renewed.
+  local held = 0
   if slot then
     slot_sub(math.min(returned, slot_get()))
-  end
-  local held = 0
-  if is_new then
-    held = math.min(held_in, math.max(A.available(p, st, now) - (cur + prev), 0))
-  elseif slot then
     held = math.min(held_in, slot_get())
     slot_sub(held)
   end
