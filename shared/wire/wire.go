@@ -56,7 +56,7 @@ const (
 	// what the bucket holds beyond every outstanding lease; the reply's State.Allowed says
 	// whether they were taken. A strict delta never gets a lease.
 	FlagStrict uint8 = 1 << iota
-	_ // reserved (bit 1)
+	_                // reserved (bit 1)
 	// FlagDegraded says Over includes permits admitted while the gateway could not reach
 	// the service (fail-open). They are charged only up to what the global bucket holds:
 	// that over-admission already happened during the outage, and charging it as debt
