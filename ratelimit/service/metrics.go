@@ -19,26 +19,28 @@ import (
 type Metrics struct {
 	Registry *prometheus.Registry
 
-	batches      *prometheus.CounterVec   // endpoint, outcome
-	deltas       *prometheus.CounterVec   // endpoint
-	keys         *prometheus.CounterVec   // endpoint
-	batchSeconds *prometheus.HistogramVec // endpoint
-	redisSeconds *prometheus.HistogramVec // op
-	redisErrors  *prometheus.CounterVec   // op
-	reloads      prometheus.Counter
-	grants       prometheus.Counter
-	granted      prometheus.Counter
-	overshoot    prometheus.Counter
-	replays      prometheus.Counter
-	reclaimed    prometheus.Counter
-	rejections   *prometheus.CounterVec // rule
-	refused      *prometheus.CounterVec // endpoint
-	strictDenied *prometheus.CounterVec // rule
-	early        prometheus.Counter
-	penalized    prometheus.Counter
-	errors       *prometheus.CounterVec // kind
-	rulesVersion prometheus.Gauge
-	fleet        prometheus.Gauge
+	batches         *prometheus.CounterVec   // endpoint, outcome
+	deltas          *prometheus.CounterVec   // endpoint
+	keys            *prometheus.CounterVec   // endpoint
+	batchSeconds    *prometheus.HistogramVec // endpoint
+	redisSeconds    *prometheus.HistogramVec // op
+	redisErrors     *prometheus.CounterVec   // op
+	reloads         prometheus.Counter
+	grants          prometheus.Counter
+	granted         prometheus.Counter
+	overshoot       prometheus.Counter
+	replays         prometheus.Counter
+	reclaimed       prometheus.Counter
+	rejections      *prometheus.CounterVec // rule
+	refused         *prometheus.CounterVec // endpoint
+	paramsCorrected prometheus.Counter
+	clamped         prometheus.Counter
+	strictDenied    *prometheus.CounterVec // rule
+	early           prometheus.Counter
+	penalized       prometheus.Counter
+	errors          *prometheus.CounterVec // kind
+	rulesVersion    prometheus.Gauge
+	fleet           prometheus.Gauge
 
 	ruleMu    sync.Mutex
 	ruleNames map[string]struct{}
@@ -65,6 +67,8 @@ func NewMetrics() *Metrics {
 	m.replays = prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_replayed_deltas_total", Help: "Deltas of retried batches answered without being applied again."})
 	m.reclaimed = prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_lease_reclaimed_permits_total", Help: "Lease permits reclaimed from gateways that stopped syncing."})
 	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_sync_deltas_refused_total", Help: "Deltas refused (not applied) while the rest of their batch was: invalid parameters, a bucket twice in one batch."}, []string{"endpoint"})
+	m.paramsCorrected = prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_sync_params_corrected_total", Help: "Deltas whose limits differed from the service's rule set (a gateway on another rules version, or a forged report): charged under the service's."})
+	m.clamped = prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_debt_clamped_permits_total", Help: "Reported consumption beyond one capacity of debt, not charged."})
 	m.rejections = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_rejections_total", Help: "Requests rejected by gateways (reported in deltas) by rule."}, []string{"rule"})
 	m.strictDenied = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_strict_denied_total", Help: "Strict checks refused by rule."}, []string{"rule"})
 	m.early = prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_early_requests_total", Help: "Rejected requests that came back before their Retry-After (penalty signal)."})
@@ -73,7 +77,7 @@ func NewMetrics() *Metrics {
 	m.rulesVersion = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tollgate_rules_version", Help: "Current rule-set version known to this instance."})
 	m.fleet = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tollgate_fleet_nodes", Help: "Gateways seen syncing recently."})
 	for _, c := range []prometheus.Collector{m.batches, m.deltas, m.keys, m.batchSeconds, m.redisSeconds, m.redisErrors,
-		m.reloads, m.grants, m.granted, m.overshoot, m.replays, m.reclaimed, m.refused, m.rejections, m.strictDenied, m.early,
+		m.reloads, m.grants, m.granted, m.overshoot, m.replays, m.reclaimed, m.refused, m.paramsCorrected, m.clamped, m.rejections, m.strictDenied, m.early,
 		m.penalized, m.errors, m.rulesVersion, m.fleet,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
@@ -145,6 +149,9 @@ func (m *Metrics) batch(endpoint string, b *wire.Batch, results []lease.SyncResu
 		}
 		if r.Overshoot > 0 {
 			m.overshoot.Add(float64(r.Overshoot))
+		}
+		if r.Clamped > 0 {
+			m.clamped.Add(float64(r.Clamped))
 		}
 		if r.Reclaimed > 0 {
 			m.reclaimed.Add(float64(r.Reclaimed))

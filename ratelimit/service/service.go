@@ -56,6 +56,7 @@ type Service struct {
 	log     *slog.Logger
 	mux     *http.ServeMux
 	bufs    sync.Pool
+	rc      ruleCache
 }
 
 // New builds the service on st. m must be the Metrics st reports to (nil: new ones,
@@ -199,7 +200,11 @@ func (s *Service) handleBatch(endpoint string, check bool) http.HandlerFunc {
 			fail(http.StatusBadRequest, "decode", err.Error())
 			return
 		}
-		opts := store.Options{Idempotent: !check, NoLease: v1}
+		if why := seqProblem(b.Seq, time.Now()); why != "" && !check {
+			fail(http.StatusBadRequest, "invalid", why)
+			return
+		}
+		opts := store.Options{Idempotent: !check, NoLease: v1, Refuse: s.resolver(r.Context())}
 		if check {
 			for i := range b.Deltas {
 				if b.Deltas[i].Flags&(wire.FlagStrict|wire.FlagAcquire) == 0 {

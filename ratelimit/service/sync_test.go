@@ -219,7 +219,7 @@ func TestPenaltiesGrowAndCap(t *testing.T) {
 	for i := 1; i <= 8; i++ {
 		clock.Add(cfg.PenaltyBaseUs)
 		d := delta(key, "api", algo.TokenBucket, 10, 1000)
-		d.Rejected, d.Early = 3, 2
+		d.Over, d.Rejected, d.Early = 10, 3, 2 // the gateway spent the bucket, then refused early retries
 		st := in.sync(t, "/v1/sync", &wire.Batch{Node: "gw", Seq: uint64(i), Deltas: []wire.Delta{d}}).States[0]
 		if st.PenaltyLevel < level {
 			t.Fatalf("step %d: level fell %d -> %d", i, level, st.PenaltyLevel)
@@ -417,5 +417,35 @@ func TestSyncVersion1(t *testing.T) {
 	st := in.sync(t, "/v1/sync", &wire.Batch{Node: "gw-new", Seq: 1, Deltas: []wire.Delta{d}}).States[0]
 	if got := st.Remaining + int64(st.Lease); got != 90 {
 		t.Fatalf("after the v1 batch: remaining+lease %d, want 90", got)
+	}
+}
+
+// TestSyncResolvesAgainstRules: with a rule set at the service, a delta is charged under
+// the service's limits for its rule (a gateway cannot raise them by sending others), a
+// delta of a rule the service does not know is refused, and a seq far ahead of the
+// service's clock is refused (it would make the gateway's real batches look like
+// replays).
+func TestSyncResolvesAgainstRules(t *testing.T) {
+	in := start(t, opts{})
+	if code, _, out := in.do(t, http.MethodPut, "/v1/rules", adminToken,
+		[]byte(`{"rules":[{"id":"res","limit":10,"window":"1m","algorithm":"fixed_window"}]}`)); code != http.StatusOK {
+		t.Fatalf("PUT /v1/rules: %d %s", code, out)
+	}
+	eventually(t, 5*time.Second, "rules version", func() bool { return in.svc.Watcher().Version() > 0 })
+	key := uniq("res")
+	forged := delta(key, "res", algo.FixedWindow, 1000, 60_000) // asks for 1000/min
+	forged.Over = 4
+	unknown := delta(key, "nope", algo.FixedWindow, 10, 60_000)
+	r := in.sync(t, "/v1/sync", &wire.Batch{Node: "gw", Seq: 1, Deltas: []wire.Delta{forged, unknown}})
+	if st := r.States[0]; st.Flags&wire.StateRefused != 0 || st.Remaining+int64(st.Lease) != 6 {
+		t.Fatalf("forged limit: %+v, want charged under the service's 10/min (remaining+lease 6)", st)
+	}
+	if st := r.States[1]; st.Flags&wire.StateRefused == 0 || !strings.Contains(st.Reason, "not in the service's rule set") {
+		t.Fatalf("unknown rule: %+v", st)
+	}
+	future := &wire.Batch{Node: "gw", Seq: uint64(time.Now().Add(time.Hour).UnixMicro()), Deltas: []wire.Delta{forged}}
+	body, _ := wire.AppendBatch(nil, future)
+	if code, _, out := in.do(t, http.MethodPost, "/v1/sync", syncSecret, body); code != http.StatusBadRequest || !bytes.Contains(out, []byte("seq")) {
+		t.Fatalf("future seq: %d %s", code, out)
 	}
 }

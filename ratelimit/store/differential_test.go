@@ -125,7 +125,7 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 	local := map[string]heldLease{} // node|bucket -> the lease the node believes it holds
 	var history []wire.Batch
 	*clock = 1_700_000_000_000_000 + int64(rng.IntN(1_000_000))
-	var replays, grants, reclaims, refusals, penalties, overshoots, renewals, acquired, refusedDeltas int
+	var replays, grants, reclaims, refusals, penalties, overshoots, clamps, renewals, acquired, refusedDeltas int
 
 	for step := 0; step < 160; step++ {
 		var b wire.Batch
@@ -167,8 +167,12 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 					d.Over = uint32(rng.IntN(int(p.limit)/2 + 1))
 				}
 				d.Rejected = uint32(rng.IntN(4))
-				if rng.IntN(12) == 0 {
+				if rng.IntN(4) == 0 {
 					d.Early = 1
+					d.Over = p.limit // refusals come when the bucket is spent
+				}
+				if rng.IntN(30) == 0 {
+					d.Over = uint32(rng.IntN(5 * int(p.limit))) // more than one window of debt
 				}
 				switch rng.IntN(12) {
 				case 0:
@@ -226,8 +230,9 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 			grants += b2i(!r.Replay && r.Grant > 0)
 			reclaims += b2i(r.Reclaimed > 0)
 			refusals += b2i(!r.Allowed)
-			penalties += b2i(r.Level > 1)
+			penalties += b2i(r.Level > 0 && !r.Replay)
 			overshoots += b2i(r.Overshoot > 0)
+			clamps += b2i(r.Clamped > 0)
 			renewals += b2i(!r.Replay && r.Held > 0)
 			acquired += b2i(!r.Replay && d.Flags&wire.FlagAcquire != 0 && r.Allowed && r.Grant > 0)
 			if !r.Replay {
@@ -238,7 +243,7 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 	}
 	// The sequence must have exercised every branch worth comparing.
 	for name, n := range map[string]int{"replays": replays, "grants": grants, "reclaims": reclaims, "strict refusals": refusals,
-		"penalty levels > 1": penalties, "overshoots": overshoots, "renewals": renewals, "acquires with a lease": acquired, "refused deltas": refusedDeltas} {
+		"penalties": penalties, "overshoots": overshoots, "clamped debts": clamps, "renewals": renewals, "acquires with a lease": acquired, "refused deltas": refusedDeltas} {
 		if n == 0 {
 			t.Errorf("no %s in the random sequence: the comparison did not cover them", name)
 		}

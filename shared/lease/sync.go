@@ -150,6 +150,9 @@ type SyncResult struct {
 	// Overshoot is the part of this delta's unconditional charge that exceeded what the
 	// bucket held unreserved: admitted while the bucket was (or went) into debt.
 	Overshoot int64
+	// Clamped is the part of the charge beyond one capacity of debt, which is not
+	// charged: no report can lock a key out for more than one window.
+	Clamped int64
 	// Reclaimed is lease whose epoch ended, given back to the bucket by this call.
 	Reclaimed int64
 	NowUs     int64 // server time of the call
@@ -275,18 +278,7 @@ func Sync(b *Bucket, pen *Penalty, d *wire.Delta, now int64, cfg SyncConfig) Syn
 	st := b.State
 	slot := b.Leases.slot(d.Epoch, j, win)
 
-	// 2. Penalty before the grant: a key that ignores Retry-After gets no new lease.
-	decayPenalty(pen, now, cfg)
-	if d.Early > 0 && (pen.Level == 0 || now-pen.LastUs >= cfg.PenaltyBaseUs) {
-		if penaltyCooldown(pen.Level, cfg) < cfg.PenaltyMaxUs && pen.Level < maxPenaltyLvl {
-			pen.Level++
-		}
-		pen.UntilUs = max(pen.UntilUs, now+penaltyCooldown(pen.Level, cfg))
-		pen.LastUs = now
-	}
-	penalized := pen.UntilUs > now
-
-	// 3. Consumption, charged now. What a lease covered stops being outstanding as it
+	// 2. Consumption, charged now. What a lease covered stops being outstanding as it
 	// is charged, so it changes nothing for the other gateways. A fixed window's lease of
 	// an earlier window was counted in that window: its consumption is not charged to
 	// this one.
@@ -309,10 +301,30 @@ func Sync(b *Bucket, pen *Penalty, d *wire.Delta, now int64, cfg SyncConfig) Syn
 		if d.Flags&wire.FlagDegraded != 0 {
 			uncovered -= r.Overshoot // forgive what an outage admitted beyond the bucket
 		}
+		// Debt is capped at one capacity (one window of the steady rate).
+		if limit := max(avail0+p.Capacity(), 0); uncovered > limit {
+			r.Clamped = uncovered - limit
+			uncovered = limit
+		}
 	}
 	if c := covered + uncovered; c > 0 {
 		st = algo.Take(p, st, now, c)
 	}
+
+	// 3. Penalty before the grant: a key that ignores Retry-After gets no new lease. An
+	// early request is one refused because the bucket was spent: the claim counts only
+	// while nothing is unreserved here, once what this report says was consumed is
+	// counted (a gateway cannot penalise a key that has permits to give).
+	decayPenalty(pen, now, cfg)
+	if d.Early > 0 && algo.Available(p, st, now)-b.Leases.Outstanding() < 1 &&
+		(pen.Level == 0 || now-pen.LastUs >= cfg.PenaltyBaseUs) {
+		if penaltyCooldown(pen.Level, cfg) < cfg.PenaltyMaxUs && pen.Level < maxPenaltyLvl {
+			pen.Level++
+		}
+		pen.UntilUs = max(pen.UntilUs, now+penaltyCooldown(pen.Level, cfg))
+		pen.LastUs = now
+	}
+	penalized := pen.UntilUs > now
 	if strict && over > 0 {
 		if penalized {
 			r.Allowed = false

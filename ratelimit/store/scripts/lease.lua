@@ -33,7 +33,7 @@
 --
 -- Returns {now_us, then per delta i: replay, allowed, remaining, grant, held, epoch,
 --          valid_us, low_water, reset_in_us, retry_in_us, penalty_in_us, penalty_level,
---          overshoot, reclaimed}
+--          overshoot, reclaimed, clamped}
 --
 -- All arithmetic is on integers below 2^53 (exact in doubles) and every number written
 -- to Redis goes through istr: Redis would otherwise format large numbers in exponent form.
@@ -50,7 +50,7 @@ else
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local U32 = 4294967296
-local NRES = 14
+local NRES = 15
 
 local function istr(x)
   return string.format('%d', x)
@@ -213,26 +213,7 @@ local function apply(a)
     if slot == 'cur' then cur = cur - x elseif slot == 'prev' then prev = prev - x end
   end
 
-  -- 2. Penalty: decay, then one step per pen_base for early requests.
-  local pen = redis.call('HMGET', pkey, 'l', 'u', 't')
-  local plevel, puntil, plast = tonumber(pen[1]) or 0, tonumber(pen[2]) or 0, tonumber(pen[3]) or 0
-  local plevel0, puntil0, plast0 = plevel, puntil, plast
-  if plevel > 0 and now - puntil >= pen_max then
-    plevel, puntil, plast = 0, 0, 0
-  end
-  if early > 0 and (plevel == 0 or now - plast >= pen_base) then
-    if cooldown(plevel) < pen_max and plevel < 62 then
-      plevel = plevel + 1
-    end
-    local u = now + cooldown(plevel)
-    if u > puntil then
-      puntil = u
-    end
-    plast = now
-  end
-  local penalized = puntil > now
-
-  -- 3. Consumption, charged now (Go Sync step 3).
+  -- 2. Consumption, charged now (Go Sync step 2).
   local avail0 = A.available(p, st, now) - (cur + prev)
   local covered = 0
   if slot then
@@ -246,7 +227,7 @@ local function apply(a)
   if not strict then
     uncovered = uncovered + over
   end
-  local overshoot = 0
+  local overshoot, clamped = 0, 0
   if uncovered > 0 then
     overshoot = uncovered - math.max(avail0, 0)
     if overshoot < 0 then
@@ -255,10 +236,34 @@ local function apply(a)
     if degraded then
       uncovered = uncovered - overshoot
     end
+    local limit = math.max(avail0 + capacity, 0)
+    if uncovered > limit then
+      clamped = uncovered - limit
+      uncovered = limit
+    end
   end
   if covered + uncovered > 0 then
     st = A.take(p, st, now, covered + uncovered)
   end
+  -- 3. Penalty: decay, then one step per pen_base for early requests, counted only while
+  -- nothing is unreserved once this report's consumption is charged (Go Sync step 3).
+  local pen = redis.call('HMGET', pkey, 'l', 'u', 't')
+  local plevel, puntil, plast = tonumber(pen[1]) or 0, tonumber(pen[2]) or 0, tonumber(pen[3]) or 0
+  local plevel0, puntil0, plast0 = plevel, puntil, plast
+  if plevel > 0 and now - puntil >= pen_max then
+    plevel, puntil, plast = 0, 0, 0
+  end
+  if early > 0 and A.available(p, st, now) - (cur + prev) < 1 and (plevel == 0 or now - plast >= pen_base) then
+    if cooldown(plevel) < pen_max and plevel < 62 then
+      plevel = plevel + 1
+    end
+    local u = now + cooldown(plevel)
+    if u > puntil then
+      puntil = u
+    end
+    plast = now
+  end
+  local penalized = puntil > now
   local allowed = 1
   if strict and over > 0 then
     if penalized then
@@ -352,7 +357,7 @@ local function apply(a)
   if pen_us < 0 then
     pen_us = 0
   end
-  return {0, allowed, remaining, grant, held, epoch, valid, low, reset, retry, pen_us, plevel, overshoot, reclaimed}
+  return {0, allowed, remaining, grant, held, epoch, valid, low, reset, retry, pen_us, plevel, overshoot, reclaimed, clamped}
 end
 
 if dfield ~= '' then
@@ -372,7 +377,7 @@ if dfield ~= '' then
       end
       local n = (#ARGV - 12) / NARG
       for i = 1, n do
-        local r = {1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+        local r = {1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
         if rseq == seq then
           local b = (i - 1) * 5
           r[4], r[5], r[6], r[7], r[8] = vals[b + 1] or 0, vals[b + 2] or 0, vals[b + 3] or 0, vals[b + 4] or 0, vals[b + 5] or 0
