@@ -1,0 +1,159 @@
+package nativehost
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/tollgate-rl/tollgate/filter/plugin"
+)
+
+// adapter is one worker's plugin.Host. A call applies to the worker's current context:
+// the stream whose callback is running (or that SetEffectiveContext chose), else the
+// root.
+type adapter struct{ w *Worker }
+
+var _ plugin.Host = adapter{}
+
+// Errors the host answers with where Envoy answers a status.
+var (
+	errNoStream   = errors.New("nativehost: no stream context (BadArgument)")
+	errNotFound   = errors.New("nativehost: not found")
+	errBadContext = errors.New("nativehost: unknown context (BadArgument)")
+)
+
+func (a adapter) RequestHeaders() ([][2]string, error) {
+	s := a.w.cur
+	if s == nil {
+		return nil, errNoStream
+	}
+	return s.Request, nil
+}
+
+func (a adapter) AddResponseHeader(name, value string) error {
+	s := a.w.cur
+	if s == nil {
+		return errNoStream
+	}
+	if s.Local != nil {
+		s.Local.Headers = append(s.Local.Headers, [2]string{name, value})
+		return nil
+	}
+	s.Response = append(s.Response, [2]string{name, value})
+	return nil
+}
+
+func (a adapter) SendLocalReply(status uint32, details string, body []byte, headers [][2]string) error {
+	s := a.w.cur
+	if s == nil {
+		return errNoStream
+	}
+	if s.Local != nil {
+		return nil // the first local reply of a stream wins
+	}
+	s.Local = &LocalReply{Status: status, Details: details, Body: append([]byte(nil), body...),
+		Headers: append([][2]string(nil), headers...)}
+	return nil
+}
+
+func (a adapter) SharedGet(key string) ([]byte, uint32, bool, error) {
+	v, cas, ok := a.w.h.shared.Get(key)
+	return v, cas, ok, nil
+}
+
+func (a adapter) SharedSet(key string, value []byte, cas uint32) (bool, error) {
+	return a.w.h.shared.Set(key, value, cas), nil
+}
+
+func (a adapter) Property(path ...string) ([]byte, error) {
+	name := strings.Join(path, ".")
+	if s := a.w.cur; s != nil {
+		if v, ok := s.Properties[name]; ok {
+			return []byte(v), nil
+		}
+	}
+	if v, ok := a.w.h.cfg.Properties[name]; ok {
+		return []byte(v), nil
+	}
+	return nil, errNotFound
+}
+
+func (a adapter) SetTickPeriod(ms uint32) error {
+	a.w.tickMs = ms
+	return nil
+}
+
+func (a adapter) HTTPCall(cluster string, headers [][2]string, body []byte, timeoutMs uint32) (uint32, error) {
+	if cluster == "" {
+		return 0, errors.New("nativehost: unknown cluster (BadArgument)")
+	}
+	h := a.w.h
+	h.token++
+	c := &Callout{Token: h.token, Worker: a.w, Cluster: cluster, Headers: append([][2]string(nil), headers...),
+		Body: append([]byte(nil), body...), TimeoutMs: timeoutMs, SentUs: h.cfg.Clock()}
+	h.calls = append(h.calls, c)
+	return c.Token, nil
+}
+
+func (a adapter) ResumeRequest() error {
+	s := a.w.cur
+	if s == nil || !s.Paused {
+		return errNoStream
+	}
+	s.Decided = true
+	return nil
+}
+
+func (a adapter) SetEffectiveContext(id uint32) error {
+	if id == a.RootID() {
+		a.w.cur = nil
+		return nil
+	}
+	s, ok := a.w.streams[id]
+	if !ok {
+		return errBadContext
+	}
+	a.w.cur = s
+	return nil
+}
+
+func (a adapter) RootID() uint32 { return 1 }
+
+func (a adapter) Log(level plugin.LogLevel, msg string) {
+	if f := a.w.h.cfg.Log; f != nil {
+		f(level, msg)
+	}
+}
+
+func (a adapter) DefineMetric(kind plugin.MetricKind, name string) (uint32, error) {
+	h := a.w.h
+	if m, ok := h.metrics[name]; ok {
+		for i, x := range h.byID {
+			if x == m {
+				return uint32(i), nil
+			}
+		}
+	}
+	m := &metric{kind: kind}
+	h.metrics[name] = m
+	h.byID = append(h.byID, m)
+	return uint32(len(h.byID) - 1), nil
+}
+
+func (a adapter) IncrementMetric(id uint32, delta int64) {
+	if int(id) < len(a.w.h.byID) {
+		a.w.h.byID[id].value += delta
+	}
+}
+
+func (a adapter) RecordMetric(id uint32, value uint64) {
+	if int(id) < len(a.w.h.byID) {
+		m := a.w.h.byID[id]
+		if m.kind == plugin.Counter {
+			m.value += int64(value)
+		} else {
+			m.value = int64(value)
+		}
+	}
+}
+
+func (a adapter) NowUs() int64 { return a.w.h.cfg.Clock() }

@@ -1,0 +1,316 @@
+// Package nativehost runs the filter's logic (filter/plugin) natively, in process, with
+// the host behaviour of Envoy that the logic depends on: several worker VMs sharing one
+// shared-data store with Envoy's CAS rules (internal/shareddata), root and stream
+// contexts, local replies, paused requests resumed later, callouts answered later, ticks,
+// and metrics of one name shared by every worker. Time is a virtual clock the caller
+// drives, and nothing runs on its own: the caller creates requests, fires ticks and
+// answers callouts, so a test or a simulation decides the order of everything.
+//
+// It exists so that the plugin's decisions, headers and sync can be tested in
+// milliseconds and simulated with thousands of gateways (bench/sim), while the tests of
+// the compiled module (filter/*_test.go on e2e/host) keep to what only the module shows:
+// the ABI, start-up, memory. What it does not reproduce: the ABI itself (no memory
+// copies, no host call costs), request and response bodies, trailers, properties beyond
+// the ones given, and failures of host calls.
+package nativehost
+
+import (
+	"errors"
+	"sort"
+
+	"github.com/tollgate-rl/tollgate/filter/plugin"
+	"github.com/tollgate-rl/tollgate/internal/shareddata"
+)
+
+// Config configures a Host.
+type Config struct {
+	// Workers is the number of worker VMs (Envoy's --concurrency); default 1.
+	Workers int
+	// PluginConfig is the plugin configuration each worker starts with.
+	PluginConfig []byte
+	// Clock is the virtual time in µs (Unix); required.
+	Clock func() int64
+	// Properties answer proxy_get_property by path joined with "." ("node.id",
+	// "node.metadata.NAME"); a request's own (Request.Properties) are looked up first.
+	Properties map[string]string
+	// Shared, when set, is the shared data (default: a new store of this Host's own).
+	Shared *shareddata.Store
+	// Log receives the plugin's log lines (default: dropped).
+	Log func(level plugin.LogLevel, msg string)
+	// OnDecided is called when a paused request is decided later (resumed, or answered
+	// locally) — the moment the client's answer is known.
+	OnDecided func(s *Stream)
+}
+
+// Host is one gateway: its workers and their shared data.
+type Host struct {
+	cfg     Config
+	shared  *shareddata.Store
+	workers []*Worker
+	metrics map[string]*metric
+	byID    []*metric
+	calls   []*Callout
+	token   uint32
+}
+
+// Worker is one worker VM: a plugin instance with its root context.
+type Worker struct {
+	h       *Host
+	index   int
+	p       *plugin.Plugin
+	cur     *Stream // the context host calls apply to (nil: the root)
+	streams map[uint32]*Stream
+	nextID  uint32
+	tickMs  uint32
+}
+
+// Stream is one request through one worker.
+type Stream struct {
+	ID     uint32
+	Worker *Worker
+	// Request is what the filter saw; Properties are this request's own.
+	Request    [][2]string
+	Properties map[string]string
+	// Paused is set while the filter holds the request.
+	Paused bool
+	// Decided is set once the request is admitted (continued) or answered locally.
+	Decided bool
+	// Local is the local reply, if the filter sent one.
+	Local *LocalReply
+	// Response holds the headers the filter added to the upstream's response.
+	Response [][2]string
+	s        *plugin.Stream
+}
+
+// Admitted reports whether the request went to the upstream.
+func (s *Stream) Admitted() bool { return s.Decided && s.Local == nil }
+
+// LocalReply is a response the filter sent itself.
+type LocalReply struct {
+	Status  uint32
+	Details string
+	Body    []byte
+	Headers [][2]string
+}
+
+// Header returns the first value of a header of the answer the client got (the local
+// reply's, or those the filter added to the upstream's response), or "".
+func (s *Stream) Header(name string) string {
+	h := s.Response
+	if s.Local != nil {
+		h = s.Local.Headers
+	}
+	for _, kv := range h {
+		if kv[0] == name {
+			return kv[1]
+		}
+	}
+	return ""
+}
+
+// Status is the answer's status: the local reply's, or 200 for the upstream.
+func (s *Stream) Status() uint32 {
+	if s.Local != nil {
+		return s.Local.Status
+	}
+	if s.Decided {
+		return 200
+	}
+	return 0
+}
+
+// Callout is a proxy_http_call waiting for its answer.
+type Callout struct {
+	Token     uint32
+	Worker    *Worker
+	Cluster   string
+	Headers   [][2]string
+	Body      []byte
+	TimeoutMs uint32
+	SentUs    int64
+	done      bool
+}
+
+// Header returns the first value of a callout request header.
+func (c *Callout) Header(name string) string {
+	for _, kv := range c.Headers {
+		if kv[0] == name {
+			return kv[1]
+		}
+	}
+	return ""
+}
+
+// ErrRefused is returned by New when the plugin refuses its configuration.
+var ErrRefused = errors.New("nativehost: the plugin refused its configuration")
+
+// New starts cfg.Workers plugin instances with the configuration.
+func New(cfg Config) (*Host, error) {
+	if cfg.Workers <= 0 {
+		cfg.Workers = 1
+	}
+	if cfg.Clock == nil {
+		return nil, errors.New("nativehost: no clock")
+	}
+	h := &Host{cfg: cfg, shared: cfg.Shared, metrics: map[string]*metric{}}
+	if h.shared == nil {
+		h.shared = shareddata.New()
+	}
+	for i := 0; i < cfg.Workers; i++ {
+		w := &Worker{h: h, index: i, streams: map[uint32]*Stream{}, nextID: 2}
+		w.p = plugin.New(adapter{w})
+		if !w.p.OnVMStart(nil) || !w.p.OnPluginStart(cfg.PluginConfig) {
+			return nil, ErrRefused
+		}
+		h.workers = append(h.workers, w)
+	}
+	return h, nil
+}
+
+// Reconfigure gives every worker a new configuration (Envoy: a new root context); it
+// reports false when the plugin refused it (then the previous one keeps serving).
+func (h *Host) Reconfigure(cfg []byte) bool {
+	ok := true
+	for _, w := range h.workers {
+		ok = w.p.OnPluginStart(cfg) && ok
+	}
+	return ok
+}
+
+// Workers returns the workers.
+func (h *Host) Workers() []*Worker { return h.workers }
+
+// Shared is the gateway's shared data.
+func (h *Host) Shared() *shareddata.Store { return h.shared }
+
+// Request runs one request on worker w through the filter: request headers, then — if
+// the filter continues it — the upstream's 200 and the response headers, and the end of
+// the stream. A paused request stays open until the filter decides it (a callout's
+// answer); Config.OnDecided then tells.
+func (h *Host) Request(w int, headers [][2]string, props map[string]string) *Stream {
+	wk := h.workers[w]
+	s := &Stream{ID: wk.nextID, Worker: wk, Request: headers, Properties: props}
+	wk.nextID += 2
+	wk.streams[s.ID] = s
+	s.s = wk.p.NewStream(s.ID)
+	wk.cur = s
+	act := s.s.OnRequestHeaders(len(headers), true)
+	wk.cur = nil
+	switch {
+	case s.Local != nil:
+		wk.finish(s)
+	case act == plugin.Continue:
+		wk.finish(s)
+	default:
+		s.Paused = true
+	}
+	return s
+}
+
+// finish completes a decided stream: response headers (the filter's own local reply
+// runs through them too, as in Envoy), then the end of the stream.
+func (w *Worker) finish(s *Stream) {
+	s.Decided, s.Paused = true, false
+	w.cur = s
+	s.s.OnResponseHeaders(0, true)
+	s.s.OnLog()
+	s.s.OnDone()
+	w.cur = nil
+	delete(w.streams, s.ID)
+}
+
+// Tick fires worker w's tick (whatever its period: the caller schedules them).
+func (h *Host) Tick(w int) {
+	wk := h.workers[w]
+	wk.cur = nil
+	wk.p.OnTick()
+}
+
+// TickPeriodMs is the period worker w asked for (0: none).
+func (h *Host) TickPeriodMs(w int) uint32 { return h.workers[w].tickMs }
+
+// Callouts returns the callouts waiting for an answer, in the order they were made.
+func (h *Host) Callouts() []*Callout {
+	out := h.calls[:0:0]
+	for _, c := range h.calls {
+		if !c.done {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// TakeCallouts returns the waiting callouts and forgets them (the caller must answer
+// each).
+func (h *Host) TakeCallouts() []*Callout {
+	out := h.Callouts()
+	h.calls = h.calls[:0]
+	return out
+}
+
+// Respond delivers a callout's answer: Envoy calls the root context's
+// proxy_on_http_call_response, whichever context made the call.
+func (h *Host) Respond(c *Callout, headers [][2]string, body []byte) {
+	if c.done {
+		return
+	}
+	c.done = true
+	w := c.Worker
+	w.cur = nil
+	w.p.OnHTTPCallResponse(c.Token, headers, body)
+	w.cur = nil
+	h.settle(w)
+}
+
+// Fail answers a callout as Envoy does when the connection fails (503) or the call
+// times out (504): a response from the router, not an error.
+func (h *Host) Fail(c *Callout, timeout bool) {
+	if timeout {
+		h.Respond(c, [][2]string{{":status", "504"}}, []byte("upstream request timeout"))
+		return
+	}
+	h.Respond(c, [][2]string{{":status", "503"}}, []byte("upstream connect error or disconnect/reset before headers. reset reason: connection failure"))
+}
+
+// settle finishes the streams of w a callback decided.
+func (h *Host) settle(w *Worker) {
+	if len(w.streams) == 0 {
+		return
+	}
+	var done []*Stream
+	for _, s := range w.streams {
+		if s.Paused && (s.Local != nil || s.Decided) {
+			done = append(done, s)
+		}
+	}
+	sort.Slice(done, func(i, j int) bool { return done[i].ID < done[j].ID })
+	for _, s := range done {
+		w.finish(s)
+		if h.cfg.OnDecided != nil {
+			h.cfg.OnDecided(s)
+		}
+	}
+}
+
+// Metrics returns every metric by name (counters and gauges summed over workers, as
+// Envoy keeps one stat per name).
+func (h *Host) Metrics() map[string]int64 {
+	out := make(map[string]int64, len(h.metrics))
+	for name, m := range h.metrics {
+		out[name] = m.value
+	}
+	return out
+}
+
+// Metric returns one metric's value.
+func (h *Host) Metric(name string) int64 {
+	if m := h.metrics[name]; m != nil {
+		return m.value
+	}
+	return 0
+}
+
+type metric struct {
+	kind  plugin.MetricKind
+	value int64
+}

@@ -1,0 +1,112 @@
+package nativehost_test
+
+import (
+	"strconv"
+	"testing"
+
+	"github.com/tollgate-rl/tollgate/filter/nativehost"
+	"github.com/tollgate-rl/tollgate/internal/memservice"
+	"github.com/tollgate-rl/tollgate/shared/lease"
+)
+
+// fleet is gateways of the filter, natively, against an in-memory sync service, on one
+// virtual clock. Callouts are answered instantly (or failed) when deliver runs.
+type fleet struct {
+	t     *testing.T
+	now   int64
+	svc   *memservice.Service
+	gws   []*nativehost.Host
+	down  bool // the service refuses connections
+	later []*nativehost.Stream
+}
+
+func newFleet(t *testing.T, gateways, workers int, rules string) *fleet {
+	t.Helper()
+	f := &fleet{t: t, now: 1_700_000_000_000_000, svc: memservice.New(lease.SyncConfig{})}
+	cfg := []byte(`{"key":{"source":"header","name":"x-api-key"},"retry_jitter_ms":0,
+		"sync":{"cluster":"svc","interval_ms":100,"stale_ms":500},"rules":` + rules + `}`)
+	for g := 0; g < gateways; g++ {
+		h, err := nativehost.New(nativehost.Config{
+			Workers: workers, PluginConfig: cfg, Clock: func() int64 { return f.now },
+			Properties: map[string]string{"node.id": "gw-" + strconv.Itoa(g)},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.gws = append(f.gws, h)
+	}
+	return f
+}
+
+// deliver answers every waiting callout of every gateway (repeatedly: answers can cause
+// callouts).
+func (f *fleet) deliver() {
+	for more := true; more; {
+		more = false
+		for _, h := range f.gws {
+			for _, c := range h.TakeCallouts() {
+				more = true
+				if f.down {
+					h.Fail(c, false)
+					continue
+				}
+				status, body := f.svc.Handle(c.Header(":path"), c.Body, f.now)
+				h.Respond(c, [][2]string{{":status", strconv.Itoa(status)}}, body)
+			}
+		}
+	}
+}
+
+// tick advances the clock by ms and fires every worker's tick, delivering callouts.
+func (f *fleet) tick(ms int) {
+	f.now += int64(ms) * 1000
+	for _, h := range f.gws {
+		for w := range h.Workers() {
+			h.Tick(w)
+		}
+	}
+	f.deliver()
+}
+
+// send runs one request for key on gateway g, worker w, and delivers what it asked.
+func (f *fleet) send(g, w int, key string) *nativehost.Stream {
+	s := f.gws[g].Request(w, [][2]string{{":method", "GET"}, {":path", "/api"}, {":authority", "a"}, {"x-api-key", key}}, nil)
+	f.deliver()
+	return s
+}
+
+// A key spent through several gateways and workers, each request either served from a
+// lease or acquired: exactly the limit is admitted, and once every gateway has
+// reported, the service has charged exactly that.
+func TestFleetAdmitsTheLimit(t *testing.T) {
+	for _, gws := range []int{1, 2, 4} {
+		t.Run(strconv.Itoa(gws)+"_gateways", func(t *testing.T) {
+			f := newFleet(t, gws, 2, `[{"id":"api","limit":100,"window":"1h"}]`)
+			f.tick(100)
+			admitted := 0
+			for i := 0; i < 1000; i++ {
+				s := f.send(i%gws, (i/gws)%2, "k")
+				if !s.Decided {
+					t.Fatalf("request %d still paused after its callouts were answered", i)
+				}
+				if s.Admitted() {
+					admitted++
+				}
+				if i%7 == 0 {
+					f.tick(10)
+				}
+			}
+			if admitted != 100 {
+				t.Fatalf("admitted %d, want exactly the limit 100", admitted)
+			}
+			for range 20 {
+				f.tick(100)
+			}
+			b := f.svc.Bucket("k", "api", "", 0, f.now)
+			if b == nil {
+				t.Fatal("no bucket at the service")
+			}
+			t.Logf("%d gateways: service: outstanding %d, batches %d, deltas %d", gws, b.Leases.Outstanding(), f.svc.Batches, f.svc.Deltas)
+		})
+	}
+}
