@@ -6,6 +6,7 @@ package main
 
 import (
 	"errors"
+	"math/rand/v2"
 	"time"
 
 	"github.com/tollgate-rl/tollgate/filter/abi"
@@ -79,3 +80,6 @@ func (h host) RecordMetric(id uint32, value uint64) { _ = h.Host.RecordMetric(id
 // NowUs reads the wall clock through WASI clock_time_get (proxy_get_current_time_nanoseconds
 // is missing from the SDK's emulator, and Envoy serves both from the same clock).
 func (h host) NowUs() int64 { return time.Now().UnixMicro() }
+
+// Seed comes from the Go runtime's random source, which WASI's random_get seeds.
+func (h host) Seed() uint64 { return rand.Uint64() }

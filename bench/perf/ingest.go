@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgate-rl/tollgate/ratelimit/store"
 	"github.com/tollgate-rl/tollgate/shared/algo"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
@@ -43,7 +44,7 @@ type ingestGen struct {
 }
 
 func (g *ingestGen) batch(rng *rand.Rand) *wire.Batch {
-	b := &wire.Batch{Node: fmt.Sprint("gw-", rng.IntN(8)), Worker: uint32(rng.IntN(4)), Seq: g.seq.Add(1)}
+	b := &wire.Batch{Node: fmt.Sprint("gw-", rng.IntN(8)), Seq: g.seq.Add(1)}
 	seen := make(map[int]bool, IngestBatch)
 	for len(b.Deltas) < IngestBatch {
 		k := rng.IntN(IngestKeys)
@@ -67,7 +68,7 @@ func (g *ingestGen) batch(rng *rand.Rand) *wire.Batch {
 func RunIngest(svc *Service, info redis.Cmdable, viaHTTP bool, conc int, d time.Duration) (IngestResult, error) {
 	r := IngestResult{Path: "raw store.Apply", Mode: string(svc.Mode), Concurrency: conc}
 	apply := func(b *wire.Batch) error {
-		_, err := svc.Store.Apply(context.Background(), b)
+		_, err := svc.Store.Apply(context.Background(), b, store.Options{Idempotent: true})
 		return err
 	}
 	if viaHTTP {

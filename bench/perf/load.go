@@ -255,7 +255,7 @@ func (s *Stack) RunTollgate(o LoadOptions, algo string, limit int, synced bool) 
 	defer h.Close()
 	reqs := requests(o)
 	fn := func(_ context.Context, g, k int) (bool, error) {
-		resp, err := h.Exchange(g%o.Workers, reqs(k), UpstreamOK)
+		resp, err := h.ExchangeWait(context.Background(), g%o.Workers, reqs(k), UpstreamOK)
 		if err != nil {
 			return false, err
 		}

@@ -99,19 +99,23 @@ func (s *Stack) MeasureSharedData(name string, synced bool, n int) (SharedMem, e
 	return m, nil
 }
 
-// RedisMem is MEMORY USAGE of one bucket's hash after nodes gateways of workers
-// workers each have synced it.
+// RedisMem is MEMORY USAGE of one bucket after nodes gateways of workers workers each
+// have synced it.
 type RedisMem struct {
 	Algo           string
 	Nodes, Workers int
-	Bytes          int64
-	Fields         int64 // hash fields (HLEN)
+	Bytes          int64 // MEMORY USAGE (key, value and Redis's own overhead)
+	Value          int64 // the value's length (STRLEN)
+	KeyLen         int   // the key's name
 }
 
-// MeasureRedisMemory applies, for each algorithm and fleet shape, one sync delta per
-// (node, worker) to a fresh bucket (rule "api", 100 per 60 s) through the store and
-// reads MEMORY USAGE of the bucket's hash: the algorithm state plus the lease fields
-// (o:, d:, s: per node; q:, g: per node and worker) of RATIONALE.md §2.
+// MeasureRedisMemory applies, for each algorithm and fleet shape, what the gateways of
+// that fleet send for one bucket (rule "api", 100 per 60 s): each gateway an acquire
+// and a report of 3 permits, with the lease it was given, through the store; then it
+// reads MEMORY USAGE of the bucket: the algorithm state and the outstanding leases by
+// epoch (RATIONALE.md §5), whatever the number of gateways. The workers of a gateway
+// share one sync (RATIONALE.md §6), so workers change nothing in Redis; the shape keeps
+// them to say so.
 func MeasureRedisMemory(ctx context.Context, st *store.Store, shapes [][2]int) ([]RedisMem, error) {
 	var out []RedisMem
 	run := fmt.Sprintf("m%d", time.Now().UnixNano()%1e9)
@@ -119,24 +123,30 @@ func MeasureRedisMemory(ctx context.Context, st *store.Store, shapes [][2]int) (
 		for _, shape := range shapes {
 			key := fmt.Sprintf("%s-%s-%dx%d", run, name, shape[0], shape[1])
 			for n := 0; n < shape[0]; n++ {
-				for w := 0; w < shape[1]; w++ {
-					b := &wire.Batch{Node: fmt.Sprintf("gw-%02d", n), Worker: uint32(w), Seq: uint64(time.Now().UnixMicro()),
-						Deltas: []wire.Delta{{Key: key, Rule: "api", Flags: wire.FlagNew, Over: 3, Rejected: 0,
-							Algo: uint8(algo.Kind(k)), Limit: 100, WindowMs: 60_000}}}
-					if _, err := st.Apply(ctx, b); err != nil {
-						return nil, fmt.Errorf("memory %s: %w", name, err)
-					}
+				node := fmt.Sprintf("%s-gw-%02d", run, n)
+				d := wire.Delta{Key: key, Rule: "api", Flags: wire.FlagAcquire, Over: 1, ElapsedMs: 100,
+					Algo: uint8(algo.Kind(k)), Limit: 100, WindowMs: 60_000}
+				o, err := st.Apply(ctx, &wire.Batch{Node: node, Seq: 1, Deltas: []wire.Delta{d}}, store.Options{})
+				if err != nil {
+					return nil, fmt.Errorf("memory %s: %w", name, err)
+				}
+				got := o.States[0]
+				d = wire.Delta{Key: key, Rule: "api", Leased: min(3, got.Lease), Held: got.Lease - min(3, got.Lease), Epoch: got.Epoch,
+					ElapsedMs: 1000, Algo: uint8(algo.Kind(k)), Limit: 100, WindowMs: 60_000}
+				if _, err := st.Apply(ctx, &wire.Batch{Node: node, Seq: 2, Deltas: []wire.Delta{d}}, store.Options{Idempotent: true}); err != nil {
+					return nil, fmt.Errorf("memory %s: %w", name, err)
 				}
 			}
-			bytes, err := st.MemoryUsage(ctx, key, "api", 0)
+			bytes, err := st.MemoryUsage(ctx, key, "api", "", 0)
 			if err != nil {
 				return nil, fmt.Errorf("MEMORY USAGE %s: %w", name, err)
 			}
-			fields, err := st.Client().HLen(ctx, store.BucketKey(key, "api", 0)).Result()
+			bk := store.BucketKey(key, "api", "", 0)
+			vlen, err := st.Client().StrLen(ctx, bk).Result()
 			if err != nil {
-				return nil, fmt.Errorf("HLEN %s: %w", name, err)
+				return nil, fmt.Errorf("STRLEN %s: %w", name, err)
 			}
-			out = append(out, RedisMem{Algo: name, Nodes: shape[0], Workers: shape[1], Bytes: bytes, Fields: fields})
+			out = append(out, RedisMem{Algo: name, Nodes: shape[0], Workers: shape[1], Bytes: bytes, Value: vlen, KeyLen: len(bk)})
 		}
 	}
 	return out, nil

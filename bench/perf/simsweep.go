@@ -45,12 +45,7 @@ func simRun(sc SimScenario, gateways int, interval time.Duration) SimPoint {
 	c.Duration = SimDuration
 	c.Gateways = gateways
 	c.Interval = interval
-	// The node lease TTL must cover an interval; the service's horizon is two
-	// intervals (RATIONALE.md §2) and its lease TTL stays above the node's.
-	c.LeaseTTL = max(time.Second, 2*interval)
 	c.Service = lease.DefaultSyncConfig
-	c.Service.HorizonMs = 2 * interval.Milliseconds()
-	c.Service.LeaseTTLUs = max(c.Service.LeaseTTLUs, (c.LeaseTTL + time.Second).Microseconds())
 	return SimPoint{Scenario: sc.Name, Gateways: gateways, Interval: interval, Result: sim.Run(c)}
 }
 

@@ -31,9 +31,12 @@ const (
 	// Ninety: every key is a Poisson process at 0.9 × the limit rate (a client a perfect
 	// limiter almost never rejects).
 	Ninety
+	// Mixed: AdversarialShare of the keys at 10 × the limit rate, the others Poisson at
+	// Load × the limit rate (default 0.5): a mesh where a few callers abuse their quota.
+	Mixed
 )
 
-var trafficNames = [...]string{Steady: "steady", Bursty: "bursty", Zipf: "zipf", Adversarial: "adversarial", Ninety: "ninety"}
+var trafficNames = [...]string{Steady: "steady", Bursty: "bursty", Zipf: "zipf", Adversarial: "adversarial", Ninety: "ninety", Mixed: "mixed"}
 
 func (t Traffic) String() string {
 	if int(t) < len(trafficNames) {
@@ -62,7 +65,7 @@ func (t Traffic) defaultLoad() float64 {
 	case Bursty:
 		return 0.8
 	}
-	return 0.5
+	return 0.5 // Steady, Zipf, and Mixed's calm keys
 }
 
 // Latency is a one-way network delay distribution: Base plus an exponentially
@@ -134,6 +137,10 @@ type Config struct {
 	Gateways int       // default 4
 	Workers  int       // per gateway (default 2)
 	Weights  []float64 // share of requests per gateway (nil: equal)
+	// Spread > 0 sends each key's requests to Spread gateways of its own (chosen by a
+	// hash of the key), as a client keeps a few connections open behind a load
+	// balancer; 0: every gateway, by Weights.
+	Spread int
 	// Skew is the largest clock offset of a gateway from the simulated clock (each
 	// gateway draws one in [-Skew, Skew]); it must not change any decision.
 	Skew time.Duration
@@ -147,17 +154,21 @@ type Config struct {
 	BurstOn  time.Duration // Bursty (default 200 ms)
 	BurstOff time.Duration // Bursty (default 800 ms)
 	ZipfS    float64       // Zipf exponent (> 1, default 1.1)
+	// AdversarialShare is the share of keys at 10 × the limit in Mixed (default 0.01).
+	AdversarialShare float64
 
 	// Params is the rule every key is limited by (default: token bucket, 100 per second).
 	Params algo.Params
 
-	// Filter settings (rule.Sync; defaults as the filter's).
+	// Filter settings (rule.Sync; defaults as the filter's, but for the table, whose
+	// default here is 4096 slots: the staleness scan reads a share of the table every
+	// tick, and a thousand gateways of 65,536 empty slots would cost the simulation a
+	// billion reads for nothing).
 	Interval        time.Duration // sync tick (100 ms)
 	Timeout         time.Duration // callout timeout (250 ms)
-	LeaseTTL        time.Duration // node lease TTL (1 s)
+	Stale           time.Duration // longest consumption waits unreported (10 s)
 	MaxBatch        int           // deltas per callout (1000)
-	MaxPending      int           // pending buckets per worker (10000)
-	ExpectedNodes   int64         // fleet size before the first reply (1)
+	TableSlots      int           // shared-data slots for buckets (4096)
 	BreakerFailures int64         // (3)
 	BreakerOpen     time.Duration // (1 s)
 
@@ -169,13 +180,12 @@ type Config struct {
 	// Service settings.
 	Service     lease.SyncConfig // default lease.DefaultSyncConfig
 	FleetWindow time.Duration    // Reply.Nodes counts gateways seen this recently (5 s)
-	Shards      int              // Redis shards (1: standalone)
 
-	// NoPenalty makes workers report Early = 0, so the service never starts a
-	// progressive-penalty cooldown. The filter has no such switch: with it off (the
-	// default, as deployed) an open-loop adversarial client, which never honours
-	// Retry-After, spends most of a run in cooldown and the lease logic is barely
-	// exercised; with it on the run measures the leases alone.
+	// NoPenalty makes the service ignore the early retries gateways report, so it never
+	// starts a progressive-penalty cooldown. The product has no such switch: with it off
+	// (the default, as deployed) an open-loop adversarial client, which never honours
+	// Retry-After, spends most of a run in cooldown and the leases are barely exercised;
+	// with it on the run measures the leases alone.
 	NoPenalty bool
 
 	// PerKey fills Result.Keys (a few dozen bytes per key).
@@ -203,7 +213,7 @@ func (c Config) WithDefaults() Config {
 	def(&c.BurstOff, 800*time.Millisecond)
 	def(&c.Interval, 100*time.Millisecond)
 	def(&c.Timeout, 250*time.Millisecond)
-	def(&c.LeaseTTL, time.Second)
+	def(&c.Stale, 10*time.Second)
 	def(&c.BreakerOpen, time.Second)
 	def(&c.FleetWindow, 5*time.Second)
 	if c.Gateways == 0 {
@@ -221,6 +231,9 @@ func (c Config) WithDefaults() Config {
 	if c.Params.WindowUs == 0 {
 		c.Params = DefaultParams
 	}
+	if c.AdversarialShare == 0 {
+		c.AdversarialShare = 0.01
+	}
 	if c.Load == 0 {
 		c.Load = c.Traffic.defaultLoad()
 		rate := float64(c.Params.Limit) * 1e6 / float64(c.Params.WindowUs)
@@ -231,11 +244,8 @@ func (c Config) WithDefaults() Config {
 	if c.MaxBatch == 0 {
 		c.MaxBatch = 1000
 	}
-	if c.MaxPending == 0 {
-		c.MaxPending = 10000
-	}
-	if c.ExpectedNodes == 0 {
-		c.ExpectedNodes = 1
+	if c.TableSlots == 0 {
+		c.TableSlots = 4096
 	}
 	if c.BreakerFailures == 0 {
 		c.BreakerFailures = 3
@@ -247,9 +257,6 @@ func (c Config) WithDefaults() Config {
 		c.Service = lease.DefaultSyncConfig
 	}
 	c.Service = c.Service.Normalized()
-	if c.Shards == 0 {
-		c.Shards = 1
-	}
 	return c
 }
 
@@ -278,16 +285,16 @@ func (c *Config) Validate() error {
 		return bad("zipf exponent %v must be > 1", c.ZipfS)
 	case c.Loss < 0 || c.Loss > 1:
 		return bad("loss %v not in [0, 1]", c.Loss)
-	case c.Shards < 1 || c.Shards > 16384:
-		return bad("shards %d not in [1, 16384]", c.Shards)
-	case c.MaxBatch < 1 || c.MaxPending < 1:
-		return bad("max batch %d / max pending %d must be positive", c.MaxBatch, c.MaxPending)
-	case c.Interval < time.Millisecond || c.Timeout < time.Millisecond || c.LeaseTTL < c.Interval:
-		return bad("interval %v, timeout %v, lease TTL %v (want ≥ 1 ms, lease TTL ≥ interval)", c.Interval, c.Timeout, c.LeaseTTL)
+	case c.Spread < 0 || c.Spread > c.Gateways:
+		return bad("spread %d not in [0, gateways %d]", c.Spread, c.Gateways)
+	case c.AdversarialShare < 0 || c.AdversarialShare > 1:
+		return bad("adversarial share %v not in [0, 1]", c.AdversarialShare)
+	case c.MaxBatch < 1 || c.MaxBatch > 4096 || c.TableSlots < 64 || c.TableSlots > 1<<22:
+		return bad("max batch %d not in [1, 4096] / table slots %d not in [64, %d]", c.MaxBatch, c.TableSlots, 1<<22)
+	case c.Interval < 10*time.Millisecond || c.Timeout < time.Millisecond || c.Stale < c.Interval:
+		return bad("interval %v, timeout %v, stale %v (want interval ≥ 10 ms, timeout ≥ 1 ms, stale ≥ interval)", c.Interval, c.Timeout, c.Stale)
 	case c.Duration <= 0 || c.BurstOn <= 0 || c.BurstOff < 0:
 		return bad("duration %v / burst %v on %v off", c.Duration, c.BurstOn, c.BurstOff)
-	case c.Params.Kind == algo.SlidingWindowLog:
-		return bad("sliding_window_log is not simulated (its state does not fit a record slot)")
 	case c.Skew < 0 || c.Skew > time.Hour:
 		return bad("skew %v not in [0, 1h]", c.Skew)
 	case c.SeriesStep < 0 || (c.SeriesStep > 0 && c.Duration/c.SeriesStep > 1e6):

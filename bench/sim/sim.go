@@ -1,13 +1,15 @@
 package sim
 
 import (
+	"bytes"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"time"
 
+	"github.com/tollgate-rl/tollgate/filter/nativehost"
+	"github.com/tollgate-rl/tollgate/internal/memservice"
 	"github.com/tollgate-rl/tollgate/shared/algo"
-	"github.com/tollgate-rl/tollgate/shared/lease"
-	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
 // epochUs is where the simulated clock starts (2023-11-14 in Unix µs): realistic
@@ -23,9 +25,13 @@ type Result struct {
 	Rejected    int64
 	RefAdmitted int64 // what the reference limiter admitted of the same requests
 	// FalseRejections: rejected by the fleet, admitted by the reference;
-	// FalseRejectionPct is their share of RefAdmitted, in percent.
+	// FalseRejectionPct is their share of RefAdmitted, in percent. Calm* count the same
+	// for the keys that stay within their limit (all but Mixed's adversarial keys).
 	FalseRejections   int64
 	FalseRejectionPct float64
+	CalmRefAdmitted   int64
+	CalmFalse         int64
+	CalmFalsePct      float64
 	FalseBy           Causes
 	// FalseAdmissions: admitted by the fleet, rejected by the reference (informational:
 	// the two may admit different requests of a key without either exceeding the limit).
@@ -40,28 +46,34 @@ type Result struct {
 	WorstKey             uint32
 	WorstAt              time.Duration // when the worst key reached its over-admission
 
-	// Degraded counts decisions lease.Decide marked degraded, and when the first and last
-	// were made: no valid lease because the breaker was open or the bucket had no
-	// successful sync within LeaseTTL — which also happens, in a healthy fleet, to a
-	// bucket that saw no traffic at a gateway for LeaseTTL.
+	// Degraded counts answers marked degraded, and when the first and last were given.
 	Degraded                    int64
 	FirstDegraded, LastDegraded time.Duration
-	Penalized                   int64 // requests rejected by a progressive-penalty cooldown
-	BreakerOpens                int64
+	Penalized                   int64 // refusals by a progressive-penalty cooldown
 
-	Syncs, SyncFailures         int64 // callouts sent, failed (lost, late, 503)
-	Replays                     int64 // deltas the service answered as replays (seq not newer)
-	SyncDropped, PendingDropped int64
-	// Deltas applied (one lease.Sync each), script calls (EVALSHA commands) and
-	// pipeline round trips.
-	Deltas, ScriptCalls, RoundTrips int64
-	BytesUp, BytesDown              int64
-	LeaseGranted                    int64 // permits granted as leases
-	Overshoot                       int64 // Σ SyncResult.Overshoot: charged while the bucket was in debt
-	Reclaimed                       int64 // lease reclaimed from expired nodes by the service
+	// Waited counts requests the filter paused (an acquire or a strict check) until the
+	// service answered; WaitP99 is the 99th percentile of that wait.
+	Waited  int64
+	WaitP99 time.Duration
 
-	// RedisOpsPerSec counts script calls; DeltasPerSec the bucket updates they carry.
-	SyncsPerSec, DeltasPerSec, RedisOpsPerSec, RoundTripsPerSec, BytesPerSec float64
+	Syncs, SyncFailures int64 // /v1/sync callouts sent, failed (lost, late, 503)
+	Checks              int64 // /v1/check callouts (acquires)
+	Replays             int64 // deltas the service answered as replays
+	// Deltas applied (one lease.Sync each), script calls (EVALSHA commands, one per 100
+	// deltas of a batch) and bytes on the wire.
+	Deltas, ScriptCalls  int64
+	BytesUp, BytesDown   int64
+	LeaseGranted         int64 // permits granted as leases
+	Overshoot, Reclaimed int64
+
+	// State per key at the service: buckets alive at the end, and the mean and largest
+	// size of their Redis values (bytes).
+	Buckets                   int
+	StateBytes, StateBytesMax float64
+
+	// Rates per second of simulated time; SyncsPerGateway is /v1/sync callouts per
+	// gateway (per Envoy, whatever its workers).
+	SyncsPerSec, SyncsPerGateway, ChecksPerSec, DeltasPerSec, RedisOpsPerSec, BytesPerSec float64
 
 	// Keys holds per-key results when Config.PerKey is set.
 	Keys []KeyResult
@@ -75,66 +87,69 @@ type Step struct {
 	Requests, Admitted, RefAdmitted, FalseRejections, Degraded int64
 }
 
-// Causes splits false rejections by what rejected them.
+// Causes splits false rejections by what refused them.
 type Causes struct {
-	Lease    int64 // synced, lease and overdraft slice spent
+	Local    int64 // the gateway refused from what it knew (its lease short, the bucket spent)
+	Service  int64 // the service refused a paused request's acquire
 	Penalty  int64 // progressive-penalty cooldown
 	Degraded int64 // local decision while the sync was unhealthy
-	Cold     int64 // local decision before the bucket's first reply
 }
 
 // KeyResult is one key's share of a Result.
 type KeyResult struct {
 	Requests, Admitted, RefAdmitted, FalseRejections int64
 	OverAdmission                                    int64 // largest excess over any window, permits
-	// OverdraftIssued is Σ over every reply applied to this key's records of the
-	// overdraft slice it set (floor(max(remaining,0)/nodes), RATIONALE §2): the term that
-	// bounds healthy over-admission (§3).
-	OverdraftIssued int64
-	// ColdAdmitted and DegradedAdmitted count admissions decided locally before the
-	// record's first reply and while the sync was unhealthy.
-	ColdAdmitted, DegradedAdmitted int64
+	Waited                                           int64
 }
 
 // keyState is the per-key bookkeeping of the metrics: the reference limiter and the
 // shadow bucket fed with the fleet's admissions.
 type keyState struct {
-	ref, shadow       [algo.MaxStateSize]byte
-	refLen, shadowLen uint8
-	requests          uint32
-	excess            int64
-	excessAt          int64 // when excess was reached
+	ref, shadow []byte
+	requests    uint32
+	excess      int64
+	excessAt    int64 // when excess was reached
+}
+
+// gateway is one Envoy of the fleet: the filter's plugin on every worker, natively.
+type gateway struct {
+	idx  int
+	h    *nativehost.Host
+	skew int64
+}
+
+// flight is one callout between a gateway and the service.
+type flight struct {
+	g      *gateway
+	c      *nativehost.Callout
+	sync   bool
+	sent   int64
+	status int
+	reply  []byte
+}
+
+// paused is a request the filter holds until the service answers.
+type paused struct {
+	key     uint32
+	arrived int64
 }
 
 type sim struct {
-	cfg     Config
-	now     int64 // simulated µs since the start
-	q       eventQueue
-	gws     []*gateway
-	workers []*worker
-	svc     *service
-	src     *source
-	net     *rand.Rand
-	calls   map[uint64]*call
-	callSeq uint64
-	keys    []keyState
-	perKey  []KeyResult
-	res     Result
-	// scratch
-	rec lease.Record
-	buf []byte
-}
-
-// call is one callout in flight. Its fate is drawn when it is sent.
-type call struct {
-	id       uint64
-	w        *worker
-	batch    *outBatch
-	sent     int64
-	up, down int64
-	lostUp   bool
-	lostDown bool
-	reply    *wire.Reply
+	cfg      Config
+	now      int64 // simulated µs since the start
+	q        eventQueue
+	gws      []*gateway
+	svc      *memservice.Service
+	src      *source
+	net      *rand.Rand
+	keys     []keyState
+	names    []string
+	perKey   []KeyResult
+	flights  map[uint64]*flight
+	flightID uint64
+	paused   map[*nativehost.Stream]paused
+	waits    []time.Duration
+	res      Result
 }
 
 // Run simulates cfg (with defaults applied) and returns what it measured. It panics only
@@ -151,10 +166,15 @@ func Run(cfg Config) Result {
 
 func newSim(cfg Config) *sim {
 	s := &sim{
-		cfg:   cfg,
-		net:   rand.New(rand.NewPCG(cfg.Seed, 0x6e6574776f726b21)),
-		calls: map[uint64]*call{},
-		keys:  make([]keyState, cfg.Keys),
+		cfg:     cfg,
+		net:     rand.New(rand.NewPCG(cfg.Seed, 0x6e6574776f726b21)),
+		keys:    make([]keyState, cfg.Keys),
+		names:   make([]string, cfg.Keys),
+		flights: map[uint64]*flight{},
+		paused:  map[*nativehost.Stream]paused{},
+	}
+	for k := range s.names {
+		s.names[k] = "k" + strconv.Itoa(k)
 	}
 	s.res.Config = cfg
 	if cfg.SeriesStep > 0 {
@@ -167,32 +187,66 @@ func newSim(cfg Config) *sim {
 	if cfg.PerKey {
 		s.perKey = make([]KeyResult, cfg.Keys)
 	}
+	s.svc = memservice.New(cfg.Service)
+	s.svc.FleetWindowUs = us(cfg.FleetWindow)
+	s.svc.NoPenalty = cfg.NoPenalty
 	setup := rand.New(rand.NewPCG(cfg.Seed, 0x7365747570212121))
 	// Skews have a stream of their own: changing Skew changes nothing else.
 	skews := rand.New(rand.NewPCG(cfg.Seed, 0x736b657773212121))
-	interval := us(cfg.Interval)
+	plugin := pluginConfig(&cfg)
 	for g := range cfg.Gateways {
-		gw := &gateway{idx: g, node: "gw-" + strconv.Itoa(g), recs: map[uint32]int32{}}
+		gw := &gateway{idx: g}
 		if cfg.Skew > 0 {
 			gw.skew = skews.Int64N(2*us(cfg.Skew)+1) - us(cfg.Skew)
 		}
+		h, err := nativehost.New(nativehost.Config{
+			Workers: cfg.Workers, PluginConfig: plugin, Seed: cfg.Seed<<20 | uint64(g),
+			Clock:      func() int64 { return epochUs + s.now + gw.skew },
+			Properties: map[string]string{"node.id": "gw-" + strconv.Itoa(g)},
+			OnDecided: func(st *nativehost.Stream) {
+				if p, ok := s.paused[st]; ok {
+					delete(s.paused, st)
+					s.decided(gw, p.key, p.arrived, st, true)
+				}
+			},
+		})
+		if err != nil {
+			panic("sim: the filter refused its configuration: " + string(plugin))
+		}
+		gw.h = h
 		s.gws = append(s.gws, gw)
 		for w := range cfg.Workers {
-			wk := &worker{
-				g: gw, id: uint32(w), gi: len(s.workers),
-				pendingIdx: map[uint32]int32{},
-				breaker:    lease.Breaker{Failures: cfg.BreakerFailures, OpenUs: us(cfg.BreakerOpen)},
-			}
-			wk.seq = uint64(gw.local(s))
-			gw.workers = append(gw.workers, wk)
-			s.workers = append(s.workers, wk)
 			// Each worker VM's tick starts when it did: a random phase.
-			s.q.push(event{at: setup.Int64N(interval), kind: evTick, worker: int32(wk.gi)})
+			s.q.push(event{at: setup.Int64N(us(cfg.Interval)), kind: evTick, gw: int32(g), worker: int32(w)})
 		}
 	}
-	s.svc = newService(s.gws, cfg.Shards)
 	s.src = newSource(&cfg)
 	return s
+}
+
+// pluginConfig is the filter's configuration for cfg: one rule over the x-api-key
+// header, the sync every Interval.
+func pluginConfig(c *Config) []byte {
+	p := c.Params
+	var b bytes.Buffer
+	b.WriteString(`{"key":{"source":"header","name":"x-api-key"},"retry_jitter_ms":0,"sync":{"cluster":"svc"`)
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"interval_ms", c.Interval.Milliseconds()}, {"timeout_ms", c.Timeout.Milliseconds()},
+		{"stale_ms", c.Stale.Milliseconds()}, {"max_batch", int64(c.MaxBatch)}, {"table_slots", int64(c.TableSlots)},
+		{"breaker_failures", c.BreakerFailures}, {"breaker_open_ms", c.BreakerOpen.Milliseconds()},
+	} {
+		b.WriteString(`,"` + f.name + `":` + strconv.FormatInt(f.v, 10))
+	}
+	b.WriteString(`},"rules":[{"id":"api","algorithm":"` + p.Kind.String() + `","limit":` + strconv.FormatInt(p.Limit, 10) +
+		`,"window":"` + strconv.FormatInt(p.WindowUs/1000, 10) + `ms"`)
+	if p.Burst > 0 {
+		b.WriteString(`,"burst":` + strconv.FormatInt(p.Burst, 10))
+	}
+	b.WriteString(`}]}`)
+	return b.Bytes()
 }
 
 const expireEveryUs = 10_000_000
@@ -216,9 +270,9 @@ func (s *sim) run() {
 			break
 		}
 		s.now = t
-		s.request(key, s.gws[gw].workers[wk])
+		s.request(key, s.gws[gw], wk)
 		if s.now >= nextExpire {
-			s.svc.expire(epochUs + s.now)
+			s.svc.Expire(epochUs + s.now)
 			nextExpire += expireEveryUs
 		}
 		t, key, gw, wk, more = s.src.next()
@@ -226,141 +280,44 @@ func (s *sim) run() {
 	s.now = end
 }
 
-// request decides one request on worker w as filter/plugin's decide does for a request
-// with one bucket: lease.Decide on the gateway's record, store the new record (admitted
-// or rejected), record the consumption for the next batch, flush early if an admitted
-// decision asks for it.
-func (s *sim) request(key uint32, w *worker) {
-	p := s.cfg.Params
-	g := w.g
-	rec := &s.rec
-	g.load(key, rec)
-	synced := rec.Synced()
-	next, dec := lease.Decide(*rec, p, g.local(s), 1, w.env(s))
-	s.buf = g.store(key, &next, s.buf)
-	w.record(s, key, &dec, synced)
-	if dec.Allowed && dec.Flush && !w.inflight {
-		w.flush(s)
+// request runs one request for key through worker wk of gateway g.
+func (s *sim) request(key uint32, g *gateway, wk int) {
+	hdrs := [][2]string{{":method", "GET"}, {":path", "/api"}, {":authority", "api"}, {"x-api-key", s.names[key]}}
+	st := g.h.Request(wk, hdrs, nil)
+	if st.Decided {
+		s.decided(g, key, s.now, st, false)
+	} else {
+		s.paused[st] = paused{key: key, arrived: s.now}
 	}
-	s.account(key, &dec, synced)
+	s.dispatch(g)
 }
 
-// account updates the metrics for one decision: the reference limiter decides the same
-// request, the shadow bucket takes the fleet's admission.
-func (s *sim) account(key uint32, dec *lease.Decision, synced bool) {
-	p := s.cfg.Params
-	now := epochUs + s.now
-	ks := &s.keys[key]
-	ks.requests++
-	s.res.Requests++
-	ref := algo.Decide(p, ks.ref[:ks.refLen], now, 1)
-	ks.refLen = uint8(copy(ks.ref[:], ref.State))
-	if ref.Allowed {
-		s.res.RefAdmitted++
-	}
-	if dec.Degraded {
-		s.res.Degraded++
-		if s.res.Degraded == 1 {
-			s.res.FirstDegraded = time.Duration(s.now) * time.Microsecond
+// dispatch sends the callouts gateway g made: each one-way latency is drawn
+// independently; a callout is lost with probability Loss, half on the way up (never
+// applied), half on the way back (applied, reply lost); a reply that would arrive after
+// the timeout is a failure at the timeout (Envoy resets the call), although the service
+// applied the batch.
+func (s *sim) dispatch(g *gateway) {
+	for _, c := range g.h.TakeCallouts() {
+		s.flightID++
+		f := &flight{g: g, c: c, sent: s.now, sync: c.Header(":path") == "/v1/sync"}
+		s.flights[s.flightID] = f
+		if f.sync {
+			s.res.Syncs++
+		} else {
+			s.res.Checks++
 		}
-		s.res.LastDegraded = time.Duration(s.now) * time.Microsecond
-	}
-	if dec.Penalized {
-		s.res.Penalized++
-	}
-	var st *Step
-	if s.res.Series != nil {
-		st = &s.res.Series[s.now/us(s.cfg.SeriesStep)]
-		st.Requests++
-		if ref.Allowed {
-			st.RefAdmitted++
+		s.res.BytesUp += int64(len(c.Body))
+		lost := s.net.Float64() < s.cfg.Loss
+		upLost := lost && s.net.Float64() < 0.5
+		up := s.latency()
+		timeout := us(s.cfg.Timeout)
+		if upLost || up >= timeout {
+			s.q.push(event{at: s.now + timeout, kind: evFail, flight: s.flightID})
+			continue
 		}
-		if dec.Degraded {
-			st.Degraded++
-		}
-		if dec.Allowed {
-			st.Admitted++
-		} else if ref.Allowed {
-			st.FalseRejections++
-		}
+		s.q.push(event{at: s.now + up, kind: evArrive, flight: s.flightID, lostDown: lost && !upLost})
 	}
-	var kr *KeyResult
-	if s.perKey != nil {
-		kr = &s.perKey[key]
-		kr.Requests++
-		if ref.Allowed {
-			kr.RefAdmitted++
-		}
-	}
-	if !dec.Allowed {
-		s.res.Rejected++
-		if !ref.Allowed {
-			return
-		}
-		s.res.FalseRejections++
-		if kr != nil {
-			kr.FalseRejections++
-		}
-		switch {
-		case dec.Penalized:
-			s.res.FalseBy.Penalty++
-		case dec.Degraded:
-			s.res.FalseBy.Degraded++
-		case !synced:
-			s.res.FalseBy.Cold++
-		default:
-			s.res.FalseBy.Lease++
-		}
-		return
-	}
-	s.res.Admitted++
-	if !ref.Allowed {
-		s.res.FalseAdmissions++
-	}
-	sh := algo.Take(p, ks.shadow[:ks.shadowLen], now, 1)
-	ks.shadowLen = uint8(copy(ks.shadow[:], sh))
-	if debt := -algo.Available(p, sh, now); debt > ks.excess {
-		ks.excess = debt
-		ks.excessAt = s.now
-	}
-	if kr != nil {
-		kr.Admitted++
-		kr.OverAdmission = ks.excess
-		switch {
-		case dec.Degraded:
-			kr.DegradedAdmitted++
-		case !synced:
-			kr.ColdAdmitted++
-		}
-	}
-}
-
-func (s *sim) keyOverdraft(key uint32, slice int64) {
-	if s.perKey != nil {
-		s.perKey[key].OverdraftIssued += slice
-	}
-}
-
-// send starts w's unacked batch as a callout and draws its fate: lost on the way up
-// (never applied), lost on the way back (applied, no reply), late (applied, reply after
-// the timeout), refused (outage) or answered.
-func (s *sim) send(w *worker) {
-	s.callSeq++
-	c := &call{id: s.callSeq, w: w, batch: w.unacked, sent: s.now}
-	lost := s.net.Float64() < s.cfg.Loss
-	up := s.net.Float64() < 0.5
-	c.lostUp, c.lostDown = lost && up, lost && !up
-	c.up, c.down = s.latency(), s.latency()
-	w.inflight, w.call = true, c.id
-	s.calls[c.id] = c
-	s.res.Syncs++
-	s.res.BytesUp += int64(c.batch.size)
-	timeout := us(s.cfg.Timeout)
-	if c.lostUp || c.up >= timeout {
-		s.q.push(event{at: s.now + timeout, kind: evFail, call: c.id})
-		return
-	}
-	s.q.push(event{at: s.now + c.up, kind: evApply, call: c.id})
 }
 
 func (s *sim) latency() int64 {
@@ -379,58 +336,176 @@ func (s *sim) inOutage(t int64) bool {
 func (s *sim) handle(e event) {
 	switch e.kind {
 	case evTick:
-		w := s.workers[e.worker]
-		w.flush(s)
-		s.q.push(event{at: s.now + us(s.cfg.Interval), kind: evTick, worker: e.worker})
-	case evApply:
-		c := s.calls[e.call]
-		timeout := c.sent + us(s.cfg.Timeout)
-		answerAt := s.now + c.down
-		late := c.lostDown || answerAt >= timeout
+		g := s.gws[e.gw]
+		g.h.Tick(int(e.worker))
+		s.dispatch(g)
+		period := int64(g.h.TickPeriodMs(int(e.worker))) * 1000
+		if period <= 0 {
+			period = us(s.cfg.Interval)
+		}
+		s.q.push(event{at: s.now + period, kind: evTick, gw: e.gw, worker: e.worker})
+	case evArrive:
+		f := s.flights[e.flight]
+		timeout := f.sent + us(s.cfg.Timeout)
+		answerAt := s.now + s.latency()
+		late := e.lostDown || answerAt >= timeout
 		if s.inOutage(s.now) {
-			// 503: nothing applied; the gateway learns it with the answer (or at the
-			// timeout if the answer is lost or late).
-			at := answerAt
-			if late {
-				at = timeout
-			}
-			s.q.push(event{at: at, kind: evFail, call: c.id})
-			return
-		}
-		c.reply = s.svc.apply(s, c.batch)
-		s.buf, _ = wire.AppendReply(s.buf[:0], c.reply)
-		s.res.BytesDown += int64(len(s.buf)) // sent, whether or not it arrives
-		if late {
-			s.q.push(event{at: timeout, kind: evFail, call: c.id})
-			return
-		}
-		s.q.push(event{at: answerAt, kind: evReply, call: c.id})
-	case evReply, evFail:
-		c := s.calls[e.call]
-		delete(s.calls, e.call)
-		w := c.w
-		if !w.inflight || w.call != c.id {
-			return
-		}
-		if e.kind == evReply {
-			w.onReply(s, c)
+			f.status, f.reply = 503, []byte("service unavailable")
 		} else {
-			w.onFailure(s)
+			d0, r0 := s.svc.Deltas, s.svc.Replays
+			f.status, f.reply = s.svc.Handle(f.c.Header(":path"), f.c.Body, epochUs+s.now)
+			s.res.Deltas += s.svc.Deltas - d0
+			s.res.Replays += s.svc.Replays - r0
+			s.res.BytesDown += int64(len(f.reply)) // sent, whether or not it arrives
 		}
+		if late {
+			s.q.push(event{at: timeout, kind: evFail, flight: e.flight})
+			return
+		}
+		s.q.push(event{at: answerAt, kind: evReply, flight: e.flight})
+	case evReply, evFail:
+		f := s.flights[e.flight]
+		delete(s.flights, e.flight)
+		if e.kind == evFail || f.status != 200 {
+			if f.sync {
+				s.res.SyncFailures++
+			}
+		}
+		if e.kind == evFail {
+			f.g.h.Fail(f.c, true)
+		} else {
+			f.g.h.Respond(f.c, [][2]string{{":status", strconv.Itoa(f.status)}}, f.reply)
+		}
+		s.dispatch(f.g)
+	}
+}
+
+// decided accounts for one answered request: the reference limiter decides the same
+// request at its arrival, the shadow bucket takes the fleet's admission.
+func (s *sim) decided(g *gateway, key uint32, arrived int64, st *nativehost.Stream, waited bool) {
+	p := s.cfg.Params
+	ks := &s.keys[key]
+	ks.requests++
+	s.res.Requests++
+	ref := algo.Decide(p, ks.ref, epochUs+arrived, 1)
+	ks.ref = append(ks.ref[:0], ref.State...)
+	calm := !s.src.adversarial(key)
+	if ref.Allowed {
+		s.res.RefAdmitted++
+		if calm {
+			s.res.CalmRefAdmitted++
+		}
+	}
+	degraded := st.Header("x-ratelimit-policy") == "degraded"
+	admitted := st.Admitted()
+	if waited {
+		s.res.Waited++
+		s.waits = append(s.waits, time.Duration(s.now-arrived)*time.Microsecond)
+	}
+	if degraded {
+		s.res.Degraded++
+		if s.res.Degraded == 1 {
+			s.res.FirstDegraded = time.Duration(s.now) * time.Microsecond
+		}
+		s.res.LastDegraded = time.Duration(s.now) * time.Microsecond
+	}
+	penalized := !admitted && st.Local != nil && bytes.Contains(st.Local.Body, []byte(`"penalty_level"`))
+	if penalized {
+		s.res.Penalized++
+	}
+	var step *Step
+	if s.res.Series != nil {
+		step = &s.res.Series[arrived/us(s.cfg.SeriesStep)]
+		step.Requests++
+		if ref.Allowed {
+			step.RefAdmitted++
+		}
+		if degraded {
+			step.Degraded++
+		}
+		if admitted {
+			step.Admitted++
+		} else if ref.Allowed {
+			step.FalseRejections++
+		}
+	}
+	var kr *KeyResult
+	if s.perKey != nil {
+		kr = &s.perKey[key]
+		kr.Requests++
+		if ref.Allowed {
+			kr.RefAdmitted++
+		}
+		if waited {
+			kr.Waited++
+		}
+	}
+	if !admitted {
+		s.res.Rejected++
+		if !ref.Allowed {
+			return
+		}
+		s.res.FalseRejections++
+		if calm {
+			s.res.CalmFalse++
+		}
+		if kr != nil {
+			kr.FalseRejections++
+		}
+		switch {
+		case penalized:
+			s.res.FalseBy.Penalty++
+		case degraded:
+			s.res.FalseBy.Degraded++
+		case waited:
+			s.res.FalseBy.Service++
+		default:
+			s.res.FalseBy.Local++
+		}
+		return
+	}
+	s.res.Admitted++
+	if !ref.Allowed {
+		s.res.FalseAdmissions++
+	}
+	now := epochUs + s.now
+	ks.shadow = algo.Take(p, ks.shadow, now, 1)
+	if debt := -algo.Available(p, ks.shadow, now); debt > ks.excess {
+		ks.excess = debt
+		ks.excessAt = s.now
+	}
+	if kr != nil {
+		kr.Admitted++
+		kr.OverAdmission = ks.excess
 	}
 }
 
 func (s *sim) result() Result {
 	r := s.res
 	secs := s.cfg.Duration.Seconds()
+	r.ScriptCalls = s.svc.ScriptCalls
+	r.LeaseGranted = s.svc.Granted
+	r.Overshoot = s.svc.Overshoot
+	r.Reclaimed = s.svc.Reclaimed
 	r.SyncsPerSec = float64(r.Syncs) / secs
+	r.SyncsPerGateway = r.SyncsPerSec / float64(s.cfg.Gateways)
+	r.ChecksPerSec = float64(r.Checks) / secs
 	r.DeltasPerSec = float64(r.Deltas) / secs
 	r.RedisOpsPerSec = float64(r.ScriptCalls) / secs
-	r.RoundTripsPerSec = float64(r.RoundTrips) / secs
 	r.BytesPerSec = float64(r.BytesUp+r.BytesDown) / secs
 	if r.RefAdmitted > 0 {
 		r.FalseRejectionPct = 100 * float64(r.FalseRejections) / float64(r.RefAdmitted)
 	}
+	if r.CalmRefAdmitted > 0 {
+		r.CalmFalsePct = 100 * float64(r.CalmFalse) / float64(r.CalmRefAdmitted)
+	}
+	if len(s.waits) > 0 {
+		slices.Sort(s.waits)
+		r.WaitP99 = s.waits[(len(s.waits)*99)/100]
+	}
+	var mx int
+	r.Buckets, r.StateBytes, mx = s.svc.Buckets(epochUs + s.now)
+	r.StateBytesMax = float64(mx)
 	capacity := float64(s.cfg.Params.Capacity())
 	var sum float64
 	var active int
@@ -460,17 +535,19 @@ type eventKind uint8
 
 const (
 	evTick eventKind = iota
-	evApply
+	evArrive
 	evReply
 	evFail
 )
 
 type event struct {
-	at     int64
-	seq    uint64
-	call   uint64
-	worker int32
-	kind   eventKind
+	at       int64
+	seq      uint64
+	flight   uint64
+	gw       int32
+	worker   int32
+	kind     eventKind
+	lostDown bool
 }
 
 type eventQueue struct {

@@ -2,7 +2,6 @@ package sim
 
 import (
 	"errors"
-	"math"
 	"reflect"
 	"strconv"
 	"testing"
@@ -11,6 +10,10 @@ import (
 	"github.com/tollgate-rl/tollgate/shared/algo"
 )
 
+// The bounds below sit a few points above what the simulation measures (the runs are
+// deterministic: the same seed gives the same numbers), so a change that makes the
+// protocol worse fails here. BENCHMARKS.md §7 has the full sweeps.
+
 func TestDeterministic(t *testing.T) {
 	cases := []struct {
 		name string
@@ -18,9 +21,9 @@ func TestDeterministic(t *testing.T) {
 	}{
 		{"steady", Config{Traffic: Steady}},
 		{"bursty lossy", Config{Traffic: Bursty, Loss: 0.05, Latency: Latency{time.Millisecond, 10 * time.Millisecond}}},
-		{"zipf sharded", Config{Traffic: Zipf, Keys: 10000, Shards: 3, Workers: 3}},
+		{"zipf", Config{Traffic: Zipf, Keys: 2000, Workers: 3}},
 		{"adversarial outage", Config{Traffic: Adversarial, Outage: Window{time.Second, time.Second}}},
-		{"ninety weighted", Config{Traffic: Ninety, Gateways: 3, Weights: []float64{1, 2, 0}}},
+		{"mixed spread", Config{Traffic: Mixed, Keys: 500, Gateways: 6, Spread: 2}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -34,7 +37,9 @@ func TestDeterministic(t *testing.T) {
 				t.Fatalf("nothing simulated: %+v", summary(a))
 			}
 			cfg.Seed++
-			if c := Run(cfg); c.Requests == a.Requests && c.Admitted == a.Admitted && c.Syncs == a.Syncs {
+			c := Run(cfg)
+			c.Config = a.Config
+			if reflect.DeepEqual(summary(c), summary(a)) {
 				t.Fatalf("seeds 7 and 8 gave the same run: %+v", summary(a))
 			}
 		})
@@ -60,77 +65,40 @@ func TestSkewDoesNotMatter(t *testing.T) {
 	}
 }
 
-// TestSingleGateway: one gateway is the whole fleet, so it should admit what one perfect
-// limiter admits. It cannot match it request for request — permits that refill at the
-// service reach the gateway as lease at its next sync — but per key:
-//   - it never falls behind by more than the refill of one interval plus one round trip;
-//   - with one worker it never exceeds the limit over any window; with several, a worker
-//     whose record is still cold (no reply yet) decides alone and its admissions reach
-//     the service after another worker's reply computed the overdraft: the excess is
-//     bounded by those cold admissions (RATIONALE §3, "cold starts").
-func TestSingleGateway(t *testing.T) {
-	for _, workers := range []int{1, 2, 4} {
-		t.Run(strconv.Itoa(workers)+" workers", func(t *testing.T) {
-			cfg := Config{Traffic: Adversarial, Gateways: 1, Workers: workers, Keys: 10,
-				Duration: 60 * time.Second, Seed: 1, NoPenalty: true, PerKey: true,
-				Latency: Latency{Base: time.Millisecond}}
-			r := Run(cfg)
-			c := r.Config
-			rtt := 2 * c.Latency.Base
-			lag := int64(math.Ceil(c.limitRate() * (c.Interval + rtt).Seconds()))
-			for k, kr := range r.Keys {
-				behind := kr.RefAdmitted - kr.Admitted
-				if behind > lag || behind < -kr.ColdAdmitted {
-					t.Errorf("key %d: admitted %d, reference %d: want between reference - %d (one interval and a round trip of refill) and reference + %d (cold admissions)",
-						k, kr.Admitted, kr.RefAdmitted, lag, kr.ColdAdmitted)
-				}
-				limit := kr.ColdAdmitted
-				if workers == 1 {
-					limit = 0
-				}
-				if kr.OverAdmission > limit {
-					t.Errorf("key %d: over-admission %d permits, want ≤ %d (cold admissions %d)", k, kr.OverAdmission, limit, kr.ColdAdmitted)
-				}
-			}
-			t.Logf("admitted %d, reference %d, worst over-admission %d permits", r.Admitted, r.RefAdmitted, r.OverAdmission)
-		})
-	}
-}
-
-// TestAdversarialFleetBound: RATIONALE §3 bounds a healthy fleet's over-admission by the
-// overdraft slices, Σ_n floor(G/nodes) ≤ G, where G, the unreserved global pool, never
-// exceeds the bucket's capacity. The fleet size is configured (sync.expected_nodes), as
-// §2's cold start assumes.
-func TestAdversarialFleetBound(t *testing.T) {
+// TestOverAdmission: clients at 10 × their limit over several gateways and workers, with
+// progressive penalties off so that only the leases and acquires bound them: the fleet
+// admits at most one permit more than one perfect bucket over any window (measured: 1),
+// whatever the fleet, the latency or the losses.
+func TestOverAdmission(t *testing.T) {
 	cases := []struct {
 		name string
 		cfg  Config
 	}{
-		{"penalties", Config{}},
-		{"no penalties", Config{NoPenalty: true}},
-		{"lossy jittered", Config{NoPenalty: true, Loss: 0.02, Latency: Latency{time.Millisecond, 5 * time.Millisecond}}},
+		{"1 gateway 4 workers", Config{Gateways: 1, Workers: 4}},
+		{"4 gateways", Config{Gateways: 4}},
+		{"16 gateways", Config{Gateways: 16}},
+		{"lossy jittered", Config{Gateways: 4, Loss: 0.02, Latency: Latency{time.Millisecond, 5 * time.Millisecond}}},
+		{"fixed window", Config{Gateways: 4, Params: algo.Params{Kind: algo.FixedWindow, Limit: 100, WindowUs: 1_000_000}}},
+		{"gcra", Config{Gateways: 4, Params: algo.Params{Kind: algo.GCRA, Limit: 100, WindowUs: 1_000_000, Burst: 20}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := tc.cfg
-			cfg.Traffic, cfg.Gateways, cfg.ExpectedNodes = Adversarial, 4, 4
-			cfg.Keys, cfg.Duration, cfg.Seed = 10, 60*time.Second, 1
+			cfg.Traffic, cfg.NoPenalty, cfg.Keys, cfg.Duration, cfg.Seed = Adversarial, true, 10, 30*time.Second, 1
 			r := Run(cfg)
-			nodes := int64(r.Config.Gateways)
-			capacity := r.Config.Params.Capacity()
-			bound := nodes * (capacity / nodes)
-			if r.OverAdmission > bound {
-				t.Fatalf("over-admission %d permits (key %d at %v), want ≤ Σ_n floor(G/nodes) = %d with G ≤ capacity %d",
-					r.OverAdmission, r.WorstKey, r.WorstAt, bound, capacity)
+			if r.OverAdmission > 2 {
+				t.Fatalf("over-admission %d permits (key %d at %v), want ≤ 2", r.OverAdmission, r.WorstKey, r.WorstAt)
 			}
-			t.Logf("over-admission %d permits = %.1f%% of the limit (bound %d); admitted %d, reference %d",
-				r.OverAdmission, r.OverAdmissionPct, bound, r.Admitted, r.RefAdmitted)
+			if r.Admitted < r.RefAdmitted*97/100 {
+				t.Fatalf("admitted %d, a perfect limiter %d: more than 3%% of the permits were never handed out", r.Admitted, r.RefAdmitted)
+			}
+			t.Logf("over-admission %d permits; admitted %d, reference %d; %.0f acquires/s", r.OverAdmission, r.Admitted, r.RefAdmitted, r.ChecksPerSec)
 		})
 	}
 }
 
 // TestNinetyPercentClient: a client at 90% of its limit is one a perfect limiter almost
-// never rejects; the fleet must not reject it either (RATIONALE §3, false rejections).
+// never rejects; the fleet must not reject it either (measured: none).
 func TestNinetyPercentClient(t *testing.T) {
 	cases := []struct {
 		name string
@@ -143,76 +111,87 @@ func TestNinetyPercentClient(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := tc.cfg
-			cfg.Traffic, cfg.Keys, cfg.Duration, cfg.Seed = Ninety, 10, 60*time.Second, 1
+			cfg.Traffic, cfg.Keys, cfg.Duration, cfg.Seed = Ninety, 10, 30*time.Second, 1
 			r := Run(cfg)
 			if r.RefAdmitted < r.Requests*99/100 {
 				t.Fatalf("the reference rejected %d of %d requests: not a 90%% client", r.Requests-r.RefAdmitted, r.Requests)
 			}
-			if r.FalseRejectionPct >= 0.1 {
-				t.Fatalf("false rejections %.3f%% (%d of %d), want < 0.1%%; by cause %+v", r.FalseRejectionPct, r.FalseRejections, r.RefAdmitted, r.FalseBy)
+			if r.FalseRejectionPct > 0.02 {
+				t.Fatalf("false rejections %.3f%% (%d of %d), want ≤ 0.02%%; by cause %+v", r.FalseRejectionPct, r.FalseRejections, r.RefAdmitted, r.FalseBy)
 			}
-			t.Logf("false rejections %.4f%% (%d of %d)", r.FalseRejectionPct, r.FalseRejections, r.RefAdmitted)
+			t.Logf("false rejections %.4f%% (%d of %d); %d requests waited for the service (p99 %v)", r.FalseRejectionPct, r.FalseRejections, r.RefAdmitted, r.Waited, r.WaitP99)
 		})
 	}
 }
 
-// TestOutage: while the service answers 503, the breaker opens after BreakerFailures
-// failures and every decision is degraded (local, full limit per gateway); after the
-// outage the half-open probe closes the breaker and decisions stop being degraded
-// within one breaker period, two ticks and three round trips (the probe, and the
-// first sync of each bucket a degraded decision touched).
-func TestOutage(t *testing.T) {
-	cases := []struct {
-		name    string
-		traffic Traffic
-	}{
-		{"ninety", Ninety},
-		{"adversarial", Adversarial},
+// TestMeshScale: the mesh of RATIONALE §3 in small — a thousand keys over twenty
+// gateways, each key through two of them, 1 % of the keys at ten times their limit: the
+// state per key at the service does not depend on the number of gateways, the calm keys
+// are not refused, nobody gets more than one perfect bucket, and every gateway sends
+// one sync per interval (plus acquires), not one per worker.
+func TestMeshScale(t *testing.T) {
+	var state []float64
+	for _, gws := range []int{2, 20} {
+		t.Run(strconv.Itoa(gws)+" gateways", func(t *testing.T) {
+			r := Run(Config{Traffic: Mixed, Keys: 1000, Gateways: gws, Spread: 2, Duration: 20 * time.Second, Seed: 2})
+			if r.OverAdmissionPct > 2 {
+				t.Errorf("over-admission %.2f%% (%d permits, key %d), want ≤ 2%%", r.OverAdmissionPct, r.OverAdmission, r.WorstKey)
+			}
+			if r.CalmFalsePct > 0.02 {
+				t.Errorf("false rejections of calm keys %.4f%% (%d of %d), want ≤ 0.02%%; by cause %+v", r.CalmFalsePct, r.CalmFalse, r.CalmRefAdmitted, r.FalseBy)
+			}
+			if r.SyncsPerGateway > 10.5 {
+				t.Errorf("%.2f syncs per gateway per second, want one per 100 ms interval", r.SyncsPerGateway)
+			}
+			state = append(state, r.StateBytes)
+			t.Logf("over %.2f%%, calm false %.4f%%, %.2f syncs/gateway/s, %.0f acquires/s, %.0f deltas/s for %.0f requests/s, state %.1f B/key (max %.0f)",
+				r.OverAdmissionPct, r.CalmFalsePct, r.SyncsPerGateway, r.ChecksPerSec, r.DeltasPerSec, float64(r.Requests)/r.Config.Duration.Seconds(), r.StateBytes, r.StateBytesMax)
+		})
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
+	if len(state) == 2 && (state[1] > state[0]+2 || state[1] < state[0]-2) {
+		t.Errorf("state per key %.1f B with 2 gateways, %.1f B with 20: it must not grow with the fleet", state[0], state[1])
+	}
+}
+
+// TestOutage: while the service answers 503 every answer becomes degraded within a few
+// intervals; after the outage answers stop being degraded within a breaker period and a
+// few intervals; over-admission while degraded stays within RATIONALE §3's bound.
+func TestOutage(t *testing.T) {
+	for _, tr := range []Traffic{Ninety, Adversarial} {
+		t.Run(tr.String(), func(t *testing.T) {
 			out := Window{Start: 8 * time.Second, Dur: 4 * time.Second}
-			cfg := Config{Traffic: tc.traffic, Gateways: 4, ExpectedNodes: 4, Keys: 10, Duration: 20 * time.Second,
-				Seed: 1, NoPenalty: true, Latency: Latency{Base: time.Millisecond}, Outage: out, SeriesStep: 100 * time.Millisecond}
+			cfg := Config{Traffic: tr, Gateways: 4, Keys: 10, Duration: 20 * time.Second, Seed: 1, NoPenalty: true,
+				Latency: Latency{Base: time.Millisecond}, Outage: out, SeriesStep: 100 * time.Millisecond}
 			r := Run(cfg)
 			c := r.Config
 			end := out.Start + out.Dur
-			rtt := 2 * c.Latency.Base
-			recovered := end + c.BreakerOpen + 2*c.Interval + 3*rtt
-			if r.Degraded == 0 || r.FirstDegraded < out.Start || r.FirstDegraded > out.Start+c.LeaseTTL+c.Interval {
-				t.Fatalf("%d degraded decisions, first at %v: want some, from %v to %v", r.Degraded, r.FirstDegraded, out.Start, out.Start+c.LeaseTTL+c.Interval)
+			if r.Degraded == 0 || r.FirstDegraded < out.Start || r.FirstDegraded > out.Start+3*c.Interval {
+				t.Fatalf("%d degraded answers, first at %v: want some, from %v to %v", r.Degraded, r.FirstDegraded, out.Start, out.Start+3*c.Interval)
 			}
+			recovered := end + c.BreakerOpen + 3*c.Interval
 			if r.LastDegraded > recovered {
-				t.Fatalf("last degraded decision at %v, want ≤ %v (outage end %v + breaker %v + 2 ticks + 3 round trips)", r.LastDegraded, recovered, end, c.BreakerOpen)
-			}
-			if r.BreakerOpens < int64(c.Gateways*c.Workers) {
-				t.Fatalf("%d breaker openings, want at least one per worker (%d)", r.BreakerOpens, c.Gateways*c.Workers)
+				t.Fatalf("last degraded answer at %v, want ≤ %v (outage end %v + breaker %v + 3 intervals)", r.LastDegraded, recovered, end, c.BreakerOpen)
 			}
 			for _, st := range r.Series {
-				// A breaker opens within BreakerFailures ticks of the outage's start.
-				inside := st.Start >= out.Start+time.Duration(c.BreakerFailures+1)*c.Interval && st.Start+c.SeriesStep <= end
+				inside := st.Start >= out.Start+3*c.Interval && st.Start+c.SeriesStep <= end
 				if inside && st.Degraded != st.Requests {
-					t.Fatalf("step at %v: %d of %d decisions degraded, want all", st.Start, st.Degraded, st.Requests)
+					t.Fatalf("step at %v: %d of %d answers degraded, want all", st.Start, st.Degraded, st.Requests)
 				}
 			}
-
-			// Degraded, every gateway decides alone with the full limit. Its local state
-			// follows only its own admissions, so it enters the outage nearly full while
-			// the global bucket may be empty: over the degraded span T each admits at most
-			// C + r·T, the fleet N(C + r·T), of which one limiter allows r·T beyond
-			// what it held; plus the healthy bound (§3) for the rest of the run.
+			// Degraded, every gateway decides alone with the full limit: over the degraded
+			// span T each admits at most C + r·T, the fleet N(C + r·T), of which one
+			// limiter allows r·T. What was admitted degraded beyond the global bucket is
+			// forgiven (FlagDegraded), so the service comes out of the outage with up to
+			// one more capacity than a limiter that counted it.
 			n := int64(c.Gateways)
 			capacity := c.Params.Capacity()
 			span := (r.LastDegraded - r.FirstDegraded).Seconds()
 			perGateway := float64(capacity) + c.limitRate()*span
-			bound := int64(float64(n)*perGateway-c.limitRate()*span) + n*(capacity/n)
-			rationale := int64(float64(n-1) * perGateway)
+			bound := int64(float64(n)*perGateway-c.limitRate()*span) + capacity
 			if r.OverAdmission > bound {
 				t.Fatalf("over-admission %d permits, want ≤ %d", r.OverAdmission, bound)
 			}
-			after := falseAfter(r.Series, recovered)
-			t.Logf("degraded %d decisions from %v to %v; over-admission %d permits (bound %d; RATIONALE §3's (nodes-1)×limit: %d); false rejections after %v: %.1f%%",
-				r.Degraded, r.FirstDegraded, r.LastDegraded, r.OverAdmission, bound, rationale, recovered, after)
+			t.Logf("degraded %d answers from %v to %v; over-admission %d permits (bound %d)", r.Degraded, r.FirstDegraded, r.LastDegraded, r.OverAdmission, bound)
 		})
 	}
 }
@@ -224,8 +203,8 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{"weights for other gateways", Config{Gateways: 2, Weights: []float64{1}}},
 		{"loss above one", Config{Loss: 1.5}},
-		{"lease ttl below interval", Config{LeaseTTL: 10 * time.Millisecond}},
-		{"sliding window log", Config{Params: algo.Params{Kind: algo.SlidingWindowLog, Limit: 10, WindowUs: 1_000_000}}},
+		{"stale below interval", Config{Stale: 10 * time.Millisecond}},
+		{"spread above gateways", Config{Gateways: 2, Spread: 3}},
 		{"zipf exponent", Config{Traffic: Zipf, ZipfS: 0.5}},
 	}
 	for _, tc := range cases {
@@ -263,21 +242,6 @@ func TestParse(t *testing.T) {
 	if _, err := ParseTraffic("flood"); err == nil {
 		t.Error("ParseTraffic(flood) accepted")
 	}
-}
-
-// falseAfter is the false-rejection percentage of the steps starting at or after from.
-func falseAfter(series []Step, from time.Duration) float64 {
-	var ref, f int64
-	for _, st := range series {
-		if st.Start >= from {
-			ref += st.RefAdmitted
-			f += st.FalseRejections
-		}
-	}
-	if ref == 0 {
-		return 0
-	}
-	return 100 * float64(f) / float64(ref)
 }
 
 func summary(r Result) Result {

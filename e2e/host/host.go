@@ -666,6 +666,29 @@ func (h *Host) Exchange(worker int, req *Request, upstream *Response) (*Response
 	return resp, nil
 }
 
+// ExchangeWait is Exchange for a filter that may pause a request (a strict rule, or an
+// acquire when a bucket's lease is short): it waits for the filter to continue or answer
+// it, as Serve does, with the static upstream answer.
+func (h *Host) ExchangeWait(ctx context.Context, worker int, req *Request, upstream *Response) (*Response, error) {
+	if worker < 0 || worker >= len(h.vms) {
+		return nil, fmt.Errorf("host: no worker %d", worker)
+	}
+	h.inflight.add()
+	defer h.inflight.done()
+	if h.closing.Load() {
+		return nil, errors.New("host: closed")
+	}
+	up := func(context.Context, *Request) (*Response, error) {
+		r := *upstream
+		return &r, nil
+	}
+	resp, err := h.vms[worker].serve(ctx, req, up, true)
+	if err != nil {
+		return resp, fmt.Errorf("host: exchange on worker %d: %w", worker, err)
+	}
+	return resp, nil
+}
+
 // CallOnVM runs f with worker i's VM locked, for benchmarks and tests that call the
 // module's exports directly. ctx must be passed to those calls: host functions find
 // their VM through it, and they act on the worker's root context.

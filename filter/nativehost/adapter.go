@@ -157,3 +157,13 @@ func (a adapter) RecordMetric(id uint32, value uint64) {
 }
 
 func (a adapter) NowUs() int64 { return a.w.h.cfg.Clock() }
+
+// Seed derives each worker's random number from Config.Seed: a replayable run.
+func (a adapter) Seed() uint64 {
+	x := a.w.h.cfg.Seed + uint64(a.w.index+1)*0x9e3779b97f4a7c15
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}

@@ -33,6 +33,8 @@ type Config struct {
 	// Properties answer proxy_get_property by path joined with "." ("node.id",
 	// "node.metadata.NAME"); a request's own (Request.Properties) are looked up first.
 	Properties map[string]string
+	// Seed makes the workers' random numbers (their ids, jitter) replayable.
+	Seed uint64
 	// Shared, when set, is the shared data (default: a new store of this Host's own).
 	Shared *shareddata.Store
 	// Log receives the plugin's log lines (default: dropped).

@@ -34,10 +34,10 @@ type verdict struct {
 	exhausted bool // CAS retries ran out (decided by the rules' fail mode)
 }
 
-func (p *Plugin) env(now int64, degraded bool) lease.Env {
-	e := lease.Env{Sync: p.cfg.syncEnabled()}
+func (p *Plugin) env(now int64, acquireFailed bool) lease.Env {
+	e := lease.Env{Sync: p.cfg.syncEnabled(), AcquireFailed: acquireFailed}
 	if e.Sync {
-		e.Healthy = !degraded && p.sync.healthy(now)
+		e.Healthy = p.sync.healthy(now)
 		e.IntervalUs = p.sync.intervalUs()
 		e.RenewUs = renewUs
 	}
@@ -71,9 +71,10 @@ func (p *Plugin) buildOps(applied []rule.Applied, skipStrict bool) []bucketOp {
 // decided, and buckets written before a CAS conflict are given back if a retry rejects).
 // When commit is false nothing is written (a paused request's pre-check). A bucket whose
 // lease is short asks for an acquire (verdict.acquire) instead of deciding; with
-// degraded set (the service did not answer this request) every bucket decides locally.
-func (p *Plugin) decide(now int64, ops []bucketOp, commit, degraded bool) verdict {
-	env := p.env(now, degraded)
+// acquireFailed set (the service did not answer this request's acquire) every bucket
+// decides without the service (lease.Env.AcquireFailed).
+func (p *Plugin) decide(now int64, ops []bucketOp, commit, acquireFailed bool) verdict {
+	env := p.env(now, acquireFailed)
 	for attempt := 0; attempt < maxCASAttempts; attempt++ {
 		var v verdict
 		for i := range ops {

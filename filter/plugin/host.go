@@ -35,6 +35,10 @@ type Host interface {
 	RecordMetric(id uint32, value uint64)
 	// NowUs is the proxy's wall clock in microseconds.
 	NowUs() int64
+	// Seed is a random number for this worker (its id and the Retry-After jitter): from
+	// the host, not the clock, so that workers started together differ and a simulation
+	// can replay them.
+	Seed() uint64
 }
 
 // LogLevel mirrors proxy-wasm log levels.

@@ -89,12 +89,13 @@ type call struct {
 // New returns the plugin for one worker VM.
 func New(h Host) *Plugin {
 	now := h.NowUs()
+	seed := h.Seed()
 	p := &Plugin{
 		host:    h,
 		calls:   map[uint32]call{},
 		streams: map[uint32]*Stream{},
-		rnd:     uint64(now) | 1,
-		worker:  uint32(now) ^ uint32(now>>32),
+		rnd:     seed | 1,
+		worker:  uint32(seed>>32) | 1,
 	}
 	p.table = table{host: h, slots: defaultSlots, probes: defaultProbes}
 	p.sync = newSyncer(p, p.worker)
@@ -129,6 +130,9 @@ func (p *Plugin) OnPluginStart(data []byte) bool {
 		p.bearer = "Bearer " + s.Secret
 	}
 	p.table.idleUs = s.IdleTTLMs * 1000
+	if s.TableSlots > 0 && uint64(s.TableSlots) != p.table.slots {
+		p.table.slots = uint64(s.TableSlots)
+	}
 	// A rule set fetched from the service by another worker (or before a restart of this
 	// VM) is newer than the plugin configuration: enforce it.
 	p.loadSharedRules()

@@ -356,6 +356,14 @@ func (p *Plugin) acquired(now int64, op *bucketOp, st *wire.State) {
 		} else if announced := now + int64(st.RetryInMs)*1000; announced > rec.AnnouncedUs {
 			rec.AnnouncedUs = announced
 		}
+		// A spent bucket: every gateway that wants it would otherwise ask again the
+		// moment its next permit refills, and all but one be refused. Each waits a random
+		// part of the time the fleet's gateways would take to get one permit each, so
+		// about one asks per refill.
+		if n := int64(p.sync.state.Nodes); n > 1 && st.Remaining < 1 && rec.RetryUs > now {
+			perPermit := max(1, op.params.WindowUs/max(1, op.params.Limit))
+			rec.RetryUs += int64(p.nextRand() % uint64(min(n*perPermit, 1<<40)))
+		}
 		op.s.rec = rec
 		if ok, err := p.table.store(op.id, &op.s); err != nil || ok {
 			if st.Lease > 0 {

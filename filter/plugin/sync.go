@@ -88,10 +88,11 @@ func (s *syncer) healthy(now int64) bool {
 	return s.healthyNow(now)
 }
 
-// healthyNow: a failed sync makes the gateway degraded once the last success is two
-// intervals old (a service that stops answering is noticed within about that); a sync
-// still waiting after its callout timeout and one interval does too; and so does the
-// stream having had no success for ten intervals and the timeout (no worker syncs).
+// healthyNow: a failure the service or the connection reported makes the gateway
+// degraded once the last success is two intervals old (a service that stops answering
+// is noticed within about that); breaker_failures failures of any kind in a row do too,
+// and so does a sync still waiting after its callout timeout and one interval, or no
+// success for ten intervals and the timeout (no worker syncs).
 func (s *syncer) healthyNow(now int64) bool {
 	iv, to := s.intervalUs(), s.cfg().TimeoutMs*1000
 	return s.state.healthy(now, 2*iv, to+iv, 10*iv+to, uint32(max(1, s.cfg().BreakerFailures)))
@@ -250,7 +251,7 @@ func (s *syncer) run(now int64) {
 			return
 		}
 		s.inflight = false // the host never answered: count it failed, resend
-		s.failed(now)
+		s.failed(now, false)
 	}
 	if st.Failures > 0 && now < st.OpenUntilUs {
 		return
@@ -388,7 +389,7 @@ func (s *syncer) send(now int64, body []byte) {
 	token, err := p.host.HTTPCall(cfg.Cluster, p.callHeaders("/v1/sync"), body, uint32(cfg.TimeoutMs))
 	if err != nil {
 		p.host.Log(LogWarn, "tollgate: sync callout to "+strconv.Quote(cfg.Cluster)+": "+err.Error())
-		s.failed(now)
+		s.failed(now, true)
 		return
 	}
 	s.inflight, s.token = true, token
@@ -420,12 +421,16 @@ func (s *syncer) setState(f func(*syncState)) {
 }
 
 // failed counts a failed sync: the breaker backs off (one interval, doubling up to
-// breaker_open_ms) and the batch stays to be resent.
-func (s *syncer) failed(now int64) {
+// breaker_open_ms) and the batch stays to be resent. hard is a failure the service (or
+// the connection) reported, as opposed to a call that timed out or was reset: one hard
+// failure makes the gateway degraded at once, timeouts only once they add up to
+// breaker_failures (a lost packet is not an outage).
+func (s *syncer) failed(now int64, hard bool) {
 	s.p.m.inc(s.p.m.syncFailed)
 	iv := s.intervalUs()
 	s.setState(func(st *syncState) {
 		st.Failures++
+		st.Hard = hard
 		st.SentUs = 0
 		backoff := iv << min(st.Failures-1, 20)
 		st.OpenUntilUs = now + min(backoff, max(s.cfg().BreakerOpenMs*1000, iv))
@@ -449,10 +454,11 @@ func (s *syncer) onResponse(now int64, headers [][2]string, body []byte) {
 		p.m.inc(p.m.syncDropped)
 		s.uncut(now)
 		s.setState(func(st *syncState) { st.Unacked = false })
-		s.failed(now)
+		s.failed(now, true)
 		return
 	default:
-		s.failed(now) // timeout, reset, 5xx: keep the batch, resend the same seq
+		// Timeout (504), reset (no status), 5xx: keep the batch, resend the same seq.
+		s.failed(now, status != "" && status != "504")
 		return
 	}
 	var reply wire.Reply
@@ -462,7 +468,7 @@ func (s *syncer) onResponse(now int64, headers [][2]string, body []byte) {
 			msg = err.Error()
 		}
 		p.host.Log(LogError, "tollgate: sync reply: "+msg)
-		s.failed(now)
+		s.failed(now, true)
 		return
 	}
 	for i := range reply.States {
@@ -470,7 +476,7 @@ func (s *syncer) onResponse(now int64, headers [][2]string, body []byte) {
 	}
 	nodes := reply.Nodes
 	s.setState(func(st *syncState) {
-		st.Failures, st.OpenUntilUs, st.SentUs, st.LastOkUs = 0, 0, 0, now
+		st.Failures, st.Hard, st.OpenUntilUs, st.SentUs, st.LastOkUs = 0, false, 0, 0, now
 		if len(s.batch.Deltas) > 0 && st.Seq == s.batch.Seq {
 			st.Unacked = false
 		}
@@ -511,7 +517,7 @@ func (s *syncer) apply(now int64, st *wire.State, d *wire.Delta, id string, seq 
 			}
 			p.m.inc(p.m.deltasRefused)
 		} else {
-			rec, returned = lease.ApplyReply(rec, st, seq, now)
+			rec, returned = lease.ApplyReply(rec, st, d, seq, now)
 			rec.LeaseUntilUs = min(rec.LeaseUntilUs, now+s.cfg().LeaseTTLMs*1000)
 			if returned > 0 && !rec.Urgent {
 				rec.Urgent = true

@@ -50,6 +50,9 @@ type syncState struct {
 	LastOkUs int64  // last successful reply (local clock)
 	SentUs   int64  // when the batch in flight was sent (0: none in flight)
 	Failures uint32 // consecutive failed syncs
+	// Hard: the last failure was reported by the service or the connection (not a
+	// timeout or a reset).
+	Hard bool
 	// OpenUntilUs: after a failure no sync is sent before this (backoff); the breaker is
 	// open while Failures reaches the configured threshold.
 	OpenUntilUs int64
@@ -70,6 +73,9 @@ func (s *syncState) append(dst []byte) []byte {
 	var unacked uint64
 	if s.Unacked {
 		unacked = 1
+	}
+	if s.Hard {
+		unacked |= 2
 	}
 	for _, v := range [...]uint64{s.Seq, uint64(s.LastOkUs), uint64(s.SentUs), uint64(s.Failures),
 		uint64(s.OpenUntilUs), uint64(s.Nodes), s.RulesVersion, unacked} {
@@ -96,13 +102,13 @@ func (s *syncState) decode(b []byte) error {
 		return errSyncState
 	}
 	*s = syncState{Seq: v[0], LastOkUs: int64(v[1]), SentUs: int64(v[2]), Failures: uint32(v[3]),
-		OpenUntilUs: int64(v[4]), Nodes: uint32(v[5]), RulesVersion: v[6], Unacked: v[7] == 1}
+		OpenUntilUs: int64(v[4]), Nodes: uint32(v[5]), RulesVersion: v[6], Unacked: v[7]&1 != 0, Hard: v[7]&2 != 0}
 	return nil
 }
 
 // healthy reports whether decisions may rely on the service at now: the breaker is
-// closed (fewer than failures consecutive failed syncs), a failed sync has not left the
-// last success older than staleUs, no sync has waited longer than stuckUs for its reply,
+// closed (fewer than failures consecutive failed syncs), a failure the service or the
+// connection reported has not left the last success older than staleUs, no sync has waited longer than stuckUs for its reply,
 // and some worker has synced within deadUs (the syncing worker is alive). Only a closed
 // breaker counts: while probing, the service has not answered yet.
 func (s *syncState) healthy(now, staleUs, stuckUs, deadUs int64, failures uint32) bool {
@@ -111,7 +117,7 @@ func (s *syncState) healthy(now, staleUs, stuckUs, deadUs int64, failures uint32
 		return s.Failures == 0 // nothing known yet: no failure either
 	case s.Failures >= failures:
 		return false
-	case s.Failures > 0 && now-s.LastOkUs > staleUs:
+	case s.Failures > 0 && s.Hard && now-s.LastOkUs > staleUs:
 		return false
 	case s.SentUs != 0 && now-s.SentUs > stuckUs:
 		return false

@@ -21,6 +21,9 @@ type Service struct {
 	FleetWindowUs int64
 	// RulesVersion is answered in every reply.
 	RulesVersion uint64
+	// NoPenalty ignores the early-retry counts gateways report, so no caller is put in
+	// a progressive-penalty cooldown (a simulation that measures the leases alone).
+	NoPenalty bool
 
 	buckets map[bucketKey]*entry
 	pens    map[string]*penEntry
@@ -136,6 +139,9 @@ func (sv *Service) Apply(b *wire.Batch, now int64, check bool) *wire.Reply {
 // as Redis would), lease.Sync, write them back with the script's TTLs.
 func (sv *Service) sync(d *wire.Delta, now int64) lease.SyncResult {
 	sv.Deltas++
+	if sv.NoPenalty {
+		d.Early = 0
+	}
 	k := bucketKey{d.Key, d.Rule, d.Tier, d.Window}
 	e := sv.buckets[k]
 	if e == nil || now >= e.expire {

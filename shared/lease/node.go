@@ -76,6 +76,11 @@ type Env struct {
 	IntervalUs int64
 	// RenewUs: a lease used this close to its end asks to be renewed.
 	RenewUs int64
+	// AcquireFailed: this request asked the service (an acquire) and got no answer
+	// while the sync is otherwise healthy (a lost or late callout). It is decided without
+	// the service: refused if the service last said the bucket cannot give the cost,
+	// admitted degraded (the gateway's own state) otherwise.
+	AcquireFailed bool
 }
 
 // Decision is the outcome of Decide for one bucket.
@@ -131,7 +136,12 @@ func Decide(r Record, p algo.Params, now, cost int64, env Env) (Record, Decision
 		r.LeaseLeft = 0
 		r = urgent(r, &d)
 	}
-	if !env.Healthy {
+	if env.AcquireFailed && r.Synced() && r.GlobalRemaining < cost {
+		d.RetryAfterUs = max(r.RetryUs-now, env.IntervalUs)
+		d.ResetUs = r.ResetUs
+		return reject(r, now, d, true)
+	}
+	if !env.Healthy || env.AcquireFailed {
 		r, d = decideLocal(r, p, now, cost, d)
 		d.Degraded = true
 		if d.Allowed {
@@ -316,32 +326,44 @@ func Uncut(r Record, d *wire.Delta, seq uint32) Record {
 	return r
 }
 
-// ApplyReply folds the service's answer s to a delta cut into batch seq into r at
+// ApplyReply folds the service's answer s to delta sent, cut into batch seq, into r at
 // local time now. The lease part — what the service still reserves of the lease the
 // gateway reported, and the new grant — is applied once, to the record that batch cut;
 // the rest (remaining, reset, retry, penalty) only when s is newer than what r holds.
 //
+// Since the cut the gateway consumed from its lease (Pending.Leased) and may have got
+// grants from acquires; the reply only speaks of what the batch reported (sent.Held), so
+// the lease becomes what it is now, less the part of sent.Held the service no longer
+// reserves, plus the grant.
+//
 // It returns lease to report as returned: when the remaining is negative once this
 // gateway's unreported admissions are counted, the grant came out of permits it had
 // already admitted, and that much is handed back.
-func ApplyReply(r Record, s *wire.State, seq uint32, now int64) (Record, int64) {
+func ApplyReply(r Record, s *wire.State, sent *wire.Delta, seq uint32, now int64) (Record, int64) {
 	if seq == 0 {
 		seq = 1
 	}
-	var returned int64
-	if r.CutSeq == seq {
-		r.CutSeq = 0
-		r.LeaseLeft = max(0, min(r.LeaseLeft, int64(s.Held)-r.Pending.Leased))
-		r.LeaseLeft += int64(s.Lease)
-		r.LeaseEpoch = s.Epoch
-		r.LeaseUntilUs = now + int64(s.ValidMs)*1000
-		r.LowWater = int64(s.LowWater)
-		r.SyncedUs = now
-		r, returned = r.overwrite(s, now, true)
-		return r, returned
+	if r.CutSeq != seq {
+		r, _ = r.overwrite(s, now, false)
+		return r, 0
 	}
-	r, _ = r.overwrite(s, now, false)
-	return r, 0
+	r.CutSeq = 0
+	held := int64(sent.Held)
+	acquired := max(0, r.LeaseLeft-held+r.Pending.Leased) // granted by acquires since the cut
+	lost := held - min(held, int64(s.Held))
+	r.LeaseLeft = max(0, r.LeaseLeft-lost) + int64(s.Lease)
+	until := now + int64(s.ValidMs)*1000
+	switch {
+	case s.Held+s.Lease == 0 && acquired > 0:
+		// Nothing from the batch: the acquired lease keeps its own epoch and end.
+	case acquired > 0:
+		r.LeaseEpoch, r.LeaseUntilUs = s.Epoch, min(until, r.LeaseUntilUs)
+	default:
+		r.LeaseEpoch, r.LeaseUntilUs = s.Epoch, until
+	}
+	r.LowWater = int64(s.LowWater)
+	r.SyncedUs = now
+	return r.overwrite(s, now, true)
 }
 
 // ApplyAcquire folds the answer to an acquire (a paused request's FlagAcquire delta)

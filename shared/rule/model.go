@@ -72,6 +72,7 @@ type Sync struct {
 	BreakerFailures int64  // consecutive failed syncs that open the breaker (default 3)
 	BreakerOpenMs   int64  // longest backoff between syncs while failing (default 1000)
 	IdleTTLMs       int64  // buckets idle this long are dropped from shared data (default 120000)
+	TableSlots      int64  // shared-data slots for buckets: memory is bounded by them (default 65536)
 }
 
 // Pattern is one allow/deny entry: a key glob (`*`, `?`) or an IP/CIDR.

@@ -517,13 +517,13 @@ func parseToken(path string, v gjson.Result, max int) (string, error) {
 func parseSync(path string, v gjson.Result) (Sync, error) {
 	s := Sync{
 		IntervalMs: 100, TimeoutMs: 250, LeaseTTLMs: 60000, StaleMs: 10000, MaxBatch: 1000, MaxPending: 10000,
-		ExpectedNodes: 1, BreakerFailures: 3, BreakerOpenMs: 1000, IdleTTLMs: 120000,
+		ExpectedNodes: 1, BreakerFailures: 3, BreakerOpenMs: 1000, IdleTTLMs: 120000, TableSlots: 65536,
 	}
 	if !v.Exists() {
 		return s, nil
 	}
 	o, err := parseObject(path, v, "cluster", "authority", "secret", "node", "interval_ms", "timeout_ms",
-		"lease_ttl_ms", "stale_ms", "max_batch", "max_pending", "expected_nodes", "breaker_failures", "breaker_open_ms", "idle_ttl_ms")
+		"lease_ttl_ms", "stale_ms", "max_batch", "max_pending", "expected_nodes", "breaker_failures", "breaker_open_ms", "idle_ttl_ms", "table_slots")
 	if err != nil {
 		return s, err
 	}
@@ -562,6 +562,7 @@ func parseSync(path string, v gjson.Result) (Sync, error) {
 		{"breaker_failures", &s.BreakerFailures, 1, 1000},
 		{"breaker_open_ms", &s.BreakerOpenMs, 1, 3_600_000},
 		{"idle_ttl_ms", &s.IdleTTLMs, 1000, 7 * 24 * 3_600_000},
+		{"table_slots", &s.TableSlots, 64, 1 << 22},
 	}
 	for _, f := range ints {
 		if fv := o.get(f.name); fv.Exists() {

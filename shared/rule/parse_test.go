@@ -57,7 +57,7 @@ func TestParseFull(t *testing.T) {
 	}
 	wantSync := Sync{Cluster: "tollgate_ratelimit", Authority: "ratelimit", Secret: "s3cret", Node: "gw-1",
 		IntervalMs: 100, TimeoutMs: 250, LeaseTTLMs: 1000, StaleMs: 10000, MaxBatch: 1000, MaxPending: 10000, ExpectedNodes: 4,
-		BreakerFailures: 3, BreakerOpenMs: 1000, IdleTTLMs: 120000}
+		BreakerFailures: 3, BreakerOpenMs: 1000, IdleTTLMs: 120000, TableSlots: 65536}
 	if c.Sync != wantSync {
 		t.Errorf("sync = %+v, want %+v", c.Sync, wantSync)
 	}
@@ -140,7 +140,7 @@ func TestParseDefaults(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := Sync{IntervalMs: 100, TimeoutMs: 250, LeaseTTLMs: 60000, StaleMs: 10000, MaxBatch: 1000, MaxPending: 10000,
-				ExpectedNodes: 1, BreakerFailures: 3, BreakerOpenMs: 1000, IdleTTLMs: 120000}
+				ExpectedNodes: 1, BreakerFailures: 3, BreakerOpenMs: 1000, IdleTTLMs: 120000, TableSlots: 65536}
 			if c.Sync != want {
 				t.Errorf("sync = %+v, want %+v", c.Sync, want)
 			}

@@ -539,10 +539,10 @@ func (r *report) writeMemory(w io.Writer) {
 	fmt.Fprintln(w, "key is small and fixed. The sliding-window log keeps the entries of its current window, so")
 	fmt.Fprintln(w, "its record grows with the traffic by design (here one request per bucket).")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "**Redis**: `MEMORY USAGE` of one bucket's hash after gateways × workers have each applied one")
-	fmt.Fprintln(w, "delta (3 permits) through the store, for a rule of 100 per 60 s. Beside the algorithm state the")
-	fmt.Fprintln(w, "hash holds the lease protocol's fields (RATIONALE.md §2): `o:`, `d:`, `s:` per gateway and")
-	fmt.Fprintln(w, "`q:`, `g:` per gateway and worker, so it grows with the fleet.")
+	fmt.Fprintln(w, "**Redis**: `MEMORY USAGE` of one bucket after every gateway of the fleet has acquired from it")
+	fmt.Fprintln(w, "and reported 3 permits with the lease it holds, through the store, for a rule of 100 per 60 s.")
+	fmt.Fprintln(w, "A bucket is one string: the algorithm state and the outstanding leases by epoch (RATIONALE.md")
+	fmt.Fprintln(w, "§5), whatever the number of gateways; the key's name (here about 40 bytes) counts too.")
 	fmt.Fprintln(w)
 	shapes := map[[2]int]bool{}
 	var order [][2]int
@@ -567,7 +567,7 @@ func (r *report) writeMemory(w io.Writer) {
 		row := []string{a}
 		for _, sh := range order {
 			rm := byAlgo[a][sh]
-			row = append(row, fmt.Sprintf("%d B (%d fields)", rm.Bytes, rm.Fields))
+			row = append(row, fmt.Sprintf("%d B (value %d B, key %d B)", rm.Bytes, rm.Value, rm.KeyLen))
 		}
 		rows = append(rows, row)
 	}
@@ -689,11 +689,11 @@ func (r *report) writeSim(w io.Writer, charts string) {
 		for _, k := range xs {
 			a, b, n := byX[k]["adversarial 10x"].Result, byX[k]["bursty"].Result, byX[k]["ninety"].Result
 			rows = append(rows, []string{k, fmtF(a.OverAdmissionPct, 2), fmtF(a.MeanOverAdmissionPct, 3), fmtF(b.FalseRejectionPct, 3),
-				fmt.Sprintf("%d/%d/%d/%d", b.FalseBy.Lease, b.FalseBy.Penalty, b.FalseBy.Degraded, b.FalseBy.Cold), fmtF(n.FalseRejectionPct, 3),
-				fmtInt(a.RoundTripsPerSec), fmtInt(a.DeltasPerSec)})
+				fmt.Sprintf("%d/%d/%d/%d", b.FalseBy.Local, b.FalseBy.Service, b.FalseBy.Penalty, b.FalseBy.Degraded), fmtF(n.FalseRejectionPct, 3),
+				fmtF(a.SyncsPerGateway, 1), fmtInt(a.ChecksPerSec), fmtInt(a.DeltasPerSec)})
 		}
-		table(w, []string{xname, "over-admission worst % (adversarial)", "mean %", "false rejections % (bursty)", "bursty false rejections by cause (lease/penalty/degraded/cold)",
-			"false rejections % (ninety)", "round trips/s (adversarial)", "deltas/s (adversarial)"}, rows)
+		table(w, []string{xname, "over-admission worst % (adversarial)", "mean %", "false rejections % (bursty)", "bursty false rejections by cause (local/service/penalty/degraded)",
+			"false rejections % (ninety)", "syncs/gateway/s (adversarial)", "acquires/s (adversarial)", "deltas/s (adversarial)"}, rows)
 	}
 	simTable(r.simGateways, func(p perf.SimPoint) string { return strconv.Itoa(p.Gateways) }, "gateways")
 	if n := len(r.simGateways); n > 0 {
@@ -701,7 +701,7 @@ func (r *report) writeSim(w io.Writer, charts string) {
 		for _, p := range r.simGateways {
 			if p.Scenario == "bursty" {
 				b := p.Result.FalseBy
-				fr += b.Lease + b.Penalty + b.Degraded + b.Cold
+				fr += b.Local + b.Service + b.Penalty + b.Degraded
 				pen += b.Penalty
 			}
 		}

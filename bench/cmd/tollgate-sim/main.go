@@ -40,7 +40,9 @@ func run(args []string, out, stderr io.Writer) error {
 	fs.IntVar(&cfg.Gateways, "gateways", 4, "gateways (Envoys) in the fleet")
 	fs.IntVar(&cfg.Workers, "workers", 2, "worker VMs per gateway")
 	fs.IntVar(&cfg.Keys, "keys", 10, "distinct caller keys")
-	fs.StringVar(&traffic, "traffic", "steady", "steady|bursty|zipf|adversarial|ninety")
+	fs.StringVar(&traffic, "traffic", "steady", "steady|bursty|zipf|adversarial|ninety|mixed")
+	fs.IntVar(&cfg.Spread, "spread", 0, "gateways each key's requests go to (0: all)")
+	fs.Float64Var(&cfg.AdversarialShare, "adversarial-share", 0.01, "mixed: share of keys at 10x their limit")
 	fs.Float64Var(&cfg.Load, "load", 0, "offered rate per key as a multiple of the limit rate (0: the traffic's default, at most 200k requests/s in all)")
 	fs.DurationVar(&cfg.Interval, "interval", 100*time.Millisecond, "sync interval")
 	fs.StringVar(&latency, "latency", "1ms+1ms", "one-way callout latency: base[+mean exponential extra]")
@@ -48,17 +50,16 @@ func run(args []string, out, stderr io.Writer) error {
 	fs.StringVar(&outage, "outage", "", "service outage start:duration, e.g. 20s:5s")
 	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "simulated time")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "random seed (same seed, same result)")
-	fs.StringVar(&sweep, "sweep", "", "name=v1,v2,...: gateways, workers, keys, interval, latency, loss, load, traffic, shards")
+	fs.StringVar(&sweep, "sweep", "", "name=v1,v2,...: gateways, workers, keys, interval, latency, loss, load, traffic, spread")
 	fs.DurationVar(&cfg.Skew, "skew", 0, "largest gateway clock skew")
-	fs.IntVar(&cfg.Shards, "shards", 1, "Redis shards")
 	fs.StringVar(&kind, "algo", "token_bucket", "token_bucket|gcra|fixed_window|sliding_window_counter")
 	fs.Int64Var(&limit, "limit", 100, "permits per window")
 	fs.Int64Var(&window, "window", 1000, "window in ms")
 	fs.Int64Var(&burst, "burst", 0, "token bucket capacity (0: limit)")
 	fs.StringVar(&wgts, "weights", "", "comma-separated share of traffic per gateway")
 	fs.DurationVar(&cfg.Timeout, "timeout", 250*time.Millisecond, "callout timeout")
-	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", time.Second, "node lease TTL")
-	fs.Int64Var(&cfg.ExpectedNodes, "expected-nodes", 1, "fleet size assumed before the first reply")
+	fs.DurationVar(&cfg.Stale, "stale", 10*time.Second, "longest consumption waits unreported (sync.stale_ms)")
+	fs.IntVar(&cfg.TableSlots, "table-slots", 4096, "shared-data slots per gateway (sync.table_slots)")
 	penalty := fs.Bool("penalty", true, "progressive penalties (false: workers report no early retries)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -119,22 +120,22 @@ func run(args []string, out, stderr io.Writer) error {
 		cfgs[i] = c
 	}
 	c0 := cfgs[0]
-	fmt.Fprintf(out, "traffic %s, %d keys, load %.3g× limit, %s %d/%v burst %d, %d gateways × %d workers, expected nodes %d, interval %v, latency %v, loss %g, penalties %v, %v simulated, seed %d\n",
+	fmt.Fprintf(out, "traffic %s, %d keys, load %.3g× limit, %s %d/%v burst %d, %d gateways × %d workers, spread %d, interval %v, latency %v, loss %g, penalties %v, %v simulated, seed %d\n",
 		c0.Traffic, c0.Keys, c0.Load, c0.Params.Kind, c0.Params.Limit, time.Duration(c0.Params.WindowUs)*time.Microsecond,
-		c0.Params.Capacity(), c0.Gateways, c0.Workers, c0.ExpectedNodes, c0.Interval, c0.Latency, c0.Loss, !c0.NoPenalty, c0.Duration, c0.Seed)
+		c0.Params.Capacity(), c0.Gateways, c0.Workers, c0.Spread, c0.Interval, c0.Latency, c0.Loss, !c0.NoPenalty, c0.Duration, c0.Seed)
 	if c0.Outage.Dur > 0 {
 		fmt.Fprintf(out, "outage from %v for %v\n", c0.Outage.Start, c0.Outage.Dur)
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, name+"\trequests\tadmitted\tref admitted\tover % worst\tover % mean\tfalse rej %\t(lease/pen/degr/cold)\tdegraded\tsyncs/s\tdeltas/s\tredis calls/s\tround trips/s\tKB/s\t")
+	fmt.Fprintln(tw, name+"\trequests\tadmitted\tref admitted\tover % worst\tover % mean\tfalse rej %\tcalm false rej %\t(local/svc/pen/degr)\tdegraded\twaited\twait p99\tsyncs/gw/s\tacquires/s\tdeltas/s\tredis calls/s\tKB/s\tstate B/key\t")
 	// The table is a function of the flags alone; wall time goes to stderr.
 	start := time.Now()
 	for _, c := range cfgs {
 		r := sim.Run(c)
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.2f\t%.3f\t%.4f\t%d/%d/%d/%d\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.1f\t\n",
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.2f\t%.3f\t%.4f\t%.4f\t%d/%d/%d/%d\t%d\t%d\t%v\t%.2f\t%.0f\t%.0f\t%.0f\t%.1f\t%.1f\t\n",
 			value(&c, name), r.Requests, r.Admitted, r.RefAdmitted, r.OverAdmissionPct, r.MeanOverAdmissionPct,
-			r.FalseRejectionPct, r.FalseBy.Lease, r.FalseBy.Penalty, r.FalseBy.Degraded, r.FalseBy.Cold,
-			r.Degraded, r.SyncsPerSec, r.DeltasPerSec, r.RedisOpsPerSec, r.RoundTripsPerSec, r.BytesPerSec/1024)
+			r.FalseRejectionPct, r.CalmFalsePct, r.FalseBy.Local, r.FalseBy.Service, r.FalseBy.Penalty, r.FalseBy.Degraded,
+			r.Degraded, r.Waited, r.WaitP99, r.SyncsPerGateway, r.ChecksPerSec, r.DeltasPerSec, r.RedisOpsPerSec, r.BytesPerSec/1024, r.StateBytes)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -167,8 +168,8 @@ func set(c *sim.Config, name, v string) error {
 		c.Workers, err = strconv.Atoi(v)
 	case "keys":
 		c.Keys, err = strconv.Atoi(v)
-	case "shards":
-		c.Shards, err = strconv.Atoi(v)
+	case "spread":
+		c.Spread, err = strconv.Atoi(v)
 	case "interval":
 		c.Interval, err = time.ParseDuration(v)
 	case "latency":
@@ -197,8 +198,8 @@ func value(c *sim.Config, name string) string {
 		return strconv.Itoa(c.Workers)
 	case "keys":
 		return strconv.Itoa(c.Keys)
-	case "shards":
-		return strconv.Itoa(c.Shards)
+	case "spread":
+		return strconv.Itoa(c.Spread)
 	case "interval":
 		return c.Interval.String()
 	case "latency":
