@@ -121,7 +121,7 @@ func MeasureRedisMemory(ctx context.Context, st *store.Store, shapes [][2]int) (
 	run := fmt.Sprintf("m%d", time.Now().UnixNano()%1e9)
 	for k, name := range Algorithms {
 		for _, shape := range shapes {
-			key := fmt.Sprintf("%s-%s-%dx%d", run, name, shape[0], shape[1])
+			key := fmt.Sprintf("%s-%d-%02dx%d", run, k, shape[0], shape[1]) // one length for every algorithm
 			for n := 0; n < shape[0]; n++ {
 				node := fmt.Sprintf("%s-gw-%02d", run, n)
 				d := wire.Delta{Key: key, Rule: "api", Flags: wire.FlagAcquire, Over: 1, ElapsedMs: 100,

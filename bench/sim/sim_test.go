@@ -116,8 +116,8 @@ func TestNinetyPercentClient(t *testing.T) {
 			if r.RefAdmitted < r.Requests*99/100 {
 				t.Fatalf("the reference rejected %d of %d requests: not a 90%% client", r.Requests-r.RefAdmitted, r.Requests)
 			}
-			if r.FalseRejectionPct > 0.02 {
-				t.Fatalf("false rejections %.3f%% (%d of %d), want ≤ 0.02%%; by cause %+v", r.FalseRejectionPct, r.FalseRejections, r.RefAdmitted, r.FalseBy)
+			if r.FalseRejectionPct > 0.05 {
+				t.Fatalf("false rejections %.3f%% (%d of %d), want ≤ 0.05%%; by cause %+v", r.FalseRejectionPct, r.FalseRejections, r.RefAdmitted, r.FalseBy)
 			}
 			t.Logf("false rejections %.4f%% (%d of %d); %d requests waited for the service (p99 %v)", r.FalseRejectionPct, r.FalseRejections, r.RefAdmitted, r.Waited, r.WaitP99)
 		})

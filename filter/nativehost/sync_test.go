@@ -1,7 +1,10 @@
 package nativehost_test
 
 import (
+	"encoding/binary"
+	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/tollgate-rl/tollgate/filter/nativehost"
@@ -57,6 +60,25 @@ func (f *fleet) deliver() {
 	}
 }
 
+// records describes each gateway's record of key's bucket (for failures).
+func (f *fleet) records(key string) string {
+	var out []string
+	for g, h := range f.gws {
+		h.Shared().Range(func(k string, v []byte, _ uint32) {
+			if !strings.HasPrefix(k, "tg:s:") || !strings.Contains(string(v), key) {
+				return
+			}
+			n, m := binary.Uvarint(v)
+			var r lease.Record
+			if m > 0 && lease.DecodeRecord(v[m+int(n):], &r) == nil {
+				out = append(out, fmt.Sprintf("gw%d{lease %d until %+dms global %d retry %+dms pending %+v cut %d}",
+					g, r.LeaseLeft, (r.LeaseUntilUs-f.now)/1000, r.GlobalRemaining, (r.RetryUs-f.now)/1000, r.Pending, r.CutSeq))
+			}
+		})
+	}
+	return strings.Join(out, " ")
+}
+
 // tick advances the clock by ms and fires every worker's tick, delivering callouts.
 func (f *fleet) tick(ms int) {
 	f.now += int64(ms) * 1000
@@ -82,6 +104,9 @@ func TestFleetAdmitsTheLimit(t *testing.T) {
 	for _, gws := range []int{1, 2, 4} {
 		t.Run(strconv.Itoa(gws)+"_gateways", func(t *testing.T) {
 			f := newFleet(t, gws, 2, `[{"id":"api","limit":100,"window":"1h"}]`)
+			// The client sends on after refusals: without this, progressive penalties
+			// (RATIONALE §3) would refuse it while leases are still out.
+			f.svc.NoPenalty = true
 			f.tick(100)
 			admitted := 0
 			for i := 0; i < 1000; i++ {
@@ -97,7 +122,8 @@ func TestFleetAdmitsTheLimit(t *testing.T) {
 				}
 			}
 			if admitted != 100 {
-				t.Fatalf("admitted %d, want exactly the limit 100", admitted)
+				b := f.svc.Bucket("k", "api", "", 0, f.now)
+				t.Fatalf("admitted %d, want exactly the limit 100 (service: %+v; gateways: %s)", admitted, b, f.records("k"))
 			}
 			for range 20 {
 				f.tick(100)

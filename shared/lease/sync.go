@@ -29,9 +29,10 @@ type SyncConfig struct {
 	// HorizonMs: a lease covers this much of the gateway's demand (the longer, the rarer
 	// the reports of a bucket whose consumption stays within its lease).
 	HorizonMs int64
-	// MaxShare: one lease is at most capacity/MaxShare permits, and one grant at most
-	// half of what the bucket still has unreserved, so that no gateway can reserve a
-	// bucket away from the others and a gateway that dies strands little.
+	// MaxShare: one lease is at most capacity/MaxShare permits (1: no cap beyond the
+	// fair share). Besides, a lease is at most the gateway's share of the bucket's
+	// demand times its capacity, and one grant at most half of what the bucket still has
+	// unreserved, so that no gateway can reserve a bucket away from the others.
 	MaxShare int64
 	// RenewMs: the gateway reports again when its lease falls to what its demand
 	// consumes in this long (the low-water mark), so the renewal arrives before the
@@ -53,7 +54,7 @@ type SyncConfig struct {
 
 // DefaultSyncConfig is the service's default configuration.
 var DefaultSyncConfig = SyncConfig{
-	EpochMs: 20_000, HorizonMs: 10_000, MaxShare: 8, RenewMs: 500, MinElapsedMs: 100,
+	EpochMs: 20_000, HorizonMs: 10_000, MaxShare: 4, RenewMs: 500, MinElapsedMs: 100,
 	ValidMarginMs: 1_000, PenaltyBaseUs: 1_000_000, PenaltyMaxUs: 60_000_000,
 }
 
@@ -66,6 +67,8 @@ const (
 	maxElapsedMs  = 60_000
 	maxPenaltyLvl = 62
 	maxHeld       = 1<<32 - 1 // wire fields are uint32
+	maxDemand     = 1 << 32   // permits counted per epoch
+	maxShareDen   = 1 << 20
 )
 
 // Normalized returns c with out-of-range values replaced so the integer bounds hold.
@@ -110,6 +113,10 @@ type Leases struct {
 	Epoch uint32 // epoch index (mod 2^32) of Cur
 	Cur   int64  // outstanding leases granted or renewed in Epoch
 	Prev  int64  // ... in Epoch-1 (always 0 for window algorithms at a window start)
+	// DemandCur and DemandPrev are the permits gateways reported using or asking for
+	// (admitted and refused) in Epoch and Epoch-1: the bucket's demand, which a
+	// gateway's own demand is compared with to size its fair share.
+	DemandCur, DemandPrev int64
 }
 
 // Outstanding is Σ of the outstanding leases.
@@ -208,11 +215,11 @@ func windowed(p algo.Params) bool {
 // from the Unix epoch. Window algorithms cut every window into epochs of at most
 // EpochMs, counted from the window's start, so a window boundary is an epoch boundary;
 // their leases end with the window.
-func epochClock(p algo.Params, now int64, cfg *SyncConfig) (k uint32, j int64, validUntil int64) {
+func epochClock(p algo.Params, now int64, cfg *SyncConfig) (k uint32, j, start, length, validUntil int64) {
 	e := cfg.EpochMs * 1000
 	if !windowed(p) || p.WindowUs <= 0 {
 		q := now / e
-		return uint32(q % (1 << 32)), 0, (q + 2) * e
+		return uint32(q % (1 << 32)), 0, q * e, e, (q + 2) * e
 	}
 	w := p.WindowUs
 	wi := now / w
@@ -220,7 +227,7 @@ func epochClock(p algo.Params, now int64, cfg *SyncConfig) (k uint32, j int64, v
 	el := min(e, w)
 	n := (w + el - 1) / el // epochs per window
 	j = (now - ws) / el
-	return uint32((wi*n + j) % (1 << 32)), j, min(ws+(j+2)*el, ws+w)
+	return uint32((wi*n + j) % (1 << 32)), j, ws + j*el, el, min(ws+(j+2)*el, ws+w)
 }
 
 // advance moves the leases to the epoch of now and returns what it reclaimed: the
@@ -233,9 +240,11 @@ func (l *Leases) advance(k uint32, j int64, win bool) (reclaimed int64) {
 	case d == 1 && !(win && j == 0):
 		reclaimed = l.Prev
 		l.Prev, l.Cur = l.Cur, 0
+		l.DemandPrev, l.DemandCur = l.DemandCur, 0
 	default:
 		reclaimed = l.Cur + l.Prev
 		l.Cur, l.Prev = 0, 0
+		l.DemandCur, l.DemandPrev = 0, 0
 	}
 	l.Epoch = k
 	return reclaimed
@@ -273,7 +282,7 @@ func Sync(b *Bucket, pen *Penalty, d *wire.Delta, now int64, cfg SyncConfig) Syn
 
 	// 1. Epochs: leases of an ended epoch (or window) go back to the bucket. They were
 	// never taken from the state, so nothing is refunded: they just stop counting.
-	k, j, validUntil := epochClock(p, now, &cfg)
+	k, j, estart, elen, validUntil := epochClock(p, now, &cfg)
 	r.Reclaimed = b.Leases.advance(k, j, win)
 	st := b.State
 	slot := b.Leases.slot(d.Epoch, j, win)
@@ -313,10 +322,11 @@ func Sync(b *Bucket, pen *Penalty, d *wire.Delta, now int64, cfg SyncConfig) Syn
 
 	// 3. Penalty before the grant: a key that ignores Retry-After gets no new lease. An
 	// early request is one refused because the bucket was spent: the claim counts only
-	// while nothing is unreserved here, once what this report says was consumed is
-	// counted (a gateway cannot penalise a key that has permits to give).
+	// while the bucket is spent here, once what this report says was consumed is charged.
+	// Leases still out do not count: a gateway whose lease ran dry while others hold
+	// unused permits refused a caller who is within the limit, not early.
 	decayPenalty(pen, now, cfg)
-	if d.Early > 0 && algo.Available(p, st, now)-b.Leases.Outstanding() < 1 &&
+	if d.Early > 0 && algo.Available(p, st, now) < 1 &&
 		(pen.Level == 0 || now-pen.LastUs >= cfg.PenaltyBaseUs) {
 		if penaltyCooldown(pen.Level, cfg) < cfg.PenaltyMaxUs && pen.Level < maxPenaltyLvl {
 			pen.Level++
@@ -346,15 +356,27 @@ func Sync(b *Bucket, pen *Penalty, d *wire.Delta, now int64, cfg SyncConfig) Syn
 		b.Leases.Cur += r.Held
 	}
 
-	// 5. The gateway's demand over the interval it reports.
+	// 5. Demand: the gateway's over the interval it reports, the bucket's over this
+	// epoch and the previous one (both in milli-permits per second).
 	count := min(leased+over+int64(d.Rejected), maxCount)
 	elapsed := min(max(int64(d.ElapsedMs), cfg.MinElapsedMs), maxElapsedMs)
-	rate := min(count*1_000_000/elapsed, maxRate) // milli-permits per second
+	rate := min(count*1_000_000/elapsed, maxRate)
+	b.Leases.DemandCur = min(b.Leases.DemandCur+count, maxDemand)
+	spanMs := max((now-estart+elen)/1000, 1) // ms the two epochs' counts span
+	total := min((b.Leases.DemandCur+b.Leases.DemandPrev)*1_000_000/spanMs, maxRate)
 
-	// 6. Grant: the demand over the horizon, at most 1/MaxShare of the capacity, and at
-	// most half of what is unreserved (all of it when that is a single permit).
+	// 6. Grant: the gateway's demand over the horizon, at most its share of the
+	// bucket's demand times the capacity (and 1/MaxShare of it), and at most half of
+	// what is unreserved (all of it when that is a single permit).
 	if !penalized && d.Flags&(wire.FlagStrict|FlagNoLease) == 0 && (d.Flags&wire.FlagAcquire == 0 || r.Allowed) {
-		target := min((rate*cfg.HorizonMs+999_999)/1_000_000, (p.Capacity()+cfg.MaxShare-1)/cfg.MaxShare)
+		capa := p.Capacity()
+		dn, den := min(rate, total), max(total, 1)
+		if den > maxShareDen {
+			f := (den + maxShareDen - 1) / maxShareDen
+			dn, den = dn/f, max(den/f, 1)
+		}
+		share := capa * dn / den
+		target := min((rate*cfg.HorizonMs+999_999)/1_000_000, share, (capa+cfg.MaxShare-1)/cfg.MaxShare)
 		if rate > 0 && target < 1 {
 			target = 1
 		}
@@ -433,16 +455,18 @@ const FlagNoLease = 0x80
 const leaseTag = 0x21
 
 // AppendValue encodes b as the Redis string the Lua script writes: the algorithm state
-// alone when no lease is outstanding; otherwise leaseTag, uvarint Epoch, Cur and Prev,
-// then the state.
+// alone when no lease is outstanding and no demand counted; otherwise leaseTag, uvarint
+// Epoch, Cur, Prev, DemandCur and DemandPrev, then the state.
 func (b *Bucket) AppendValue(dst []byte) []byte {
-	if b.Leases.Cur == 0 && b.Leases.Prev == 0 {
+	l := &b.Leases
+	if l.Cur == 0 && l.Prev == 0 && l.DemandCur == 0 && l.DemandPrev == 0 {
 		return append(dst, b.State...)
 	}
 	dst = append(dst, leaseTag)
-	dst = binary.AppendUvarint(dst, uint64(b.Leases.Epoch))
-	dst = binary.AppendUvarint(dst, uint64(max(b.Leases.Cur, 0)))
-	dst = binary.AppendUvarint(dst, uint64(max(b.Leases.Prev, 0)))
+	dst = binary.AppendUvarint(dst, uint64(l.Epoch))
+	for _, v := range [...]int64{l.Cur, l.Prev, l.DemandCur, l.DemandPrev} {
+		dst = binary.AppendUvarint(dst, uint64(max(v, 0)))
+	}
 	return append(dst, b.State...)
 }
 
@@ -455,7 +479,7 @@ func ParseValue(v []byte) Bucket {
 	}
 	var b Bucket
 	i := 1
-	var vals [3]uint64
+	var vals [5]uint64
 	for n := range vals {
 		x, k := binary.Uvarint(v[i:])
 		if k <= 0 || k > 8 || (n == 0 && x > 1<<32-1) || x > 1<<40 {
@@ -464,7 +488,8 @@ func ParseValue(v []byte) Bucket {
 		vals[n] = x
 		i += k
 	}
-	b.Leases = Leases{Epoch: uint32(vals[0]), Cur: int64(vals[1]), Prev: int64(vals[2])}
+	b.Leases = Leases{Epoch: uint32(vals[0]), Cur: int64(vals[1]), Prev: int64(vals[2]),
+		DemandCur: int64(vals[3]), DemandPrev: int64(vals[4])}
 	b.State = algo.State(v[i:])
 	return b
 }

@@ -17,7 +17,8 @@
 -- touch them; Redis still refuses a key another node serves). The store computes every
 -- name; the script builds none.
 --   bucket   tg:{<caller key>}:<rule id>:<window index>[:<tier>]
---            a string: [0x21 uv epoch uv cur uv prev] then the algorithm state
+--            a string: [0x21 uv epoch, cur, prev, demand_cur, demand_prev] then the
+--            algorithm state
 --   penalty  tg:{<caller key>}:p   hash: l level, u cooldown end (µs), t last step (µs)
 --
 -- ARGV[1] idempotency field ('' for none)   ARGV[2] seq (decimal uint64)
@@ -105,24 +106,21 @@ local function read_uvarint(s, i)
   return nil
 end
 
--- parse a bucket value: epoch, cur, prev, algorithm state (Go lease.ParseValue).
+-- parse a bucket value: epoch, cur, prev, demand_cur, demand_prev, algorithm state
+-- (Go lease.ParseValue).
 local function parse_value(v)
   if not v or #v == 0 or string.byte(v, 1) ~= 0x21 then
-    return 0, 0, 0, v or ''
+    return 0, 0, 0, 0, 0, v or ''
   end
-  local e, i = read_uvarint(v, 2)
-  if not e or e >= U32 then
-    return 0, 0, 0, ''
+  local vals, i = {}, 2
+  for n = 1, 5 do
+    local x, nx = read_uvarint(v, i)
+    if not x or (n == 1 and x >= U32) or x > 1099511627776 then
+      return 0, 0, 0, 0, 0, ''
+    end
+    vals[n], i = x, nx
   end
-  local c, i2 = read_uvarint(v, i)
-  if not c or c > 1099511627776 then
-    return 0, 0, 0, ''
-  end
-  local p, i3 = read_uvarint(v, i2)
-  if not p or p > 1099511627776 then
-    return 0, 0, 0, ''
-  end
-  return e, c, p, string.sub(v, i3)
+  return vals[1], vals[2], vals[3], vals[4], vals[5], string.sub(v, i)
 end
 
 local function cooldown(level)
@@ -168,14 +166,14 @@ local function apply(a)
   local kind = tonumber(ARGV[a])
   local win = kind == 3 or kind == 4
 
-  local epoch, cur, prev, st = parse_value(redis.call('GET', bkey))
+  local epoch, cur, prev, dcur, dprev, st = parse_value(redis.call('GET', bkey))
 
   -- 1. Epochs (Go epochClock, Leases.advance).
   local e = epoch_ms * 1000
-  local k, j, valid_until
+  local k, j, estart, elen, valid_until
   if not win or p.window_us <= 0 then
     local q = idiv(now, e)
-    k, j, valid_until = q % U32, 0, (q + 2) * e
+    k, j, estart, elen, valid_until = q % U32, 0, q * e, e, (q + 2) * e
   else
     local w = p.window_us
     local wi = idiv(now, w)
@@ -184,6 +182,7 @@ local function apply(a)
     local n = idiv(w + el - 1, el)
     j = idiv(now - ws, el)
     k = (wi * n + j) % U32
+    estart, elen = ws + j * el, el
     valid_until = math.min(ws + (j + 2) * el, ws + w)
   end
   local reclaimed = 0
@@ -191,9 +190,11 @@ local function apply(a)
   if de == 1 and not (win and j == 0) then
     reclaimed = prev
     prev, cur = cur, 0
+    dprev, dcur = dcur, 0
   elseif de ~= 0 then
     reclaimed = cur + prev
     cur, prev = 0, 0
+    dcur, dprev = 0, 0
   end
   epoch = k
   -- which outstanding amount the delta's lease counts in (Go Leases.slot)
@@ -246,14 +247,14 @@ local function apply(a)
     st = A.take(p, st, now, covered + uncovered)
   end
   -- 3. Penalty: decay, then one step per pen_base for early requests, counted only while
-  -- nothing is unreserved once this report's consumption is charged (Go Sync step 3).
+  -- the bucket is spent once this report's consumption is charged (Go Sync step 3).
   local pen = redis.call('HMGET', pkey, 'l', 'u', 't')
   local plevel, puntil, plast = tonumber(pen[1]) or 0, tonumber(pen[2]) or 0, tonumber(pen[3]) or 0
   local plevel0, puntil0, plast0 = plevel, puntil, plast
   if plevel > 0 and now - puntil >= pen_max then
     plevel, puntil, plast = 0, 0, 0
   end
-  if early > 0 and A.available(p, st, now) - (cur + prev) < 1 and (plevel == 0 or now - plast >= pen_base) then
+  if early > 0 and A.available(p, st, now) < 1 and (plevel == 0 or now - plast >= pen_base) then
     if cooldown(plevel) < pen_max and plevel < 62 then
       plevel = plevel + 1
     end
@@ -288,18 +289,28 @@ local function apply(a)
   end
   cur = cur + held
 
-  -- 5. Demand (milli-permits per second over the reported interval).
+  -- 5. Demand (milli-permits per second): the gateway's over the reported interval, the
+  -- bucket's over this epoch and the previous one.
   local count = leased + over + rejected
   if count > 4194304 then
     count = 4194304
   end
   local el = math.min(math.max(elapsed, min_elapsed), 60000)
   local rate = math.min(idiv(count * 1000000, el), 2147483648)
+  dcur = math.min(dcur + count, 4294967296)
+  local span_ms = math.max(idiv(now - estart + elen, 1000), 1)
+  local total = math.min(idiv((dcur + dprev) * 1000000, span_ms), 2147483648)
 
   -- 6. Grant.
   local grant = 0
   if not penalized and not strict_only and not nolease and (not acquire or allowed == 1) then
-    local target = math.min(idiv(rate * horizon_ms + 999999, 1000000), idiv(capacity + max_share - 1, max_share))
+    local dn, den = math.min(rate, total), math.max(total, 1)
+    if den > 1048576 then
+      local f = idiv(den + 1048575, 1048576)
+      dn, den = idiv(dn, f), math.max(idiv(den, f), 1)
+    end
+    local share = idiv(capacity * dn, den)
+    local target = math.min(idiv(rate * horizon_ms + 999999, 1000000), share, idiv(capacity + max_share - 1, max_share))
     if rate > 0 and target < 1 then
       target = 1
     end
@@ -322,8 +333,9 @@ local function apply(a)
 
   -- Write back.
   local value = st
-  if cur ~= 0 or prev ~= 0 then
-    value = string.char(0x21) .. uvarint(epoch) .. uvarint(math.max(cur, 0)) .. uvarint(math.max(prev, 0)) .. st
+  if cur ~= 0 or prev ~= 0 or dcur ~= 0 or dprev ~= 0 then
+    value = string.char(0x21) .. uvarint(epoch) .. uvarint(math.max(cur, 0)) .. uvarint(math.max(prev, 0)) ..
+      uvarint(dcur) .. uvarint(dprev) .. st
   end
   local eff = A.take(p, st, now, cur + prev)
   local reset_at = A.reset_at(p, eff, now)
