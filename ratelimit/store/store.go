@@ -65,15 +65,19 @@ func buildScript() (*script, error) {
 	var b strings.Builder
 	b.WriteString("#!lua flags=allow-cross-slot-keys\n")
 	b.WriteString(helpers)
-	b.WriteString("local ALGOS = {}\n")
+	// Each algorithm is built on first use in a call: building all five on every call
+	// cost more Redis CPU than a one-delta acquire itself.
+	b.WriteString("local MAKE = {}\n")
 	for k := 0; k < numKinds; k++ {
 		frag, err := fragmentSource(algo.Kind(k))
 		if err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(&b, "ALGOS[%d] = (function()\n%s\nreturn {available = algo_available, take = algo_take, refund = algo_refund, "+
-			"decide = algo_decide, reset_at = algo_reset_at, retry_after = algo_retry_after}\nend)()\n", k, frag)
+		fmt.Fprintf(&b, "MAKE[%d] = function()\n%s\nreturn {available = algo_available, take = algo_take, refund = algo_refund, "+
+			"decide = algo_decide, reset_at = algo_reset_at, retry_after = algo_retry_after}\nend\n", k, frag)
 	}
+	b.WriteString("local ALGOS = setmetatable({}, {__index = function(t, k)\n" +
+		"  local mk = MAKE[k]\n  if not mk then return nil end\n  local a = mk()\n  rawset(t, k, a)\n  return a\nend})\n")
 	b.Write(body)
 	src := b.String()
 	sum := sha1.Sum([]byte(src))

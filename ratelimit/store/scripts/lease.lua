@@ -2,8 +2,8 @@
 -- buckets and grant the gateway leases (RATIONALE.md §2), one delta after the other. The
 -- Go twin is shared/lease.Sync; the store's differential test checks that both compute
 -- the same outputs and store the same bytes. The store puts every algorithm fragment
--- (algo_*.lua) before this body, each in its own closure, as ALGOS[kind] (see
--- buildScript), so one script serves every algorithm.
+-- (algo_*.lua) before this body, each in its own closure built on first use, as
+-- ALGOS[kind] (see buildScript), so one script serves every algorithm.
 --
 -- KEYS[1] routes the call: with ARGV[1] set it is the gateway's idempotency hash on this
 -- Redis node (tg:{<tag>}:q:<node>), whose field ARGV[1] holds "<seq>:<now>:<results>" of
