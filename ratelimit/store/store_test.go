@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/cespare/xxhash/v2"
 
 	"github.com/tollgate-rl/tollgate/shared/algo"
 	"github.com/tollgate-rl/tollgate/shared/lease"
@@ -148,6 +151,171 @@ func TestBatchShape(t *testing.T) {
 			}
 			if len(out.States) != 0 || out.Nodes < 1 {
 				t.Fatalf("heartbeat: %d states, fleet %d", len(out.States), out.Nodes)
+			}
+		})
+	}
+}
+
+// TestKeyNames pins the key layout of RATIONALE.md §5: the caller key is the hash tag,
+// except where it would end the tag early or leave it empty.
+func TestKeyNames(t *testing.T) {
+	hashed := func(key string) string {
+		return "tg:{~" + strconv.FormatUint(xxhash.Sum64String(key), 16) + "}" + strconv.Itoa(len(key)) + ":" + key
+	}
+	tests := []struct {
+		name, key, rule, tier string
+		window                uint8
+		bucket, penalty       string
+	}{
+		{"plain", "sk_live_1", "api", "", 0, "tg:{sk_live_1}:api:0", "tg:{sk_live_1}:p"},
+		{"tier and window", "sk_live_1", "api", "pro", 2, "tg:{sk_live_1}:api:2:pro", "tg:{sk_live_1}:p"},
+		{"colons", "10.0.0.1:443", "r:1", "", 1, "tg:{10.0.0.1:443}:r:1:1", "tg:{10.0.0.1:443}:p"},
+		{"opening brace", "a{b", "api", "", 0, "tg:{a{b}:api:0", "tg:{a{b}:p"},
+		{"closing brace", "a}b", "api", "", 0, hashed("a}b") + ":api:0", hashed("a}b") + ":p"},
+		{"braced", "{x}", "api", "", 0, hashed("{x}") + ":api:0", hashed("{x}") + ":p"},
+		{"empty", "", "api", "", 0, hashed("") + ":api:0", hashed("") + ":p"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := BucketKey(tc.key, tc.rule, tc.tier, tc.window); got != tc.bucket {
+				t.Errorf("BucketKey = %q, want %q", got, tc.bucket)
+			}
+			if got := PenaltyKey(tc.key); got != tc.penalty {
+				t.Errorf("PenaltyKey = %q, want %q", got, tc.penalty)
+			}
+		})
+	}
+}
+
+// TestKeysInRedis applies a batch for awkward caller keys and reads back what Redis
+// holds: the exact key names, bucket and penalty in one slot (as Redis computes it), the
+// gateway's idempotency record on the lowest slot of each node it touched, and a TTL on
+// every key the sync writes.
+func TestKeysInRedis(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			s, _ := clockedStore(t, mode, nil)
+			ctx := context.Background()
+			node := uniq("gw:layout")
+			base := uniq("layout")
+			var keys []string
+			for _, k := range []string{"", ":a:b", "{c}", "d}", "e{", "{f"} {
+				keys = append(keys, base+k)
+			}
+			for i := 0; i < 20; i++ { // enough keys that every cluster primary gets some
+				keys = append(keys, fmt.Sprint(base, "-", i))
+			}
+			b := &wire.Batch{Node: node, Seq: 7}
+			for _, k := range keys {
+				d := mkDelta(algo.FixedWindow, k, "r:1")
+				d.Tier, d.Window = "pro", 1
+				d.Over, d.Rejected, d.Early = 100, 1, 1 // spent and early: a penalty record
+				b.Deltas = append(b.Deltas, d)
+			}
+			out, err := s.Apply(ctx, b, Options{Idempotent: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, k := range keys {
+				if out.States[i].PenaltyLevel != 1 {
+					t.Fatalf("key %q: penalty level %d, want 1", k, out.States[i].PenaltyLevel)
+				}
+				bk, pk := BucketKey(k, "r:1", "pro", 1), PenaltyKey(k)
+				for _, name := range []string{bk, pk} {
+					if ttl := s.rdb.PTTL(ctx, name).Val(); ttl <= 0 {
+						t.Fatalf("%q: PTTL %v, want a TTL", name, ttl)
+					}
+				}
+				if mode == Cluster {
+					a, b := s.rdb.ClusterKeySlot(ctx, bk).Val(), s.rdb.ClusterKeySlot(ctx, pk).Val()
+					if a != b {
+						t.Fatalf("key %q: bucket in slot %d, penalty in slot %d", k, a, b)
+					}
+				}
+			}
+			// The idempotency record: one per node served, on that node's lowest slot.
+			lowest := map[string]int{"": 0} // standalone: slot 0
+			if mode == Cluster {
+				lowest = map[string]int{}
+				slots, err := s.rdb.ClusterSlots(ctx).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, sl := range slots {
+					a := sl.Nodes[0].Addr
+					if f, ok := lowest[a]; !ok || sl.Start < f {
+						lowest[a] = sl.Start
+					}
+				}
+			}
+			if len(lowest) != map[Mode]int{Standalone: 1, Cluster: 3}[mode] {
+				t.Fatalf("%d primaries", len(lowest))
+			}
+			for addr, slot := range lowest {
+				rk := idemKey(slot, node)
+				if mode == Cluster {
+					if got := s.rdb.ClusterKeySlot(ctx, rk).Val(); got != int64(slot) {
+						t.Fatalf("record %q in slot %d, want %d (lowest of %s)", rk, got, slot, addr)
+					}
+				}
+				rec, err := s.rdb.HGet(ctx, rk, "0").Result()
+				if err != nil || !strings.HasPrefix(rec, "7:") {
+					t.Fatalf("record %q field 0: %q, %v; want seq 7", rk, rec, err)
+				}
+				if ttl := s.rdb.PTTL(ctx, rk).Val(); ttl <= 0 || ttl > s.cfg.IdempotencyTTL {
+					t.Fatalf("record %q: PTTL %v, want (0, %v]", rk, ttl, s.cfg.IdempotencyTTL)
+				}
+			}
+		})
+	}
+}
+
+// TestReturnedLease: a lease given back stops counting at once, and the bucket value
+// drops its lease header when nothing is leased out and the demand counted with the
+// lease has aged out (two epochs): an idle bucket costs the algorithm state alone.
+func TestReturnedLease(t *testing.T) {
+	s, clock := clockedStore(t, Standalone, nil)
+	ctx := context.Background()
+	epochUs := s.cfg.Lease.EpochMs * 1000
+	for k := 0; k < numKinds; k++ {
+		kind := algo.Kind(k)
+		t.Run(kind.String(), func(t *testing.T) {
+			*clock = t0
+			node := uniq("gw")
+			d := mkDelta(kind, uniq("returned"), "api")
+			d.Over, d.ElapsedMs = 3, 100
+			apply := func(seq uint64, d wire.Delta) wire.State {
+				t.Helper()
+				out, err := s.Apply(ctx, &wire.Batch{Node: node, Seq: seq, Deltas: []wire.Delta{d}}, Options{Idempotent: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return out.States[0]
+			}
+			st := apply(1, d)
+			if st.Lease == 0 {
+				t.Fatalf("no lease granted: %+v", st)
+			}
+			*clock += 1000
+			ret := mkDelta(kind, d.Key, d.Rule)
+			ret.Returned, ret.Epoch, ret.ElapsedMs = st.Lease, st.Epoch, 1
+			st2 := apply(2, ret)
+			bu := stored(t, s, &d)
+			if bu.Leases.Outstanding() != 0 || st2.Held != 0 || st2.Lease != 0 {
+				t.Fatalf("after the return: outstanding %d, reply %+v", bu.Leases.Outstanding(), st2)
+			}
+			if want := algo.Available(lease.ParamsOf(&d), bu.State, *clock); st2.Remaining != want {
+				t.Fatalf("remaining %d with nothing leased out, want the state's %d", st2.Remaining, want)
+			}
+			*clock += 2 * epochUs
+			idle := mkDelta(kind, d.Key, d.Rule)
+			apply(3, idle)
+			v, err := s.rdb.Get(ctx, BucketKey(d.Key, d.Rule, d.Tier, d.Window)).Bytes()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(v) > 0 && v[0] == 0x21 {
+				t.Fatalf("idle bucket still carries a lease header: %x", v)
 			}
 		})
 	}
