@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate-rl/tollgate/shared/algo"
 	"github.com/tollgate-rl/tollgate/shared/lease"
@@ -316,6 +318,134 @@ func TestReturnedLease(t *testing.T) {
 			}
 			if len(v) > 0 && v[0] == 0x21 {
 				t.Fatalf("idle bucket still carries a lease header: %x", v)
+			}
+		})
+	}
+}
+
+// snapshot is DUMP and absolute expiry of every key a test watches: a replay must leave
+// both exactly as they were (a rewrite of the same bytes would still move the expiry).
+func snapshot(t testing.TB, s *Store, keys []string) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]string{}
+	for _, k := range keys {
+		dump, err := s.rdb.Dump(ctx, k).Result()
+		if err != nil {
+			t.Fatalf("DUMP %q: %v", k, err)
+		}
+		exp, err := s.rdb.PExpireTime(ctx, k).Result()
+		if err != nil {
+			t.Fatalf("PEXPIRETIME %q: %v", k, err)
+		}
+		out[k] = fmt.Sprintf("%x@%d", dump, exp)
+	}
+	return out
+}
+
+// idemKeys lists the gateway's idempotency records a batch can touch: one per Redis
+// node, at the node's lowest slot.
+func idemKeys(t testing.TB, s *Store, node string) []string {
+	t.Helper()
+	cc, ok := s.rdb.(*redis.ClusterClient)
+	if !ok {
+		return []string{idemKey(0, node)}
+	}
+	tab, err := s.slots.get(context.Background(), cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, slot := range tab.first {
+		out = append(out, idemKey(slot, node))
+	}
+	return out
+}
+
+// TestReplay: a batch sent again with the same (node, seq) — its reply was lost — is
+// answered with the lease fields of the first application at the first server time, and
+// changes no key; an older seq is a replay that hands over nothing. Either way each
+// bucket holds the first grant once, not twice.
+func TestReplay(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			s, clock := clockedStore(t, mode, nil)
+			ctx := context.Background()
+			node := uniq("gw")
+			b := &wire.Batch{Node: node, Seq: 10}
+			for i := 0; i < 30; i++ {
+				d := mkDelta(algo.Kind(i%numKinds), uniq("replay"), "api")
+				d.Over, d.ElapsedMs = 3, 100
+				if i%3 == 0 {
+					d.Over, d.Rejected, d.Early = 100, 1, 1 // a penalty record too
+				}
+				b.Deltas = append(b.Deltas, d)
+			}
+			first, err := s.Apply(ctx, b, Options{Idempotent: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			keys := idemKeys(t, s, node)
+			for _, d := range b.Deltas {
+				keys = append(keys, BucketKey(d.Key, d.Rule, d.Tier, d.Window))
+				if d.Early > 0 {
+					keys = append(keys, PenaltyKey(d.Key))
+				}
+			}
+			before := snapshot(t, s, keys)
+			grants := 0
+			for i := range b.Deltas {
+				grants += int(first.States[i].Lease)
+			}
+			if grants == 0 {
+				t.Fatal("no grant to hand over")
+			}
+			tests := []struct {
+				name  string
+				seq   uint64
+				grant bool // the recorded lease fields are answered
+			}{
+				{"same seq", 10, true},
+				{"same seq again", 10, true},
+				{"older seq", 9, false},
+			}
+			for _, tc := range tests {
+				t.Run(tc.name, func(t *testing.T) {
+					*clock += 300_000 // a retry comes later, in the same epoch
+					rb := *b
+					rb.Seq = tc.seq
+					out, err := s.Apply(ctx, &rb, Options{Idempotent: true})
+					if err != nil {
+						t.Fatal(err)
+					}
+					for i := range b.Deltas {
+						f, r := first.Results[i], out.Results[i]
+						want := lease.SyncResult{Replay: true, Allowed: true, NowUs: f.NowUs}
+						if tc.grant {
+							want.Grant, want.Held, want.Epoch, want.ValidUs, want.LowWater = f.Grant, f.Held, f.Epoch, f.ValidUs, f.LowWater
+						}
+						if r != want {
+							t.Fatalf("delta %d:\n got %+v\nwant %+v", i, r, want)
+						}
+						if out.States[i].Flags&wire.StateReplay == 0 {
+							t.Fatalf("delta %d: no StateReplay flag", i)
+						}
+					}
+					if after := snapshot(t, s, keys); !maps.Equal(before, after) {
+						for k := range before {
+							if before[k] != after[k] {
+								t.Errorf("%q changed:\n%s\n%s", k, before[k], after[k])
+							}
+						}
+						t.FailNow()
+					}
+				})
+			}
+			for i, d := range b.Deltas {
+				bu := stored(t, s, &d)
+				if got, want := bu.Leases.Outstanding(), first.Results[i].Grant; got != want {
+					t.Fatalf("delta %d: outstanding %d, want the one grant %d", i, got, want)
+				}
 			}
 		})
 	}
