@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
@@ -446,6 +447,185 @@ func TestReplay(t *testing.T) {
 				if got, want := bu.Leases.Outstanding(), first.Results[i].Grant; got != want {
 					t.Fatalf("delta %d: outstanding %d, want the one grant %d", i, got, want)
 				}
+			}
+		})
+	}
+}
+
+// flushScripts empties the script cache of every server (a restart, or a promoted
+// replica that never loaded the script).
+func flushScripts(t testing.TB, s *Store) {
+	t.Helper()
+	ctx := context.Background()
+	var err error
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error { return c.ScriptFlush(ctx).Err() })
+	} else {
+		err = s.rdb.ScriptFlush(ctx).Err()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNoScriptRecovery: after SCRIPT FLUSH the batch's calls answer NOSCRIPT; the store
+// loads the script again and the same batch goes through, applied once.
+func TestNoScriptRecovery(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			s, m := newStore(t, mode, nil)
+			now := t0
+			s.SetTestClock(func() int64 { return now })
+			ctx := context.Background()
+			for round := 0; round < 2; round++ { // twice: the second flush finds a loaded script again
+				flushScripts(t, s)
+				b := &wire.Batch{Node: uniq("gw"), Seq: 1}
+				for i := 0; i < 250; i++ {
+					d := mkDelta(algo.FixedWindow, uniq("noscript"), "api")
+					d.Over = 2
+					b.Deltas = append(b.Deltas, d)
+				}
+				reloads := m.reloads.Load()
+				if _, err := s.Apply(ctx, b, Options{Idempotent: true}); err != nil {
+					t.Fatalf("round %d: batch after SCRIPT FLUSH: %v", round, err)
+				}
+				if m.reloads.Load() == reloads {
+					t.Fatalf("round %d: no script reload counted", round)
+				}
+				for i, d := range b.Deltas {
+					if got := consumed(t, s, &d, now); got != 2 {
+						t.Fatalf("round %d delta %d: consumed %d, want 2", round, i, got)
+					}
+				}
+			}
+		})
+	}
+}
+
+// pipelineCounter counts, per server, the pipelines that carried script calls and the
+// script calls in them: what went over the network, seen from the client.
+type pipelineCounter struct {
+	mu    sync.Mutex
+	pipes map[string]int
+	calls map[string]int
+}
+
+func (c *pipelineCounter) hook(addr string) redis.Hook { return counterHook{c, addr} }
+
+type counterHook struct {
+	c    *pipelineCounter
+	addr string
+}
+
+func (h counterHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h counterHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h counterHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		n := 0
+		for _, c := range cmds {
+			if name := c.Name(); name == "evalsha" || name == "eval" {
+				n++
+			}
+		}
+		if n > 0 {
+			h.c.mu.Lock()
+			h.c.pipes[h.addr]++
+			h.c.calls[h.addr] += n
+			h.c.mu.Unlock()
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestBatchCost: a batch of 1,000 deltas over more than 500 slots costs, on every Redis
+// node, one round trip and ceil(n/100) script calls for its n deltas there (RATIONALE.md
+// §5), counted by the servers (INFO commandstats) and by the client (pipelines sent).
+func TestBatchCost(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			ctx := context.Background()
+			cfg := Config{Mode: mode, Lease: testLease, Addrs: standalone.Addrs()}
+			if mode == Cluster {
+				cfg.Addrs = cluster.Addrs()
+			}
+			rdb, err := NewClient(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pc := &pipelineCounter{pipes: map[string]int{}, calls: map[string]int{}}
+			var primaries []*redis.Client
+			switch c := rdb.(type) {
+			case *redis.ClusterClient:
+				c.OnNewNode(func(n *redis.Client) { n.AddHook(pc.hook(n.Options().Addr)) })
+				if err := c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+					primaries = append(primaries, redis.NewClient(&redis.Options{Addr: n.Options().Addr, DisableIdentity: true}))
+					return nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+			case *redis.Client:
+				c.AddHook(pc.hook(""))
+				primaries = append(primaries, redis.NewClient(&redis.Options{Addr: cfg.Addrs[0], DisableIdentity: true}))
+			}
+			s, err := New(rdb, cfg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			now := t0
+			s.SetTestClock(func() int64 { return now })
+			b := &wire.Batch{Node: uniq("gw"), Seq: 1}
+			slots := map[int]bool{}
+			perNode := map[string]int{}
+			base := uniq("cost")
+			for i := 0; i < 1000; i++ {
+				d := mkDelta(algo.Kind(i%numKinds), fmt.Sprint(base, "-", i), "api")
+				d.Over = 1
+				b.Deltas = append(b.Deltas, d)
+				slots[Slot(KeyPrefix(d.Key))] = true
+				if mode == Cluster {
+					perNode[primaryOf(t, s, KeyPrefix(d.Key))]++
+				} else {
+					perNode[cfg.Addrs[0]]++
+				}
+			}
+			if mode == Cluster && len(slots) <= 500 {
+				t.Fatalf("only %d slots", len(slots))
+			}
+			for _, p := range primaries {
+				defer p.Close()
+				if err := p.ConfigResetStat(ctx).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := s.Apply(ctx, b, Options{Idempotent: true}); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range primaries {
+				addr := p.Options().Addr
+				info, err := p.InfoMap(ctx, "commandstats").Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				stats := info["Commandstats"]
+				want := (perNode[addr] + maxPerCall - 1) / maxPerCall
+				got := 0
+				if v, ok := stats["cmdstat_evalsha"]; ok {
+					fmt.Sscanf(v, "calls=%d", &got)
+				}
+				if got != want || stats["cmdstat_eval"] != "" {
+					t.Errorf("%s: %d deltas cost %d EVALSHA (eval: %q), want %d", addr, perNode[addr], got, stats["cmdstat_eval"], want)
+				}
+				hookAddr := addr
+				if mode == Standalone {
+					hookAddr = ""
+				}
+				pc.mu.Lock()
+				if pc.pipes[hookAddr] != 1 || pc.calls[hookAddr] != want {
+					t.Errorf("%s: %d pipelines carrying %d script calls, want 1 carrying %d", addr, pc.pipes[hookAddr], pc.calls[hookAddr], want)
+				}
+				pc.mu.Unlock()
+				t.Logf("%s: %d deltas, %d EVALSHA in one round trip", addr, perNode[addr], got)
 			}
 		})
 	}
