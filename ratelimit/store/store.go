@@ -222,7 +222,7 @@ func Open(cfg Config, m Metrics) (*Store, error) {
 	return s, nil
 }
 
-// SetTestClock makes the scripts use now() (µs) instead of Redis TIME. Tests only: it
+// SetTestClock makes the scripts and Usage use now() (µs) instead of Redis TIME. Tests only: it
 // lets them drive time (penalty cooldowns, lease epochs) without sleeping, and lets the
 // differential tests give Redis and the Go twin the same clock. Call before use.
 func (s *Store) SetTestClock(now func() int64) { s.nowUs = now }

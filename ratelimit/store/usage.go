@@ -151,6 +151,9 @@ func (s *Store) Usage(ctx context.Context, key string) (*Usage, error) {
 		return nil, fmt.Errorf("usage: %w", err)
 	}
 	now := tm.Val().UnixMicro()
+	if s.nowUs != nil {
+		now = s.nowUs()
+	}
 	u := &Usage{Key: key, NowUs: now, Buckets: []BucketUsage{}}
 	p := lease.ParsePenalty(penCmd.Val())
 	u.Penalty = PenaltyUsage{Level: p.Level, RemainingMs: ceilMs(p.UntilUs - now)}
