@@ -6,6 +6,7 @@ import (
 
 	"github.com/tollgate-rl/tollgate/internal/redistest"
 	"github.com/tollgate-rl/tollgate/shared/algo"
+	"github.com/tollgate-rl/tollgate/shared/lease"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
@@ -115,6 +116,56 @@ func TestUsageAndReset(t *testing.T) {
 				if v, ok := info["Commandstats"][c]; ok {
 					t.Errorf("usage and reset ran %s: %s", c, v)
 				}
+			}
+		})
+	}
+}
+
+// TestRefusedDeltaParams: tg:params records the parameters of buckets the store applied.
+// A refused delta (parameters out of range, or a rule the service does not have) must
+// not overwrite them: usage and reset would then read the caller's buckets with the
+// wrong algorithm, or with none at all.
+func TestRefusedDeltaParams(t *testing.T) {
+	s, _ := usageStore(t)
+	ctx := context.Background()
+	good := mkDelta(algo.TokenBucket, uniq("params"), "api")
+	good.Over = 4
+	field := paramsField(good.Rule, good.Window, good.Tier)
+	want := lease.FormatParams(lease.ParamsOf(&good))
+	refuseGCRA := func(d *wire.Delta) string {
+		if algo.Kind(d.Algo) == algo.GCRA {
+			return "rule api is a token bucket here"
+		}
+		return ""
+	}
+	tests := []struct {
+		name   string
+		bad    func(wire.Delta) wire.Delta
+		refuse func(*wire.Delta) string
+	}{
+		{"limit 0", func(d wire.Delta) wire.Delta { d.Limit = 0; return d }, nil},
+		{"unknown algorithm", func(d wire.Delta) wire.Delta { d.Algo = 9; return d }, nil},
+		{"Options.Refuse", func(d wire.Delta) wire.Delta { d.Algo = uint8(algo.GCRA); return d }, refuseGCRA},
+	}
+	if _, err := s.Apply(ctx, &wire.Batch{Node: uniq("gw"), Seq: 1, Deltas: []wire.Delta{good}}, Options{Idempotent: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			bad := tc.bad(good)
+			bad.Key = uniq("params")
+			// With an applied delta beside it: a batch refused as a whole writes nothing.
+			other := mkDelta(algo.FixedWindow, bad.Key, "other")
+			out, err := s.Apply(ctx, &wire.Batch{Node: uniq("gw"), Seq: 1, Deltas: []wire.Delta{other, bad}}, Options{Idempotent: true, Refuse: tc.refuse})
+			if err != nil || out.Refused != 1 {
+				t.Fatalf("refused %d, %v: want the delta refused", out.Refused, err)
+			}
+			if got := s.rdb.HGet(ctx, paramsKey, field).Val(); got != want {
+				t.Fatalf("tg:params %q = %q after a refused delta, want %q", field, got, want)
+			}
+			u, err := s.Usage(ctx, good.Key)
+			if err != nil || len(u.Buckets) != 1 || u.Buckets[0].Algorithm != algo.TokenBucket.String() || u.Buckets[0].Limit != 100 {
+				t.Fatalf("usage of the applied bucket: %+v, %v", u, err)
 			}
 		})
 	}
