@@ -435,7 +435,7 @@ func (s *Store) Apply(ctx context.Context, b *wire.Batch, o Options) (*Outcome, 
 	if out.Failed > 0 {
 		return out, fmt.Errorf("%w: %d of %d deltas failed: %w", ErrUnavailable, out.Failed, len(b.Deltas), firstErr)
 	}
-	s.params.note(ctx, s, b)
+	s.params.note(ctx, s, b, ok)
 	return out, nil
 }
 

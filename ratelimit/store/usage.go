@@ -30,12 +30,17 @@ func paramsField(rule string, window uint8, tier string) string {
 	return rule + "\x1f" + strconv.Itoa(int(window)) + "\x1f" + tier
 }
 
-// note writes what b carries that this process has not written yet. A failure is
-// forgotten: the next batch that carries the bucket writes it again.
-func (p *paramsSeen) note(ctx context.Context, s *Store, b *wire.Batch) {
+// note writes what the applied deltas of b (applied[i]) carry that this process has not
+// written yet. Refused deltas are skipped: their parameters are out of range or not the
+// service's, and would replace those of the buckets that exist. A failure is forgotten:
+// the next batch that carries the bucket writes it again.
+func (p *paramsSeen) note(ctx context.Context, s *Store, b *wire.Batch, applied []bool) {
 	var fresh []any
 	p.mu.Lock()
 	for i := range b.Deltas {
+		if !applied[i] {
+			continue
+		}
 		d := &b.Deltas[i]
 		f := paramsField(d.Rule, d.Window, d.Tier)
 		v := lease.FormatParams(lease.ParamsOf(d))
@@ -114,7 +119,9 @@ func (s *Store) knownBuckets(ctx context.Context) ([]bucketRef, error) {
 		}
 		w, err := strconv.Atoi(parts[1])
 		p, ok := lease.ParseParams(v)
-		if err != nil || !ok || w < 0 || w > 255 {
+		// Out-of-range parameters (written before refused deltas were skipped) name no
+		// bucket the store applied.
+		if err != nil || !ok || w < 0 || w > 255 || p.Validate() != nil {
 			continue
 		}
 		refs = append(refs, bucketRef{rule: parts[0], window: w, tier: parts[2], params: p})
