@@ -170,3 +170,53 @@ func TestRefusedDeltaParams(t *testing.T) {
 		})
 	}
 }
+
+// TestUsageReclaimedLeases: usage reports the leases the script would still count at
+// the time of reading. A lease whose epoch (or window) has ended is reclaimed, even
+// though no call has touched the bucket since to rewrite it.
+func TestUsageReclaimedLeases(t *testing.T) {
+	s, clock := usageStore(t)
+	ctx := context.Background()
+	epochUs := s.cfg.Lease.EpochMs * 1000
+	tests := []struct {
+		name    string
+		kind    algo.Kind
+		later   int64 // µs after the grant
+		counted bool  // the grant is still outstanding
+	}{
+		{"token_bucket same epoch", algo.TokenBucket, 1000, true},
+		{"token_bucket next epoch", algo.TokenBucket, epochUs, true},
+		{"token_bucket two epochs on", algo.TokenBucket, 2 * epochUs, false},
+		{"fixed_window next epoch", algo.FixedWindow, epochUs, true},
+		{"fixed_window two epochs on", algo.FixedWindow, 2 * epochUs, false},
+		{"fixed_window next window", algo.FixedWindow, 60_000_000, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			*clock = t0
+			d := mkDelta(tc.kind, uniq("reclaim"), "api")
+			d.Over, d.ElapsedMs = 4, 100
+			out, err := s.Apply(ctx, &wire.Batch{Node: uniq("gw"), Seq: 1, Deltas: []wire.Delta{d}}, Options{Idempotent: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			grant := out.Results[0].Grant
+			if grant == 0 {
+				t.Fatal("no lease granted")
+			}
+			*clock += tc.later
+			u, err := s.Usage(ctx, d.Key)
+			if err != nil || len(u.Buckets) != 1 {
+				t.Fatalf("usage: %+v, %v", u, err)
+			}
+			got := u.Buckets[0]
+			want := int64(0)
+			if tc.counted {
+				want = grant
+			}
+			if got.Outstanding != want || got.Remaining != got.Available-want {
+				t.Fatalf("outstanding %d, remaining %d of %d available: want %d outstanding", got.Outstanding, got.Remaining, got.Available, want)
+			}
+		})
+	}
+}
