@@ -171,6 +171,7 @@ func (s *Store) Usage(ctx context.Context, key string) (*Usage, error) {
 		}
 		b := lease.ParseValue(v)
 		bp := r.params
+		b.Advance(bp, now, s.cfg.Lease) // leases of an ended epoch or window no longer count
 		eff := algo.Take(bp, b.State, now, b.Leases.Outstanding())
 		u.Buckets = append(u.Buckets, BucketUsage{
 			RedisKey: BucketKey(key, r.rule, r.tier, uint8(r.window)), Rule: r.rule, Tier: r.tier, Window: r.window,

@@ -250,6 +250,16 @@ func (l *Leases) advance(k uint32, j int64, win bool) (reclaimed int64) {
 	return reclaimed
 }
 
+// Advance moves b's leases to the lease epoch of now for a bucket of parameters p, as
+// the script does first on every call: what an ended epoch (or window) reserved stops
+// counting. It returns what it reclaimed. Readers of a stored bucket (the usage API)
+// call it so that they count what the script would, not what it last wrote.
+func (b *Bucket) Advance(p algo.Params, now int64, cfg SyncConfig) int64 {
+	cfg = cfg.Normalized()
+	k, j, _, _, _ := epochClock(p, now, &cfg)
+	return b.Leases.advance(k, j, windowed(p))
+}
+
 // slot returns the outstanding amount that leases of epoch e count in, or nil when
 // they are no longer reserved (reclaimed, or of another window).
 func (l *Leases) slot(e uint32, j int64, win bool) *int64 {
