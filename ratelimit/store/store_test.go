@@ -630,3 +630,49 @@ func TestBatchCost(t *testing.T) {
 		})
 	}
 }
+
+// TestClockStepsBack: Redis's clock steps back across a lease-epoch boundary after a
+// grant (a primary's clock corrected, or a failover to a replica whose clock is
+// behind). The script compares epochs as signed differences: the lease is found in the
+// epoch it was stored in, what the gateway used of it is charged, what it keeps is
+// renewed and nothing is reclaimed.
+func TestClockStepsBack(t *testing.T) {
+	s, clock := clockedStore(t, Standalone, nil)
+	ctx := context.Background()
+	epochUs := s.cfg.Lease.EpochMs * 1000
+	for _, kind := range []algo.Kind{algo.TokenBucket, algo.FixedWindow} {
+		t.Run(kind.String(), func(t *testing.T) {
+			node := uniq("gw")
+			d := mkDelta(kind, uniq("stepback"), "api")
+			d.Over, d.ElapsedMs = 4, 100
+			*clock = t0 + epochUs + 1000
+			out, err := s.Apply(ctx, &wire.Batch{Node: node, Seq: 1, Deltas: []wire.Delta{d}}, Options{Idempotent: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r1 := out.Results[0]
+			if r1.Grant < 4 {
+				t.Fatalf("grant %d", r1.Grant)
+			}
+			later := *clock
+			*clock = t0 + epochUs - 1000 // 2 ms back, into the epoch before
+			rep := mkDelta(kind, d.Key, d.Rule)
+			rep.Leased, rep.Held, rep.Epoch, rep.ElapsedMs = 2, uint32(r1.Grant-2), r1.Epoch, 100
+			out, err = s.Apply(ctx, &wire.Batch{Node: node, Seq: 2, Deltas: []wire.Delta{rep}}, Options{Idempotent: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r2 := out.Results[0]
+			if r2.Reclaimed != 0 || r2.Held != r1.Grant-2 || r2.Epoch != r1.Epoch {
+				t.Fatalf("after the step back: reclaimed %d, held %d (want %d), epoch %d (lease's %d)", r2.Reclaimed, r2.Held, r1.Grant-2, r2.Epoch, r1.Epoch)
+			}
+			bu := stored(t, s, &d)
+			if got := bu.Leases.Outstanding(); got != r2.Held+r2.Grant {
+				t.Fatalf("outstanding %d, want held %d + grant %d", got, r2.Held, r2.Grant)
+			}
+			if got := consumed(t, s, &d, later); got != 6 {
+				t.Fatalf("charged %d, want 4 + 2", got)
+			}
+		})
+	}
+}
