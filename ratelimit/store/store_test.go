@@ -557,7 +557,10 @@ func TestBatchCost(t *testing.T) {
 			switch c := rdb.(type) {
 			case *redis.ClusterClient:
 				c.OnNewNode(func(n *redis.Client) { n.AddHook(pc.hook(n.Options().Addr)) })
+				var mu sync.Mutex // ForEachMaster runs the function on every primary at once
 				if err := c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+					mu.Lock()
+					defer mu.Unlock()
 					primaries = append(primaries, redis.NewClient(&redis.Options{Addr: n.Options().Addr, DisableIdentity: true}))
 					return nil
 				}); err != nil {
