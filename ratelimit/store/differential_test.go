@@ -125,7 +125,7 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 	local := map[string]heldLease{} // node|bucket -> the lease the node believes it holds
 	var history []wire.Batch
 	*clock = 1_700_000_000_000_000 + int64(rng.IntN(1_000_000))
-	var replays, grants, reclaims, refusals, penalties, overshoots, clamps, renewals, acquired, refusedDeltas int
+	var replays, grants, reclaims, refusals, penalties, overshoots, clamps, renewals, acquired, refusedDeltas, stepsBack int
 
 	for step := 0; step < 160; step++ {
 		var b wire.Batch
@@ -200,6 +200,12 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 		switch rng.IntN(20) {
 		case 0:
 			*clock += 2*cfg.EpochMs*1000 + int64(rng.IntN(2_000_000)) // a silence: epochs end
+		case 1:
+			// The server clock steps back (a corrected clock, a promoted replica): leases
+			// stored in an epoch ahead of now.
+			back := *clock - int64(rng.IntN(int(cfg.EpochMs*1000)))
+			stepsBack += b2i(back/(cfg.EpochMs*1000) != *clock/(cfg.EpochMs*1000))
+			*clock = back
 		default:
 			*clock += int64(rng.IntN(600_000))
 		}
@@ -243,7 +249,8 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 	}
 	// The sequence must have exercised every branch worth comparing.
 	for name, n := range map[string]int{"replays": replays, "grants": grants, "reclaims": reclaims, "strict refusals": refusals,
-		"penalties": penalties, "overshoots": overshoots, "clamped debts": clamps, "renewals": renewals, "acquires with a lease": acquired, "refused deltas": refusedDeltas} {
+		"penalties": penalties, "overshoots": overshoots, "clamped debts": clamps, "renewals": renewals, "acquires with a lease": acquired, "refused deltas": refusedDeltas,
+		"clock steps back across an epoch": stepsBack} {
 		if n == 0 {
 			t.Errorf("no %s in the random sequence: the comparison did not cover them", name)
 		}

@@ -226,7 +226,7 @@ func Open(cfg Config, m Metrics) (*Store, error) {
 	return s, nil
 }
 
-// SetTestClock makes the scripts use now() (µs) instead of Redis TIME. Tests only: it
+// SetTestClock makes the scripts and Usage use now() (µs) instead of Redis TIME. Tests only: it
 // lets them drive time (penalty cooldowns, lease epochs) without sleeping, and lets the
 // differential tests give Redis and the Go twin the same clock. Call before use.
 func (s *Store) SetTestClock(now func() int64) { s.nowUs = now }
@@ -439,7 +439,7 @@ func (s *Store) Apply(ctx context.Context, b *wire.Batch, o Options) (*Outcome, 
 	if out.Failed > 0 {
 		return out, fmt.Errorf("%w: %d of %d deltas failed: %w", ErrUnavailable, out.Failed, len(b.Deltas), firstErr)
 	}
-	s.params.note(ctx, s, b)
+	s.params.note(ctx, s, b, ok)
 	return out, nil
 }
 

@@ -30,12 +30,17 @@ func paramsField(rule string, window uint8, tier string) string {
 	return rule + "\x1f" + strconv.Itoa(int(window)) + "\x1f" + tier
 }
 
-// note writes what b carries that this process has not written yet. A failure is
-// forgotten: the next batch that carries the bucket writes it again.
-func (p *paramsSeen) note(ctx context.Context, s *Store, b *wire.Batch) {
+// note writes what the applied deltas of b (applied[i]) carry that this process has not
+// written yet. Refused deltas are skipped: their parameters are out of range or not the
+// service's, and would replace those of the buckets that exist. A failure is forgotten:
+// the next batch that carries the bucket writes it again.
+func (p *paramsSeen) note(ctx context.Context, s *Store, b *wire.Batch, applied []bool) {
 	var fresh []any
 	p.mu.Lock()
 	for i := range b.Deltas {
+		if !applied[i] {
+			continue
+		}
 		d := &b.Deltas[i]
 		f := paramsField(d.Rule, d.Window, d.Tier)
 		v := lease.FormatParams(lease.ParamsOf(d))
@@ -114,7 +119,9 @@ func (s *Store) knownBuckets(ctx context.Context) ([]bucketRef, error) {
 		}
 		w, err := strconv.Atoi(parts[1])
 		p, ok := lease.ParseParams(v)
-		if err != nil || !ok || w < 0 || w > 255 {
+		// Out-of-range parameters (written before refused deltas were skipped) name no
+		// bucket the store applied.
+		if err != nil || !ok || w < 0 || w > 255 || p.Validate() != nil {
 			continue
 		}
 		refs = append(refs, bucketRef{rule: parts[0], window: w, tier: parts[2], params: p})
@@ -151,6 +158,9 @@ func (s *Store) Usage(ctx context.Context, key string) (*Usage, error) {
 		return nil, fmt.Errorf("usage: %w", err)
 	}
 	now := tm.Val().UnixMicro()
+	if s.nowUs != nil {
+		now = s.nowUs()
+	}
 	u := &Usage{Key: key, NowUs: now, Buckets: []BucketUsage{}}
 	p := lease.ParsePenalty(penCmd.Val())
 	u.Penalty = PenaltyUsage{Level: p.Level, RemainingMs: ceilMs(p.UntilUs - now)}
@@ -161,6 +171,7 @@ func (s *Store) Usage(ctx context.Context, key string) (*Usage, error) {
 		}
 		b := lease.ParseValue(v)
 		bp := r.params
+		b.Advance(bp, now, s.cfg.Lease) // leases of an ended epoch or window no longer count
 		eff := algo.Take(bp, b.State, now, b.Leases.Outstanding())
 		u.Buckets = append(u.Buckets, BucketUsage{
 			RedisKey: BucketKey(key, r.rule, r.tier, uint8(r.window)), Rule: r.rule, Tier: r.tier, Window: r.window,

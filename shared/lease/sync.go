@@ -232,10 +232,14 @@ func epochClock(p algo.Params, now int64, cfg *SyncConfig) (k uint32, j, start, 
 
 // advance moves the leases to the epoch of now and returns what it reclaimed: the
 // previous epoch's leases when the epoch moved on by one (within one window), all of
-// them otherwise.
+// them otherwise. Epochs are indexes mod 2^32 compared as signed differences: a stored
+// epoch ahead of now (the server clock stepped back across an epoch boundary) has not
+// ended, so nothing moves; an empty record simply takes the current epoch.
 func (l *Leases) advance(k uint32, j int64, win bool) (reclaimed int64) {
-	d := k - l.Epoch
+	d := int32(k - l.Epoch)
 	switch {
+	case d < 0 && !l.empty():
+		return 0
 	case d == 0:
 	case d == 1 && !(win && j == 0):
 		reclaimed = l.Prev
@@ -248,6 +252,21 @@ func (l *Leases) advance(k uint32, j int64, win bool) (reclaimed int64) {
 	}
 	l.Epoch = k
 	return reclaimed
+}
+
+// Advance moves b's leases to the lease epoch of now for a bucket of parameters p, as
+// the script does first on every call: what an ended epoch (or window) reserved stops
+// counting. It returns what it reclaimed. Readers of a stored bucket (the usage API)
+// call it so that they count what the script would, not what it last wrote.
+func (b *Bucket) Advance(p algo.Params, now int64, cfg SyncConfig) int64 {
+	cfg = cfg.Normalized()
+	k, j, _, _, _ := epochClock(p, now, &cfg)
+	return b.Leases.advance(k, j, windowed(p))
+}
+
+// empty reports a record with nothing outstanding and no demand counted.
+func (l *Leases) empty() bool {
+	return l.Cur == 0 && l.Prev == 0 && l.DemandCur == 0 && l.DemandPrev == 0
 }
 
 // slot returns the outstanding amount that leases of epoch e count in, or nil when
@@ -265,9 +284,10 @@ func (l *Leases) slot(e uint32, j int64, win bool) *int64 {
 }
 
 // pastWindow reports whether epoch e belongs to a window before the current one (the
-// current window's epochs are k-j .. k).
+// current window's epochs are k-j .. k). An epoch ahead of k (signed difference) is not
+// of a past window.
 func pastWindow(e, k uint32, j int64) bool {
-	return e != 0 && int64(k-e) > j
+	return e != 0 && int64(int32(k-e)) > j
 }
 
 // Sync applies delta d to bucket b and the key's penalty record pen at server time now
@@ -391,7 +411,7 @@ func Sync(b *Bucket, pen *Penalty, d *wire.Delta, now int64, cfg SyncConfig) Syn
 		}
 	}
 	r.LowWater = min((rate*cfg.RenewMs+999_999)/1_000_000, (r.Held+r.Grant)/2)
-	r.Epoch = k
+	r.Epoch = b.Leases.Epoch // k, unless the stored epoch is ahead: the lease is kept there
 	if r.Held+r.Grant > 0 {
 		margin := min(cfg.ValidMarginMs*1000, min(cfg.EpochMs*1000, max(p.WindowUs, 1))/10)
 		r.ValidUs = max(validUntil-now-margin, 0)

@@ -78,6 +78,15 @@ local function newer(a, b)
   return a > b
 end
 
+-- signed maps a difference of two epoch indexes (mod 2^32) to [-2^31, 2^31) (Go int32).
+local function signed(d)
+  d = d % U32
+  if d >= 2147483648 then
+    d = d - U32
+  end
+  return d
+end
+
 local function uvarint(x)
   local t = {}
   while x >= 128 do
@@ -185,9 +194,15 @@ local function apply(a)
     estart, elen = ws + j * el, el
     valid_until = math.min(ws + (j + 2) * el, ws + w)
   end
+  -- Epochs are indexes mod 2^32 compared as signed differences: a stored epoch ahead of
+  -- now (the clock stepped back across an epoch boundary) has not ended and nothing
+  -- moves; an empty record simply takes the current epoch.
   local reclaimed = 0
-  local de = (k - epoch) % U32
-  if de == 1 and not (win and j == 0) then
+  local de = signed(k - epoch)
+  local ahead = de < 0 and (cur ~= 0 or prev ~= 0 or dcur ~= 0 or dprev ~= 0)
+  if ahead then
+    -- nothing ended: the leases stay in their epoch, which the reply names
+  elseif de == 1 and not (win and j == 0) then
     reclaimed = prev
     prev, cur = cur, 0
     dprev, dcur = dcur, 0
@@ -196,7 +211,9 @@ local function apply(a)
     cur, prev = 0, 0
     dcur, dprev = 0, 0
   end
-  epoch = k
+  if not ahead then
+    epoch = k
+  end
   -- which outstanding amount the delta's lease counts in (Go Leases.slot)
   local slot = nil
   if depoch ~= 0 then
@@ -222,7 +239,7 @@ local function apply(a)
     slot_sub(covered)
   end
   local uncovered = leased - covered
-  if kind == 4 and depoch ~= 0 and (k - depoch) % U32 > j then
+  if kind == 4 and depoch ~= 0 and signed(k - depoch) > j then
     uncovered = 0 -- a lease of an earlier window: counted in that window
   end
   if not strict then
