@@ -269,3 +269,35 @@ func trimZero(s string) string {
 
 // ChartPath joins the charts directory and a file name.
 func ChartPath(dir, name string) string { return filepath.Join(dir, name) }
+
+// ChartMesh draws the mesh sweep: over-admission and calm callers' false rejections
+// (top), Redis state per key (bottom), against fleet size on a log axis.
+func ChartMesh(points []SimPoint, path string) error {
+	var ticks plot.ConstantTicks
+	ss := []series{{label: "over-admission, worst key and 1-minute window (% of limit)"}, {label: "false rejections of callers within their limit (%)"}}
+	state := []series{{label: "bucket value per key at the service (bytes, mean)"}, {label: "... (bytes, largest)"}}
+	for _, pt := range points {
+		x := float64(pt.Gateways)
+		ticks = append(ticks, plot.Tick{Value: x, Label: strconv.Itoa(pt.Gateways)})
+		r := pt.Result
+		ss[0].xy = append(ss[0].xy, plotter.XY{X: x, Y: r.OverAdmissionPct})
+		ss[1].xy = append(ss[1].xy, plotter.XY{X: x, Y: r.CalmFalsePct})
+		state[0].xy = append(state[0].xy, plotter.XY{X: x, Y: r.StateBytes})
+		state[1].xy = append(state[1].xy, plotter.XY{X: x, Y: float64(r.StateBytesMax)})
+	}
+	top := newPlot(fmt.Sprintf("Mesh simulation: %d keys, each through %d gateways, %d per minute", MeshKeys, MeshSpread, MeshLimit), "", "%")
+	bottom := newPlot("", "gateways (2 workers each, log scale)", "bytes per key")
+	for _, p := range []*plot.Plot{top, bottom} {
+		p.X.Scale = plot.LogScale{}
+		p.X.Tick.Marker = ticks
+	}
+	if err := addLines(top, ss); err != nil {
+		return err
+	}
+	legendRoom(top, ss)
+	if err := addLines(bottom, state); err != nil {
+		return err
+	}
+	legendRoom(bottom, state)
+	return savePanels(path, top, bottom)
+}

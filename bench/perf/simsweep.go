@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/tollgate-rl/tollgate/bench/sim"
+	"github.com/tollgate-rl/tollgate/shared/algo"
 	"github.com/tollgate-rl/tollgate/shared/lease"
 )
 
@@ -67,6 +68,56 @@ func SweepInterval(intervals []time.Duration) []SimPoint {
 		for _, iv := range intervals {
 			out = append(out, simRun(sc, 4, iv))
 		}
+	}
+	return out
+}
+
+// The mesh sweep (issue-level bounds of RATIONALE.md §3): MeshKeys callers behind
+// 1 to 1,000 gateways, each caller through MeshSpread of them, a rule of MeshLimit per
+// minute, most callers slow (MeshLoad of their limit rate) and MeshAdversarial of them at
+// 10× their limit, for MeshDuration (two windows: the worst 1-minute window is measured).
+const (
+	MeshKeys        = 100_000
+	MeshSpread      = 2
+	MeshLimit       = 60
+	MeshLoad        = 0.1
+	MeshAdversarial = 0.001
+	MeshDuration    = 120 * time.Second
+)
+
+// MeshConfig is the sweep's run for one fleet size. Each gateway's shared-data table
+// holds twice the keys it sees (table_slots is sized to the key cardinality in a real
+// deployment too: a table far smaller evicts live leases).
+func MeshConfig(gateways int) sim.Config {
+	spread := MeshSpread
+	if gateways < spread {
+		spread = 0
+	}
+	perGateway := MeshKeys
+	if spread > 0 {
+		perGateway = MeshKeys * spread / gateways
+	}
+	slots := 4096
+	for slots < 2*perGateway {
+		slots *= 2
+	}
+	return sim.Config{
+		Seed: 1, Duration: MeshDuration, Gateways: gateways, Spread: spread, Keys: MeshKeys,
+		Traffic: sim.Mixed, Load: MeshLoad, AdversarialShare: MeshAdversarial,
+		Params:     algo.Params{Kind: algo.TokenBucket, Limit: MeshLimit, WindowUs: 60_000_000},
+		TableSlots: slots, Service: lease.DefaultSyncConfig,
+		// The leases alone bound the adversarial callers (penalties would only lower
+		// what they get).
+		NoPenalty: true,
+	}
+}
+
+// SweepMesh runs MeshConfig for each fleet size.
+func SweepMesh(gateways []int) []SimPoint {
+	out := make([]SimPoint, 0, len(gateways))
+	for _, g := range gateways {
+		c := MeshConfig(g)
+		out = append(out, SimPoint{Scenario: "mesh", Gateways: g, Interval: 100 * time.Millisecond, Result: sim.Run(c)})
 	}
 	return out
 }

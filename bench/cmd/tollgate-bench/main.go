@@ -182,6 +182,37 @@ func measure(r *report, o options, logger *log.Logger) error {
 		r.loads[lr.what] = res
 	}
 
+	// 2b. Sync at mesh scale: steady state (every key touched and leased during the
+	// warm-up, the measured time covers the staleness period twice), Tollgate and the
+	// per-request limiter side by side; sync callouts per Envoy with 1, 2 and 8 workers.
+	steady := base
+	steady.Warmup, steady.Duration = o.dur(12*time.Second), o.dur(20*time.Second)
+	steadyHot := steady
+	steadyHot.KeySpace = 100
+	for _, lr := range []loadRun{
+		{"steady tollgate", func() (perf.LoadResult, error) { return st.RunTollgate(steady, "gcra", loadLimit, true) }},
+		{"steady redis_rate", func() (perf.LoadResult, error) { return st.RunRedisRate(steady, loadLimit) }},
+		{"steady tollgate 100 keys", func() (perf.LoadResult, error) { return st.RunTollgate(steadyHot, "gcra", loadLimit, true) }},
+		{"steady redis_rate 100 keys", func() (perf.LoadResult, error) { return st.RunRedisRate(steadyHot, loadLimit) }},
+	} {
+		logger.Printf("load: %s", lr.what)
+		res, err := lr.fn()
+		if err != nil {
+			return fmt.Errorf("%s: %w", lr.what, err)
+		}
+		r.loads[lr.what] = res
+	}
+	for _, workers := range calloutWorkers {
+		lo := base
+		lo.Workers, lo.Warmup, lo.Duration = workers, o.dur(8*time.Second), o.dur(6*time.Second)
+		logger.Printf("callouts: %d workers", workers)
+		res, err := st.RunTollgate(lo, "gcra", loadLimit, true)
+		if err != nil {
+			return fmt.Errorf("callouts with %d workers: %w", workers, err)
+		}
+		r.callouts = append(r.callouts, calloutRun{workers: workers, res: res})
+	}
+
 	// 3. Redis cost by key distribution.
 	distOpts := perf.LoadOptions{Duration: o.dur(3 * time.Second), Warmup: o.dur(time.Second)}
 	for _, d := range perf.Distributions {
@@ -259,6 +290,8 @@ func measure(r *report, o options, logger *log.Logger) error {
 	logger.Print("fleet simulation")
 	r.simGateways = perf.SweepGateways(simGateways)
 	r.simInterval = perf.SweepInterval(simIntervals)
+	logger.Printf("mesh simulation: %d keys over %v gateways", perf.MeshKeys, meshGateways)
+	r.simMesh = perf.SweepMesh(meshGateways)
 	return nil
 }
 
@@ -271,7 +304,9 @@ const (
 )
 
 var (
-	memShapes    = [][2]int{{1, 1}, {4, 2}, {16, 2}}
+	memShapes      = [][2]int{{1, 1}, {4, 2}, {16, 2}}
+	calloutWorkers = []int{1, 2, 8}
+	meshGateways   = []int{1, 10, 100, 1000}
 	simGateways  = []int{1, 2, 3, 4, 6, 8, 10, 12, 14, 16, 18, 20}
 	simIntervals = []time.Duration{10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond,
 		100 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond, time.Second}

@@ -38,6 +38,14 @@ type report struct {
 	diff              *perf.DiffReport
 	simGateways       []perf.SimPoint
 	simInterval       []perf.SimPoint
+	simMesh           []perf.SimPoint
+	callouts          []calloutRun
+}
+
+// calloutRun is one Envoy's sync callouts under load with a number of workers.
+type calloutRun struct {
+	workers int
+	res     perf.LoadResult
 }
 
 // Chart file names.
@@ -46,6 +54,7 @@ const (
 	chartInterval = "sim_interval.png"
 	chartChecks   = "checks_per_sec.png"
 	chartRedisOps = "redis_ops_per_1m.png"
+	chartMesh     = "sim_mesh.png"
 )
 
 func (r *report) charts(dir string) error {
@@ -53,6 +62,9 @@ func (r *report) charts(dir string) error {
 		return fmt.Errorf("chart: %w", err)
 	}
 	if err := perf.ChartSimInterval(r.simInterval, perf.ChartPath(dir, chartInterval)); err != nil {
+		return fmt.Errorf("chart: %w", err)
+	}
+	if err := perf.ChartMesh(r.simMesh, perf.ChartPath(dir, chartMesh)); err != nil {
 		return fmt.Errorf("chart: %w", err)
 	}
 	l := r.loads
@@ -186,6 +198,7 @@ func (r *report) write(w io.Writer, charts string) error {
 	fmt.Fprintln(w)
 
 	r.writeTargets(w)
+	r.writeScale(w, charts)
 	r.writeCost(w)
 	r.writeLoad(w, charts)
 	r.writeDists(w, charts)

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/tollgate-rl/tollgate/bench/perf"
+)
+
+// deltasPerCheck is what a Tollgate run sent to the service per check: batch deltas
+// and acquires (one delta each).
+func deltasPerCheck(x perf.LoadResult) float64 {
+	return ratio(float64(x.Metrics["tollgate.sync_deltas_sent"]+x.Metrics["tollgate.acquires"]), float64(x.Checks))
+}
+
+// writeScale is the sync's cost at mesh scale: Redis work per check in steady state,
+// Redis memory per key by fleet shape, callouts per Envoy by worker count and the mesh
+// simulation, each against its bound (RATIONALE.md §3).
+func (r *report) writeScale(w io.Writer, charts string) {
+	l := r.loads
+	tg, rr := l["steady tollgate"], l["steady redis_rate"]
+	hot, hotRR := l["steady tollgate 100 keys"], l["steady redis_rate 100 keys"]
+	cpu := ratio(tg.RedisCPUPerCheck(), rr.RedisCPUPerCheck())
+	cpuHot := ratio(hot.RedisCPUPerCheck(), hotRR.RedisCPUPerCheck())
+	dpc := deltasPerCheck(tg)
+	perKey := 100 * ratio(tg.ChecksPerSec/10_000, loadLimit)
+
+	fmt.Fprintln(w, "## 0. Sync at mesh scale")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Steady state: the same harness as section 2 (8 clients, 2 workers, GCRA 1,000/s per key, one")
+	fmt.Fprintln(w, "Redis), after a 12 s warm-up in which every key was seen and leased, then 20 s measured —")
+	fmt.Fprintln(w, "twice the filter's staleness period (`sync.stale_ms`, 10 s), so the reports of consumption")
+	fmt.Fprintln(w, "that stays inside its lease are in the measured time. Deltas per check count batch deltas and")
+	fmt.Fprintln(w, "acquires (`/v1/check`, one delta each). Redis CPU is the whole redis-server process, idle")
+	fmt.Fprintf(w, "work included (%s ms per second with the service running and no load).\n", fmtF(r.redisIdleMsPerSec, 1))
+	fmt.Fprintln(w)
+
+	worst1, worst16, worst16NoLog := int64(0), int64(0), int64(0)
+	for _, rm := range r.redisMem {
+		switch {
+		case rm.Nodes == 1:
+			worst1 = max(worst1, rm.Bytes)
+		case rm.Nodes == 16:
+			worst16 = max(worst16, rm.Bytes)
+			if rm.Algo != "sliding_window_log" {
+				worst16NoLog = max(worst16NoLog, rm.Bytes)
+			}
+		}
+	}
+	callouts := "not run"
+	calloutsOK := len(r.callouts) > 0
+	maxSyncs := 0.0
+	for i, c := range r.callouts {
+		secs := c.res.Elapsed.Seconds()
+		syncs := ratio(float64(c.res.Metrics["tollgate.sync_sent"]), secs)
+		maxSyncs = max(maxSyncs, syncs)
+		if i == 0 {
+			callouts = ""
+		} else {
+			callouts += ", "
+		}
+		callouts += fmt.Sprintf("%d workers %s", c.workers, fmtF(syncs, 1))
+		calloutsOK = calloutsOK && syncs <= 10.5
+	}
+	meshOver, meshFalse, stateLo, stateHi := 0.0, 0.0, 1e18, 0.0
+	for _, p := range r.simMesh {
+		meshOver = max(meshOver, p.Result.OverAdmissionPct)
+		meshFalse = max(meshFalse, p.Result.CalmFalsePct)
+		stateLo, stateHi = min(stateLo, p.Result.StateBytes), max(stateHi, p.Result.StateBytes)
+	}
+	meshOK := len(r.simMesh) > 0 && meshOver <= 2 && meshFalse < 0.1 && stateHi-stateLo <= 2
+	table(w, []string{"target", "measured", ""}, [][]string{
+		{"Redis CPU per check, 10,000 uniform keys each below 10 % of its limit: ≤ 1/10 of redis_rate's",
+			fmt.Sprintf("%s (%s vs %s µs/check; each key at %s %% of its limit)", fmtRatio(cpu), fmtF(tg.RedisCPUPerCheck(), 2), fmtF(rr.RedisCPUPerCheck(), 2), fmtF(perKey, 2)), yesNo(cpu > 0 && cpu <= 0.1)},
+		{"deltas sent per check at 10,000 keys ≤ 0.05", fmtF(dpc, 4), yesNo(tg.Checks > 0 && dpc <= 0.05)},
+		{"Redis CPU per check, 100 hot keys: ≤ 1/50 of redis_rate's",
+			fmt.Sprintf("%s (%s vs %s µs/check; %s deltas/check)", fmtRatio(cpuHot), fmtF(hot.RedisCPUPerCheck(), 2), fmtF(hotRR.RedisCPUPerCheck(), 2), fmtF(deltasPerCheck(hot), 4)), yesNo(cpuHot > 0 && cpuHot <= 0.02)},
+		{"`MEMORY USAGE` per key ≤ 128 B with 1 gateway, every algorithm", fmt.Sprintf("%d B at most", worst1), yesNo(worst1 > 0 && worst1 <= 128)},
+		{"`MEMORY USAGE` per key ≤ 160 B with 16 gateways × 2 workers, every algorithm",
+			fmt.Sprintf("%d B at most (%d B without the sliding-window log, whose state is one entry per report time)", worst16, worst16NoLog), yesNo(worst16 > 0 && worst16 <= 160)},
+		{"sync callouts per Envoy per second ≤ 10 plus early flushes, the same with 1, 2 and 8 workers", callouts + " batches/s (acquires below)", yesNo(calloutsOK)},
+		{"mesh simulation, 1–1,000 gateways × 100,000 keys: state per key flat, worst 1-minute over-admission ≤ 2 %, false rejections < 0.1 %",
+			fmt.Sprintf("state %s–%s B/key, over-admission ≤ %s %%, false rejections ≤ %s %%", fmtF(stateLo, 1), fmtF(stateHi, 1), fmtF(meshOver, 2), fmtF(meshFalse, 4)), yesNo(meshOK)},
+	})
+
+	fmt.Fprintln(w, "### Steady state against a per-request limiter")
+	fmt.Fprintln(w)
+	table(w, loadHeader, [][]string{
+		loadRow("**Tollgate, 10,000 keys**", tg, true),
+		loadRow("**per-request redis_rate, 10,000 keys**", rr, true),
+		loadRow("Tollgate, 100 keys", hot, true),
+		loadRow("per-request redis_rate, 100 keys", hotRR, true),
+	})
+	fmt.Fprintf(w, "Tollgate sent %s deltas per check at 10,000 keys (%s batch deltas, %s acquires) and %s at\n",
+		fmtF(dpc, 4), fmtInt(float64(tg.Metrics["tollgate.sync_deltas_sent"])), fmtInt(float64(tg.Metrics["tollgate.acquires"])), fmtF(deltasPerCheck(hot), 4))
+	fmt.Fprintln(w, "100 keys. A bucket is reported when its lease runs low, expires or is returned, when a")
+	fmt.Fprintln(w, "request was refused, or after `stale_ms` (RATIONALE.md §3): a slow key costs one delta per")
+	fmt.Fprintln(w, "staleness period, a hot key one per lease, sized to its demand over the lease horizon")
+	fmt.Fprintln(w, "within its share of the bucket.")
+	fmt.Fprintln(w)
+
+	fmt.Fprintln(w, "### Sync callouts per Envoy")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "One Envoy (one `e2e/host`) with 1, 2 and 8 worker VMs, 10,000 keys, 8 s warm-up then 6 s")
+	fmt.Fprintln(w, "measured. One worker at a time holds the sync leadership in shared data and sends one batch")
+	fmt.Fprintln(w, "per interval for the whole Envoy (a heartbeat when nothing is due); acquires are the early")
+	fmt.Fprintln(w, "callouts of buckets without a usable lease.")
+	fmt.Fprintln(w)
+	var rows [][]string
+	for _, c := range r.callouts {
+		secs := c.res.Elapsed.Seconds()
+		m := c.res.Metrics
+		rows = append(rows, []string{strconv.Itoa(c.workers), fmtInt(c.res.ChecksPerSec), fmtF(ratio(float64(m["tollgate.sync_sent"]), secs), 2),
+			fmtF(ratio(float64(m["tollgate.acquires"]), secs), 2), fmtF(ratio(float64(m["tollgate.sync_deltas_sent"]), secs), 1), fmtF(deltasPerCheck(c.res), 4)})
+	}
+	table(w, []string{"workers", "checks/s", "sync batches/s", "acquires/s", "batch deltas/s", "deltas per check"}, rows)
+
+	fmt.Fprintln(w, "### Mesh simulation")
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "`bench/sim` runs the filter's own plugin code natively (`filter/nativehost`) against the\n")
+	fmt.Fprintf(w, "service's lease code in memory (`internal/memservice`) on a virtual clock: %s callers, each\n", fmtInt(perf.MeshKeys))
+	fmt.Fprintf(w, "through %d gateways of the fleet (as a client keeps a few connections behind a load balancer),\n", perf.MeshSpread)
+	fmt.Fprintf(w, "token bucket %d per minute, %.1f %% of the callers at 10× their limit and the rest at %.0f %% of\n", perf.MeshLimit, 100*perf.MeshAdversarial, 100*perf.MeshLoad)
+	fmt.Fprintf(w, "it, %s simulated, without progressive penalties (the leases alone bound the abusers).\n", perf.MeshDuration)
+	fmt.Fprintln(w, "Over-admission is the worst caller's largest excess over one perfect bucket in any window,")
+	fmt.Fprintln(w, "as % of the limit; false rejections count requests of callers within their limit that a")
+	fmt.Fprintln(w, "perfect limiter admitted and the fleet refused. State is the bucket value the service keeps")
+	fmt.Fprintln(w, "per key (the Redis string without Redis's own overhead).")
+	fmt.Fprintln(w)
+	rows = nil
+	for _, p := range r.simMesh {
+		x := p.Result
+		rows = append(rows, []string{strconv.Itoa(p.Gateways), fmtInt(float64(x.Requests)), fmtF(x.OverAdmissionPct, 2), fmtF(x.MeanOverAdmissionPct, 3),
+			fmtF(x.CalmFalsePct, 4), fmtF(x.SyncsPerGateway, 2), fmtInt(x.ChecksPerSec), fmtInt(x.DeltasPerSec), fmtF(x.StateBytes, 1), fmtF(x.StateBytesMax, 0)})
+	}
+	table(w, []string{"gateways", "requests", "over-admission worst %", "mean %", "false rejections % (within limit)", "syncs/gateway/s", "acquires/s", "deltas/s", "state B/key", "largest"}, rows)
+	fmt.Fprintf(w, "![mesh simulation: over-admission, false rejections and state per key vs gateways](%s/%s)\n\n", charts, chartMesh)
+}
