@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/tollgate-rl/tollgate/filter/wasmbuild"
 )
 
 type build struct {
@@ -35,10 +37,8 @@ var (
 )
 
 // BuildWasm builds pkg (an import path, or a path relative to the repository root such
-// as "./filter/bench/floor") with the shipping recipe
-//
-//	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared
-//
+// as "./filter/bench/floor") with the shipping recipe (wasmbuild.Build: the Go
+// toolchain's wasip1 reactor with the WASI shim linked in, as `make wasm` builds it)
 // and returns the module. Each package is built once per test binary. A failed build
 // fails the test: tests against the compiled module never skip.
 func BuildWasm(t testing.TB, pkg string) []byte {
@@ -82,29 +82,7 @@ func RepoRoot() (string, error) {
 	return rootDir, rootErr
 }
 
-func buildWasm(pkg string) ([]byte, error) {
-	root, err := RepoRoot()
-	if err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp("", "tollgate-wasm-")
-	if err != nil {
-		return nil, fmt.Errorf("temp dir: %w", err)
-	}
-	defer os.RemoveAll(dir)
-	out := filepath.Join(dir, "module.wasm")
-	cmd := exec.Command(goBin(), "build", "-buildmode=c-shared", "-buildvcs=false", "-trimpath", "-o", out, pkg)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build %q: %w\n%s", pkg, err, msg)
-	}
-	wasm, err := os.ReadFile(out)
-	if err != nil {
-		return nil, fmt.Errorf("reading built module: %w", err)
-	}
-	return wasm, nil
-}
+func buildWasm(pkg string) ([]byte, error) { return wasmbuild.Build(pkg) }
 
 // goBin is the go command. go test puts its own toolchain's bin first in the test
 // binary's PATH, so this builds with the toolchain running the tests.
