@@ -43,16 +43,24 @@ var (
 // fails the test: tests against the compiled module never skip.
 func BuildWasm(t testing.TB, pkg string) []byte {
 	t.Helper()
+	return BuildWasmTags(t, pkg)
+}
+
+// BuildWasmTags is BuildWasm with build tags (test-only exports such as the filter's
+// tollgate_gcprobe).
+func BuildWasmTags(t testing.TB, pkg string, tags ...string) []byte {
+	t.Helper()
+	key := pkg + " " + strings.Join(tags, ",")
 	buildsMu.Lock()
-	b, ok := builds[pkg]
+	b, ok := builds[key]
 	if !ok {
 		b = &build{}
-		builds[pkg] = b
+		builds[key] = b
 	}
 	buildsMu.Unlock()
-	b.once.Do(func() { b.wasm, b.err = buildWasm(pkg) })
+	b.once.Do(func() { b.wasm, b.err = wasmbuild.Build(pkg, tags...) })
 	if b.err != nil {
-		t.Fatalf("building %q for wasip1: %v", pkg, b.err)
+		t.Fatalf("building %q (tags %v) for wasip1: %v", pkg, tags, b.err)
 	}
 	return b.wasm
 }
@@ -81,8 +89,6 @@ func RepoRoot() (string, error) {
 	})
 	return rootDir, rootErr
 }
-
-func buildWasm(pkg string) ([]byte, error) { return wasmbuild.Build(pkg) }
 
 // goBin is the go command. go test puts its own toolchain's bin first in the test
 // binary's PATH, so this builds with the toolchain running the tests.
