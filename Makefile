@@ -7,7 +7,7 @@ GW    := build/tollgate-gateway
 export GOFLAGS := -buildvcs=false
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.6.1
 
-.PHONY: all deps redis wasm build test unit e2e demo bench sim fuzz lint check clean
+.PHONY: all deps redis wabt wasm build test unit e2e demo bench sim fuzz lint check clean
 
 all: build
 
@@ -22,9 +22,20 @@ redis:
 	     sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null); }
 	@# Debian starts a system redis on 6379; tests use their own ports, so it is left alone.
 
+# wat2wasm (Debian wabt) compiles filter/wasmbuild/shim.wat; a test checks the committed
+# shim.wasm against it.
+wabt:
+	@command -v wat2wasm >/dev/null || \
+	  { echo "installing wabt (apt)"; \
+	    (apt-get update -qq || sudo apt-get update -qq) && \
+	    (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wabt >/dev/null || \
+	     sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wabt >/dev/null); }
+
+# The Go toolchain's wasip1 reactor with the WASI shim linked in (filter/wasmbuild): the
+# module every test loads.
 wasm: deps
 	@mkdir -p build
-	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o $(WASM) ./filter
+	$(GO) run ./filter/wasmbuild/cmd/tollgate-wasm -o $(WASM) ./filter
 
 build: deps wasm
 	$(GO) build -trimpath -o $(SVC) ./ratelimit/cmd/tollgate-ratelimit
@@ -32,7 +43,7 @@ build: deps wasm
 
 # Everything: unit tests (fuzz seeds included), filter tests against the compiled module,
 # service tests against real Redis and Redis Cluster, and the end-to-end suite.
-test: deps redis build
+test: deps redis wabt build
 	GOOS=wasip1 GOARCH=wasm $(GO) build ./shared/... ./filter/...
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 14m ./...
@@ -46,8 +57,11 @@ e2e: deps redis build
 demo: deps redis build
 	$(GO) run ./e2e/cmd/tollgate-demo
 
+# Also the compatibility soak at full length: 1,000,000 requests per Envoy host mode with
+# garbage collections (make test runs 100,000).
 bench: deps redis build
 	$(GO) run ./bench/cmd/tollgate-bench -out BENCHMARKS.md
+	TOLLGATE_SOAK_REQUESTS=1000000 $(GO) test -count=1 -timeout 30m -run 'TestCompatSoak$$' -v ./filter
 
 sim: deps
 	$(GO) run ./bench/cmd/tollgate-sim

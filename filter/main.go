@@ -1,5 +1,6 @@
 // Command filter is Tollgate's proxy-wasm HTTP filter. It is built as a WASI reactor
-// (GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared): the host runs _initialize,
+// (GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared, then filter/wasmbuild links a
+// WASI shim into it; make wasm does both): the host runs _initialize,
 // which runs init below, and never calls main. All logic lives in filter/plugin; this
 // file only adapts the ABI binding (filter/abi) to the plugin's Host interface.
 package main

@@ -33,7 +33,6 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
-	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 	"github.com/tetratelabs/wazero/sys"
 )
 
@@ -113,6 +112,11 @@ type Config struct {
 	// costs a map update.
 	CountHostCalls bool
 
+	// WASI picks the WASI surface offered to the module: all of it (the default), or
+	// that of an older Envoy release (WASIEnvoy133, WASILegacy), to run a module the
+	// way those releases would.
+	WASI WASIMode
+
 	// Clock replaces the time the module reads (WASI clock_time_get, both clocks, and
 	// proxy_get_current_time_nanoseconds), for deterministic tests. The monotonic clock
 	// follows it but never goes back. Ticks, timeouts and callouts keep real time.
@@ -160,6 +164,7 @@ type Host struct {
 type hostStats struct {
 	requests, localReplies, paused, pauseTimeouts, upstreamErrors atomic.Int64
 	callouts, calloutFailures, ticks, vmFailures, reconfigures    atomic.Int64
+	pollOneoff, startupRefused                                    atomic.Int64
 }
 
 // Process-wide compilation caches: compiling a large module takes most of a second, so
@@ -250,7 +255,7 @@ func New(cfg Config) (*Host, error) {
 	}
 	ctx := context.Background()
 	h.rt = wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCompilationCache(cache))
-	if _, err := wasi_snapshot_preview1.Instantiate(ctx, h.rt); err != nil {
+	if err := h.instantiateWASI(ctx); err != nil {
 		h.abort()
 		return nil, fmt.Errorf("host: instantiate WASI: %w", err)
 	}
@@ -262,6 +267,10 @@ func New(cfg Config) (*Host, error) {
 	if err != nil {
 		h.abort()
 		return nil, fmt.Errorf("host: compile module: %w", err)
+	}
+	if err := checkWASIImports(cfg.WASI, h.compiled); err != nil {
+		h.abort()
+		return nil, fmt.Errorf("host: load module: %w", err)
 	}
 	if err := checkExports(h.compiled); err != nil {
 		h.abort()
@@ -389,6 +398,8 @@ func (h *Host) instantiate(index int) (*vm, error) {
 	} else if mod.ExportedFunction("_start") != nil {
 		start = append(start, "_start")
 	}
+	v.starting = true
+	defer func() { v.starting = false }()
 	for _, name := range start {
 		fn := mod.ExportedFunction(name)
 		args := make([]uint64, len(fn.Definition().ParamTypes()))
@@ -781,6 +792,11 @@ type Stats struct {
 	SharedDataKeys  int   `json:"shared_data_keys"`
 	SharedDataBytes int   `json:"shared_data_bytes"`
 	LogLines        int64 `json:"log_lines"`
+	// PollOneoff counts poll_oneoff calls that reached the host (counted under
+	// WASIEnvoy133, which answers them with ENOSYS); StartupRefused counts WASI calls
+	// refused during _initialize (WASIEnvoy133, WASILegacy).
+	PollOneoff     int64 `json:"poll_oneoff"`
+	StartupRefused int64 `json:"startup_refused"`
 }
 
 // Stats returns the host's counters.
@@ -800,6 +816,8 @@ func (h *Host) Stats() Stats {
 		SharedDataKeys:  h.shared.Keys(),
 		SharedDataBytes: h.shared.Bytes(),
 		LogLines:        int64(h.logs.mark()),
+		PollOneoff:      h.stats.pollOneoff.Load(),
+		StartupRefused:  h.stats.startupRefused.Load(),
 	}
 }
 

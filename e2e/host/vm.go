@@ -45,6 +45,7 @@ type vm struct {
 
 	mu       sync.Mutex
 	failed   error // set when the module trapped; the VM takes no more calls
+	starting bool  // inside _initialize: Config.WASI may restrict WASI calls
 	contexts map[uint32]*pctx
 	nextID   uint32
 	root     *pctx // the active root (plugin) context

@@ -293,11 +293,50 @@ func CheckABI(t testing.TB, wasm []byte) {
 	}
 }
 
-// StartupAllowed are the WASI calls that every Envoy with a proxy-wasm host accepts
-// during _initialize. Go's os package (pulled in by fmt, log, encoding/json) adds
-// fd_fdstat_get, fd_fdstat_set_flags and fd_prestat_get, which older Envoys refuse.
+// StartupAllowed are the WASI calls Envoy's proxy-wasm host allows while _initialize
+// runs (the restricted start-up list of WasmBase::startVm, besides proxy_log) in every
+// release with a Wasm runtime. Go's syscall and os packages also call fd_fdstat_get and
+// fd_fdstat_set_flags there, which Envoys before 1.33 refuse; wasmbuild's shim answers
+// those inside the module.
 var StartupAllowed = []string{
-	"args_sizes_get", "args_get", "environ_sizes_get", "environ_get", "clock_time_get", "random_get",
+	"fd_write", "args_sizes_get", "args_get", "environ_sizes_get", "environ_get",
+	"fd_prestat_get", "fd_prestat_dir_name", "clock_time_get", "random_get",
+}
+
+// LegacyWASI are the WASI functions Envoy's proxy-wasm host has offered for years
+// (FOR_ALL_WASI_FUNCTIONS, before Go-specific additions): a module importing any other
+// WASI function fails to link on those releases.
+var LegacyWASI = []string{
+	"fd_write", "fd_read", "fd_seek", "fd_close", "fd_fdstat_get", "environ_get",
+	"environ_sizes_get", "args_get", "args_sizes_get", "clock_time_get", "random_get",
+	"proc_exit", "path_open", "fd_prestat_get", "fd_prestat_dir_name",
+}
+
+// CheckWASIImports reports through t every WASI function wasm imports outside
+// LegacyWASI, and any import from a module other than WASI and "env".
+func CheckWASIImports(t testing.TB, wasm []byte) {
+	t.Helper()
+	imports, _, err := ListABI(wasm)
+	if err != nil {
+		t.Fatalf("reading the module's imports: %v", err)
+		return
+	}
+	n := 0
+	for _, f := range imports {
+		switch f.Module {
+		case wasi_snapshot_preview1.ModuleName:
+			n++
+			if !slices.Contains(LegacyWASI, f.Name) {
+				t.Errorf("imports %s, outside the WASI functions every Envoy offers %v", f, LegacyWASI)
+			}
+		case "env":
+		default:
+			t.Errorf("imports %s from an unknown module", f)
+		}
+	}
+	if n == 0 {
+		t.Errorf("no WASI import found; Go's runtime always imports some, so the reader is broken")
+	}
 }
 
 // CheckStartup reports through t every distinct host call wasm makes during

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/tollgate-rl/tollgate/filter/wasmbuild"
 )
 
 type build struct {
@@ -35,24 +37,30 @@ var (
 )
 
 // BuildWasm builds pkg (an import path, or a path relative to the repository root such
-// as "./filter/bench/floor") with the shipping recipe
-//
-//	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared
-//
+// as "./filter/bench/floor") with the shipping recipe (wasmbuild.Build: the Go
+// toolchain's wasip1 reactor with the WASI shim linked in, as `make wasm` builds it)
 // and returns the module. Each package is built once per test binary. A failed build
 // fails the test: tests against the compiled module never skip.
 func BuildWasm(t testing.TB, pkg string) []byte {
 	t.Helper()
+	return BuildWasmTags(t, pkg)
+}
+
+// BuildWasmTags is BuildWasm with build tags (test-only exports such as the filter's
+// tollgate_gcprobe).
+func BuildWasmTags(t testing.TB, pkg string, tags ...string) []byte {
+	t.Helper()
+	key := pkg + " " + strings.Join(tags, ",")
 	buildsMu.Lock()
-	b, ok := builds[pkg]
+	b, ok := builds[key]
 	if !ok {
 		b = &build{}
-		builds[pkg] = b
+		builds[key] = b
 	}
 	buildsMu.Unlock()
-	b.once.Do(func() { b.wasm, b.err = buildWasm(pkg) })
+	b.once.Do(func() { b.wasm, b.err = wasmbuild.Build(pkg, tags...) })
 	if b.err != nil {
-		t.Fatalf("building %q for wasip1: %v", pkg, b.err)
+		t.Fatalf("building %q (tags %v) for wasip1: %v", pkg, tags, b.err)
 	}
 	return b.wasm
 }
@@ -80,30 +88,6 @@ func RepoRoot() (string, error) {
 		rootDir = filepath.Dir(mod)
 	})
 	return rootDir, rootErr
-}
-
-func buildWasm(pkg string) ([]byte, error) {
-	root, err := RepoRoot()
-	if err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp("", "tollgate-wasm-")
-	if err != nil {
-		return nil, fmt.Errorf("temp dir: %w", err)
-	}
-	defer os.RemoveAll(dir)
-	out := filepath.Join(dir, "module.wasm")
-	cmd := exec.Command(goBin(), "build", "-buildmode=c-shared", "-buildvcs=false", "-trimpath", "-o", out, pkg)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build %q: %w\n%s", pkg, err, msg)
-	}
-	wasm, err := os.ReadFile(out)
-	if err != nil {
-		return nil, fmt.Errorf("reading built module: %w", err)
-	}
-	return wasm, nil
 }
 
 // goBin is the go command. go test puts its own toolchain's bin first in the test

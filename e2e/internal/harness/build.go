@@ -17,6 +17,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/tollgate-rl/tollgate/filter/wasmbuild"
 )
 
 // Binaries are the programs a run needs, built once per process.
@@ -75,14 +77,9 @@ func Build() (*Binaries, error) {
 		b.Remove()
 		return nil, err
 	}
-	wasmPath := filepath.Join(dir, "filter.wasm")
-	if err := goBuild(root, []string{"GOOS=wasip1", "GOARCH=wasm"}, "-buildmode=c-shared", "-o", wasmPath, "./filter"); err != nil {
+	if b.Wasm, err = wasmbuild.Build("./filter"); err != nil {
 		b.Remove()
 		return nil, err
-	}
-	if b.Wasm, err = os.ReadFile(wasmPath); err != nil {
-		b.Remove()
-		return nil, fmt.Errorf("read %q: %w", wasmPath, err)
 	}
 	return b, nil
 }

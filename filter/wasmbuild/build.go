@@ -1,0 +1,82 @@
+// Package wasmbuild builds the proxy-wasm modules Tollgate ships and tests: the standard
+// Go toolchain's wasip1 reactor (GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared),
+// then Link, which resolves inside the module the WASI functions Go's runtime imports
+// beyond what Envoy's proxy-wasm host has offered for years (shim.wat says which and
+// how each is answered). The result imports only WASI functions every Envoy with a Wasm
+// runtime offers, never hands poll_oneoff to the host (Envoy 1.33–1.38 answered it with
+// an error that aborts Go's runtime, golang/go#78513), and makes no WASI call during
+// _initialize outside Envoy's start-up allow-list.
+//
+// `make wasm`, the filter tests (filter/wasmtest), the end-to-end harness and the
+// benchmarks all build through Build, so every test runs the module that ships.
+//
+// WASI preview 1: https://github.com/WebAssembly/WASI/blob/main/legacy/preview1/docs.md
+package wasmbuild
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// Build compiles pkg (an import path, or a path relative to the repository root such as
+// "./filter") for wasip1 as a reactor with the given build tags, links the shim into it
+// and returns the module.
+func Build(pkg string, tags ...string) ([]byte, error) {
+	raw, err := GoBuild(pkg, tags...)
+	if err != nil {
+		return nil, err
+	}
+	wasm, err := Link(raw)
+	if err != nil {
+		return nil, fmt.Errorf("linking the WASI shim into %q: %w", pkg, err)
+	}
+	return wasm, nil
+}
+
+// GoBuild is Build without Link: the Go toolchain's module as it comes. Tests use it to
+// show what the shim prevents.
+func GoBuild(pkg string, tags ...string) ([]byte, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "tollgate-wasm-")
+	if err != nil {
+		return nil, fmt.Errorf("temp dir: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	out := filepath.Join(dir, "module.wasm")
+	args := []string{"build", "-buildmode=c-shared", "-buildvcs=false", "-trimpath"}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	cmd := exec.Command("go", append(args, "-o", out, pkg)...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go build %q: %w\n%s", pkg, err, msg)
+	}
+	wasm, err := os.ReadFile(out)
+	if err != nil {
+		return nil, fmt.Errorf("reading the module built from %q: %w", pkg, err)
+	}
+	return wasm, nil
+}
+
+// RepoRoot returns the directory of the go.mod of the module being built (the go
+// command's view from the working directory).
+func RepoRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("go env GOMOD: not inside a module")
+	}
+	return filepath.Dir(mod), nil
+}
