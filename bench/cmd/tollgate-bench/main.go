@@ -307,7 +307,7 @@ var (
 	memShapes      = [][2]int{{1, 1}, {4, 2}, {16, 2}}
 	calloutWorkers = []int{1, 2, 8}
 	meshGateways   = []int{1, 10, 100, 1000}
-	simGateways  = []int{1, 2, 3, 4, 6, 8, 10, 12, 14, 16, 18, 20}
-	simIntervals = []time.Duration{10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond,
+	simGateways    = []int{1, 2, 3, 4, 6, 8, 10, 12, 14, 16, 18, 20}
+	simIntervals   = []time.Duration{10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond,
 		100 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond, time.Second}
 )
