@@ -60,7 +60,7 @@ demo: deps redis build
 # Also the compatibility soak at full length: 1,000,000 requests per Envoy host mode with
 # garbage collections (make test runs 100,000).
 bench: deps redis build
-	$(GO) run ./bench/cmd/tollgate-bench -out BENCHMARKS.md
+	$(GO) run ./bench/cmd/tollgate-bench -out BENCHMARKS.md -readme README.md
 	TOLLGATE_SOAK_REQUESTS=1000000 $(GO) test -count=1 -timeout 30m -run 'TestCompatSoak$$' -v ./filter
 
 sim: deps

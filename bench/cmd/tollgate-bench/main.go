@@ -18,6 +18,8 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -37,8 +39,10 @@ func main() {
 // options are the command's flags.
 type options struct {
 	out, charts string
+	readme      string  // README whose measured table to rewrite ("": none)
 	scale       float64 // multiplies every measured duration (a quick smoke run: 0.2)
 	cluster     bool
+	mesh        []int // fleet sizes of the mesh simulation
 }
 
 func run(args []string, stderr io.Writer) error {
@@ -46,14 +50,23 @@ func run(args []string, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var o options
 	fs.StringVar(&o.out, "out", "BENCHMARKS.md", "report to write")
+	fs.StringVar(&o.readme, "readme", "", "README.md whose measured table (between its markers) to rewrite from this run")
 	fs.StringVar(&o.charts, "charts", "bench/charts", "directory for the PNG charts (linked from the report relative to it)")
 	fs.Float64Var(&o.scale, "scale", 1, "multiplier for every measured duration (0.2 for a quick smoke run)")
 	fs.BoolVar(&o.cluster, "cluster", true, "also measure the service's ingest on a 6-node Redis Cluster")
+	meshList := fs.String("mesh-gateways", "1,10,100,1000", "fleet sizes of the mesh simulation (comma-separated; the largest takes minutes)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	for _, f := range strings.Split(*meshList, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return fmt.Errorf("-mesh-gateways %q: want positive integers", *meshList)
+		}
+		o.mesh = append(o.mesh, n)
 	}
 	if o.scale <= 0 {
 		return fmt.Errorf("-scale %v: must be positive", o.scale)
@@ -85,6 +98,11 @@ func run(args []string, stderr io.Writer) error {
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("report: %w", err)
+	}
+	if o.readme != "" {
+		if err := r.writeReadme(o.readme); err != nil {
+			return err
+		}
 	}
 	logger.Printf("wrote %s in %s", o.out, r.elapsed.Round(time.Second))
 	return nil
@@ -290,8 +308,8 @@ func measure(r *report, o options, logger *log.Logger) error {
 	logger.Print("fleet simulation")
 	r.simGateways = perf.SweepGateways(simGateways)
 	r.simInterval = perf.SweepInterval(simIntervals)
-	logger.Printf("mesh simulation: %d keys over %v gateways", perf.MeshKeys, meshGateways)
-	r.simMesh = perf.SweepMesh(meshGateways)
+	logger.Printf("mesh simulation: %d keys over %v gateways", perf.MeshKeys, o.mesh)
+	r.simMesh = perf.SweepMesh(o.mesh)
 	return nil
 }
 
@@ -306,7 +324,6 @@ const (
 var (
 	memShapes      = [][2]int{{1, 1}, {4, 2}, {16, 2}}
 	calloutWorkers = []int{1, 2, 8}
-	meshGateways   = []int{1, 10, 100, 1000}
 	simGateways    = []int{1, 2, 3, 4, 6, 8, 10, 12, 14, 16, 18, 20}
 	simIntervals   = []time.Duration{10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond,
 		100 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond, time.Second}
