@@ -43,16 +43,25 @@ var (
 // fails the test: tests against the compiled module never skip.
 func BuildWasm(t testing.TB, pkg string) []byte {
 	t.Helper()
+	return BuildWasmTags(t, pkg, "")
+}
+
+// BuildWasmTags is BuildWasm with build tags (comma-separated, as go build -tags takes
+// them), for test-only variants of a module such as the filter with its allocation
+// counters exported (tag tollgate_heapstats).
+func BuildWasmTags(t testing.TB, pkg, tags string) []byte {
+	t.Helper()
+	key := pkg + "\x00" + tags
 	buildsMu.Lock()
-	b, ok := builds[pkg]
+	b, ok := builds[key]
 	if !ok {
 		b = &build{}
-		builds[pkg] = b
+		builds[key] = b
 	}
 	buildsMu.Unlock()
-	b.once.Do(func() { b.wasm, b.err = buildWasm(pkg) })
+	b.once.Do(func() { b.wasm, b.err = buildWasm(pkg, tags) })
 	if b.err != nil {
-		t.Fatalf("building %q for wasip1: %v", pkg, b.err)
+		t.Fatalf("building %q (tags %q) for wasip1: %v", pkg, tags, b.err)
 	}
 	return b.wasm
 }
@@ -82,7 +91,7 @@ func RepoRoot() (string, error) {
 	return rootDir, rootErr
 }
 
-func buildWasm(pkg string) ([]byte, error) {
+func buildWasm(pkg, tags string) ([]byte, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return nil, err
@@ -93,7 +102,11 @@ func buildWasm(pkg string) ([]byte, error) {
 	}
 	defer os.RemoveAll(dir)
 	out := filepath.Join(dir, "module.wasm")
-	cmd := exec.Command(goBin(), "build", "-buildmode=c-shared", "-buildvcs=false", "-trimpath", "-o", out, pkg)
+	args := []string{"build", "-buildmode=c-shared", "-buildvcs=false", "-trimpath", "-o", out}
+	if tags != "" {
+		args = append(args, "-tags", tags)
+	}
+	cmd := exec.Command(goBin(), append(args, pkg)...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
 	if msg, err := cmd.CombinedOutput(); err != nil {
