@@ -43,7 +43,7 @@ func (h *quietHost) SharedSet(key string, value []byte, cas uint32) (bool, error
 	return h.shared.Set(key, value, cas), nil
 }
 func (h *quietHost) Property(...string) ([]byte, error) { return nil, errQuiet }
-func (h *quietHost) SetTickPeriod(uint32) error          { return nil }
+func (h *quietHost) SetTickPeriod(uint32) error         { return nil }
 func (h *quietHost) HTTPCall(string, [][2]string, []byte, uint32) (uint32, error) {
 	return 0, errQuiet
 }
