@@ -218,6 +218,9 @@ func (b *Builder) Refused(views []Window, degraded bool, retryAfterSeconds int64
 	}
 }
 
+// Add adds a header of the caller's own; value must stay valid as long as Pairs'.
+func (b *Builder) Add(name, value string) { b.fixed(name, value) }
+
 // Bypass adds x-ratelimit-policy: bypass, for allow-listed callers.
 func (b *Builder) Bypass() { b.fixed(XPolicy, PolicyBypass) }
 
