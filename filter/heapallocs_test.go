@@ -20,7 +20,7 @@ const (
 		"rules":[{"id":"api","limit":1000000,"window":"1s"}]}`
 	allocThreeRules = `{"key":{"source":"header","name":"x-api-key"},
 		"rules":[{"id":"api","limit":1000000,"window":"1s"},
-		         {"id":"search","match":{"prefix":"/v1/search","methods":["GET"]},"algorithm":"gcra","limit":6000000,"window":"1m","burst":1000},
+		         {"id":"search","match":{"prefix":"/v1/search","methods":["GET"]},"algorithm":"gcra","limit":1000000,"window":"1s","burst":1000000},
 		         {"id":"tenant","key":{"source":"header","name":"x-tenant"},"algorithm":"sliding_window_counter","limit":1000000,"window":"10s"}]}`
 )
 
