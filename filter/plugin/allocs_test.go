@@ -108,3 +108,28 @@ func TestRequestAllocations(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkRequest is the plugin's own cost of one admitted single-rule request,
+// natively (the compiled module's cost is measured by bench/perf).
+func BenchmarkRequest(b *testing.B) {
+	h := &quietHost{shared: shareddata.New(), now: t0, request: [][2]string{
+		{":method", "GET"}, {":path", "/v1/search?q=tollgate"}, {":authority", "api.example.com"},
+		{"user-agent", "tollgate-bench/1"}, {"accept", "application/json"}, {"x-api-key", "k-bench"},
+		{"x-forwarded-proto", "http"}, {"x-request-id", "7d1b5c1e-3a4f-4c1e-9b7a-2f6c1d0e8a11"},
+	}}
+	p := plugin.New(h)
+	if !p.OnPluginStart([]byte(`{"key":{"source":"header","name":"x-api-key"},"rules":[{"id":"api","limit":1000000,"window":"1s"}]}`)) {
+		b.Fatal("configuration refused")
+	}
+	id := uint32(2)
+	b.ReportAllocs()
+	for b.Loop() {
+		id += 2
+		h.now += 10
+		h.added = h.added[:0]
+		s := p.NewStream(id)
+		s.OnRequestHeaders(len(h.request), true)
+		s.OnResponseHeaders(0, true)
+		s.OnDone()
+	}
+}
