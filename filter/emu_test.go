@@ -25,7 +25,7 @@ var (
 
 func filterModule(t *testing.T) []byte {
 	t.Helper()
-	wasm := wasmtest.FilterWasm(t)
+	wasm := wasmtest.EmulatorWasm(t, "./filter")
 	aliasOnce.Do(func() { aliasWasm, aliasErr = wasmtest.WithStartAlias(wasm) })
 	if aliasErr != nil {
 		t.Fatalf("alias _start: %v", aliasErr)

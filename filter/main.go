@@ -8,7 +8,6 @@ package main
 import (
 	"errors"
 	"math/rand/v2"
-	"time"
 
 	"github.com/tollgate-rl/tollgate/filter/abi"
 	"github.com/tollgate-rl/tollgate/filter/plugin"
@@ -38,15 +37,30 @@ func (s stream) OnResponseHeaders(n int, eos bool) abi.Action {
 // host implements plugin.Host with proxy-wasm host calls.
 type host struct{ abi.Host }
 
+// Buffers the host calls of every request reuse (a VM is single threaded), as
+// plugin.Host allows: request headers until the next request's are read, a shared-data
+// value until the next one.
+var (
+	requestHeaders [][2]string
+	sharedValue    []byte
+)
+
+func (h host) RequestHeaders() ([][2]string, error) {
+	var err error
+	requestHeaders, err = h.ReadRequestHeaders(requestHeaders[:0])
+	return requestHeaders, err
+}
+
 func (h host) SendLocalReply(status uint32, details string, body []byte, headers [][2]string) error {
 	return h.Host.SendLocalReply(status, details, body, headers, -1)
 }
 
 func (h host) SharedGet(key string) ([]byte, uint32, bool, error) {
-	v, cas, err := h.GetSharedData(key)
+	v, cas, err := h.AppendSharedData(sharedValue[:0], key)
 	if errors.Is(err, abi.ErrNotFound) {
 		return nil, 0, false, nil
 	}
+	sharedValue = v
 	return v, cas, err == nil, err
 }
 
@@ -78,9 +92,10 @@ func (h host) IncrementMetric(id uint32, delta int64) { _ = h.Host.IncrementMetr
 
 func (h host) RecordMetric(id uint32, value uint64) { _ = h.Host.RecordMetric(id, value) }
 
-// NowUs reads the wall clock through WASI clock_time_get (proxy_get_current_time_nanoseconds
-// is missing from the SDK's emulator, and Envoy serves both from the same clock).
-func (h host) NowUs() int64 { return time.Now().UnixMicro() }
+// NowUs reads the wall clock with one WASI clock_time_get (time.Now makes two;
+// proxy_get_current_time_nanoseconds is missing from the SDK's emulator, and Envoy
+// serves both from the same clock).
+func (h host) NowUs() int64 { return abi.NowUnixMicro() }
 
 // Seed comes from the Go runtime's random source, which WASI's random_get seeds.
 func (h host) Seed() uint64 { return rand.Uint64() }

@@ -58,7 +58,7 @@ func (s *Stack) MeasureSharedData(name string, synced bool, n int) (SharedMem, e
 	bytes0 := h.SharedDataBytes()
 	prefix := fmt.Sprintf("mem%d-%s-", time.Now().UnixNano()%1e6, name)
 	for i := 0; i < n; i++ {
-		resp, err := h.Exchange(0, BenchRequest(prefix+strconv.Itoa(i)), UpstreamOK)
+		resp, err := h.ExchangeWait(context.Background(), 0, BenchRequest(prefix+strconv.Itoa(i)), UpstreamOK)
 		if err != nil {
 			return m, err
 		}

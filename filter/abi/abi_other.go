@@ -2,6 +2,8 @@
 
 package abi
 
+import "time"
+
 // Outside wasip1 there is no proxy host: every host call reports ErrUnimplemented and
 // logging is dropped, so code that uses this package's types builds and tests natively.
 
@@ -64,3 +66,6 @@ func proxyIncrementMetric(metricID uint32, delta int64) uint32 { return statusUn
 func proxyRecordMetric(metricID uint32, value uint64) uint32 { return statusUnimplemented }
 
 func proxyGetMetric(metricID uint32, retValue *uint64) uint32 { return statusUnimplemented }
+
+// NowUnixMicro reads the wall clock (natively: the time package's).
+func NowUnixMicro() int64 { return time.Now().UnixMicro() }

@@ -144,13 +144,6 @@ func proxyOnResponseTrailers(contextID, numTrailers uint32) uint32 {
 	return uint32(Continue)
 }
 
-//go:wasmexport proxy_on_log
-func proxyOnLog(contextID uint32) {
-	enter()
-	defer leave("proxy_on_log")
-	onLog(contextID)
-}
-
 //go:wasmexport proxy_on_done
 func proxyOnDone(contextID uint32) (done uint32) {
 	enter()

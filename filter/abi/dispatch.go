@@ -35,8 +35,9 @@ type RootDeleter interface {
 type Stream interface {
 	OnRequestHeaders(numHeaders int, endOfStream bool) Action
 	OnResponseHeaders(numHeaders int, endOfStream bool) Action
-	// OnLog runs when the host writes access logs for the stream; headers can still be
-	// read.
+	// OnLog is kept for handlers written against it; the binding does not export
+	// proxy_on_log (no handler here needs the access-log phase, and the host would call
+	// it on every request), so it is never called.
 	OnLog()
 	// OnDone runs when the host is done with the stream. The binding forgets the
 	// stream at proxy_on_delete, which follows (Envoy sends on_log, on_done, on_delete,
@@ -193,13 +194,6 @@ func onResponseHeaders(id, numHeaders uint32, eos bool) Action {
 		return s.OnResponseHeaders(int(numHeaders), eos)
 	}
 	return Continue
-}
-
-func onLog(id uint32) {
-	active = id
-	if s, ok := streams[id]; ok {
-		s.OnLog()
-	}
 }
 
 func onDone(id uint32) {

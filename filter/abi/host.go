@@ -43,6 +43,14 @@ func (h Host) AppendRequestHeaders(dst [][2]string) ([][2]string, error) {
 	return getPairs(MapRequestHeaders, dst)
 }
 
+// ReadRequestHeaders is AppendRequestHeaders without the allocation of the buffer the
+// host fills: the strings alias a buffer the binding keeps, and stay valid only until
+// the next ReadRequestHeaders call. A caller that keeps a header beyond that copies it.
+func (h Host) ReadRequestHeaders(dst [][2]string) ([][2]string, error) {
+	pairsArmed = true
+	return getPairs(MapRequestHeaders, dst)
+}
+
 // ResponseHeaders returns all response headers of the current stream.
 func (h Host) ResponseHeaders() ([][2]string, error) {
 	return getPairs(MapResponseHeaders, nil)

@@ -22,6 +22,10 @@ const maxAlloc = 64 << 20
 // maxScratch bounds the reusable scratch buffer.
 const maxScratch = 4 << 10
 
+// maxPairsBuf bounds the reusable header-map buffer (Envoy's default limit on request
+// headers is 60 KiB).
+const maxPairsBuf = 64 << 10
+
 var (
 	pins [][]byte
 
@@ -30,6 +34,12 @@ var (
 	// per call on paths such as AppendSharedData.
 	scratch      []byte
 	scratchArmed bool
+
+	// pairsBuf receives the header maps ReadRequestHeaders reads: the decoded strings
+	// alias it until the next such read, so a request's headers cost no allocation once
+	// it has grown. Maps above maxPairsBuf get a buffer of their own.
+	pairsBuf   []byte
+	pairsArmed bool
 
 	// Return slots for host calls. Package variables rather than locals because a
 	// pointer passed to a //go:wasmimport function escapes, which would move locals to
@@ -55,6 +65,13 @@ func allocate(size uint32) unsafe.Pointer {
 		// A zero-size request still needs a distinct, valid, non-zero offset.
 		n = 1
 	}
+	if pairsArmed && n <= maxPairsBuf {
+		pairsArmed = false
+		if cap(pairsBuf) < n {
+			pairsBuf = make([]byte, max(n, 2*cap(pairsBuf), 1<<10))
+		}
+		return unsafe.Pointer(unsafe.SliceData(pairsBuf))
+	}
 	if scratchArmed && n <= maxScratch {
 		scratchArmed = false
 		if cap(scratch) < n {
@@ -79,10 +96,16 @@ func resetReturn() {
 // this binding never allocated, which would mean a broken host.
 func takeReturned() (buf []byte, inScratch, ok bool) {
 	addr, size := retPtr, retSize
-	scratchArmed = false
+	scratchArmed, pairsArmed = false, false
 	defer unpinAll()
 	if size == 0 {
 		return nil, false, true
+	}
+	if pairsBuf != nil && addrOf(pairsBuf) == addr {
+		if int(size) > cap(pairsBuf) {
+			return nil, false, false
+		}
+		return pairsBuf[:size:size], false, true
 	}
 	if scratch != nil && addrOf(scratch) == addr {
 		if int(size) > cap(scratch) {

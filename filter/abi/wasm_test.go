@@ -56,7 +56,7 @@ func newEmulator(t *testing.T, vm types.VMContext, opt *proxytest.EmulatorOption
 
 func loadVM(t *testing.T, pkg string) proxytest.WasmVMContext {
 	t.Helper()
-	aliased, err := wasmtest.WithStartAlias(wasmtest.BuildWasm(t, pkg))
+	aliased, err := wasmtest.WithStartAlias(wasmtest.EmulatorWasm(t, pkg))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,11 +34,13 @@ func (a adapter) AddResponseHeader(name, value string) error {
 	if s == nil {
 		return errNoStream
 	}
+	// Envoy copies what it is given; the plugin reuses the memory behind it.
+	kv := [2]string{strings.Clone(name), strings.Clone(value)}
 	if s.Local != nil {
-		s.Local.Headers = append(s.Local.Headers, [2]string{name, value})
+		s.Local.Headers = append(s.Local.Headers, kv)
 		return nil
 	}
-	s.Response = append(s.Response, [2]string{name, value})
+	s.Response = append(s.Response, kv)
 	return nil
 }
 
@@ -50,13 +52,28 @@ func (a adapter) SendLocalReply(status uint32, details string, body []byte, head
 	if s.Local != nil {
 		return nil // the first local reply of a stream wins
 	}
-	s.Local = &LocalReply{Status: status, Details: details, Body: append([]byte(nil), body...),
-		Headers: append([][2]string(nil), headers...)}
+	s.Local = &LocalReply{Status: status, Details: strings.Clone(details), Body: append([]byte(nil), body...),
+		Headers: clonePairs(headers)}
 	return nil
 }
 
+// clonePairs copies pairs and their strings.
+func clonePairs(pairs [][2]string) [][2]string {
+	out := make([][2]string, len(pairs))
+	for i, kv := range pairs {
+		out[i] = [2]string{strings.Clone(kv[0]), strings.Clone(kv[1])}
+	}
+	return out
+}
+
+// SharedGet returns the value in one buffer per worker that the next call overwrites,
+// as the wasm binding does, so tests catch a plugin that keeps a value too long.
 func (a adapter) SharedGet(key string) ([]byte, uint32, bool, error) {
-	v, cas, ok := a.w.h.shared.Get(key)
+	v, cas, ok := a.w.h.shared.AppendGet(a.w.sharedBuf[:0], key)
+	a.w.sharedBuf = v
+	if !ok {
+		return nil, 0, false, nil
+	}
 	return v, cas, ok, nil
 }
 
@@ -88,7 +105,7 @@ func (a adapter) HTTPCall(cluster string, headers [][2]string, body []byte, time
 	}
 	h := a.w.h
 	h.token++
-	c := &Callout{Token: h.token, Worker: a.w, Cluster: cluster, Headers: append([][2]string(nil), headers...),
+	c := &Callout{Token: h.token, Worker: a.w, Cluster: strings.Clone(cluster), Headers: clonePairs(headers),
 		Body: append([]byte(nil), body...), TimeoutMs: timeoutMs, SentUs: h.cfg.Clock()}
 	h.calls = append(h.calls, c)
 	return c.Token, nil

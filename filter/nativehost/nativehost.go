@@ -64,6 +64,8 @@ type Worker struct {
 	streams map[uint32]*Stream
 	nextID  uint32
 	tickMs  uint32
+	// sharedBuf holds the last shared-data value read (see adapter.SharedGet).
+	sharedBuf []byte
 }
 
 // Stream is one request through one worker.

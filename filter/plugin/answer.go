@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"github.com/tollgate-rl/tollgate/shared/algo"
 	"github.com/tollgate-rl/tollgate/shared/header"
 	"github.com/tollgate-rl/tollgate/shared/rule"
 	"github.com/tollgate-rl/tollgate/shared/wire"
@@ -22,13 +23,14 @@ func (p *Plugin) views(now int64, ops []bucketOp, strict []wire.State) []header.
 			continue
 		}
 		v = append(v, header.Window{
-			Policy:         p.policyName(op.a.Rule.ID, op.params.WindowUs),
+			Fixed:          p.texts.of(op.a, op.w),
 			Limit:          op.params.Limit,
 			Remaining:      op.dec.Remaining,
 			WindowSeconds:  header.WindowSeconds(op.params.WindowUs),
 			ResetUnix:      ceilSec(op.dec.ResetUs),
 			ResetInSeconds: ceilSec(op.dec.ResetUs - now),
 		})
+		withPolicy(&v[len(v)-1], op.a.Rule.ID, op.params.WindowUs)
 	}
 	for i := range strict {
 		st := &strict[i]
@@ -39,16 +41,25 @@ func (p *Plugin) views(now int64, ops []bucketOp, strict []wire.State) []header.
 		prm := r.Windows[st.Window]
 		reset := now + int64(st.ResetInMs)*1000
 		v = append(v, header.Window{
-			Policy:         p.policyName(r.ID, prm.WindowUs),
+			Fixed:          p.texts.ofRule(p.cfg.Config, r, int(st.Window)),
 			Limit:          prm.Limit,
 			Remaining:      st.Remaining,
 			WindowSeconds:  header.WindowSeconds(prm.WindowUs),
 			ResetUnix:      ceilSec(reset),
 			ResetInSeconds: ceilSec(reset - now),
 		})
+		withPolicy(&v[len(v)-1], r.ID, prm.WindowUs)
 	}
 	p.viewBuf = v
 	return v
+}
+
+// withPolicy names a window that has no precomputed text (which rules from rule.Parse
+// always have), so that the headers can format it.
+func withPolicy(w *header.Window, ruleID string, windowUs int64) {
+	if w.Fixed == nil {
+		w.Policy = header.PolicyName(ruleID, windowUs)
+	}
 }
 
 func ceilSec(us int64) int64 {
@@ -58,13 +69,17 @@ func ceilSec(us int64) int64 {
 	return (us + 999_999) / 1_000_000
 }
 
-func appendBypass(dst [][2]string) [][2]string { return header.AppendBypass(dst) }
+func (p *Plugin) bodyDenied(pattern string, byAddress bool) []byte {
+	p.body = header.AppendBody403(p.body[:0], pattern, byAddress)
+	return p.body
+}
 
-func bodyDenied(pattern string, byAddress bool) []byte { return header.Body403(pattern, byAddress) }
+func (p *Plugin) body503(rule string, secs int64) []byte {
+	p.body = header.AppendBody503(p.body[:0], secs, rule)
+	return p.body
+}
 
-func body503(rule string, secs int64) []byte { return header.Body503(secs, rule) }
-
-func (p *Plugin) body429(now int64, op *bucketOp, secs int64) []byte {
+func (p *Plugin) body429(op *bucketOp, secs int64) []byte {
 	e := header.Exceeded{
 		Limit:             op.params.Limit,
 		WindowSeconds:     header.WindowSeconds(op.params.WindowUs),
@@ -76,7 +91,8 @@ func (p *Plugin) body429(now int64, op *bucketOp, secs int64) []byte {
 		e.PenaltyLevel = int64(op.dec.PenaltyLevel)
 		e.PenaltySeconds = ceilSec(op.dec.PenaltyLeftUs)
 	}
-	return header.Body429(&e)
+	p.body = header.AppendBody429(p.body[:0], &e)
+	return p.body
 }
 
 // listResult is the allow/deny outcome of one request.
@@ -100,20 +116,81 @@ func (p *Plugin) checkLists(req *rule.Request) listResult {
 	return listResult{Verdict: lv.Action, Pattern: lv.Pattern, ByAddress: lv.ByAddress}
 }
 
-type policyKey struct {
-	rule     string
-	windowUs int64
+// texts is the fixed header text (header.Fixed) of every window of every rule of the
+// installed rule set, formatted when the rules are installed so that a request only
+// formats its numbers: rules[i] belongs to Config.Rules[i].
+type texts struct {
+	rules []ruleTexts
 }
 
-// policyName returns the IETF policy name of a rule's window, formatted once per rule
-// set (the cache is dropped when rules are installed; it holds one entry per distinct
-// rule window, tiers and overrides included).
-func (p *Plugin) policyName(rule string, windowUs int64) string {
-	k := policyKey{rule, windowUs}
-	if n, ok := p.policies[k]; ok {
-		return n
+type ruleTexts struct {
+	own       []*header.Fixed
+	overrides [][]*header.Fixed // by rule.Applied.Override - 1
+	tiers     []tierTexts
+}
+
+type tierTexts struct {
+	name    string
+	windows []*header.Fixed
+}
+
+func newTexts(cfg *rule.Config) texts {
+	t := texts{rules: make([]ruleTexts, len(cfg.Rules))}
+	for i := range cfg.Rules {
+		r := &cfg.Rules[i]
+		rt := &t.rules[i]
+		rt.own = fixedTexts(r.ID, r.Windows)
+		for _, o := range r.Overrides {
+			rt.overrides = append(rt.overrides, fixedTexts(r.ID, o.Windows))
+		}
+		for name, w := range r.Tiers {
+			rt.tiers = append(rt.tiers, tierTexts{name: name, windows: fixedTexts(r.ID, w)})
+		}
 	}
-	n := header.PolicyName(rule, windowUs)
-	p.policies[k] = n
-	return n
+	return t
+}
+
+func fixedTexts(ruleID string, windows []algo.Params) []*header.Fixed {
+	out := make([]*header.Fixed, len(windows))
+	for w, prm := range windows {
+		out[w] = header.NewFixed(header.PolicyName(ruleID, prm.WindowUs), prm.Limit, header.WindowSeconds(prm.WindowUs))
+	}
+	return out
+}
+
+// of returns the text of window w of an applied rule: its override's, its tier's or
+// the rule's own windows, as rule.Apply chose them.
+func (t *texts) of(a *rule.Applied, w int) *header.Fixed {
+	if a.Index >= len(t.rules) {
+		return nil // not from the installed rule set: the headers format it all
+	}
+	rt := &t.rules[a.Index]
+	set := rt.own
+	switch {
+	case a.Override > 0 && a.Override <= len(rt.overrides):
+		set = rt.overrides[a.Override-1]
+	case a.Tier != "":
+		set = nil
+		for i := range rt.tiers {
+			if rt.tiers[i].name == a.Tier {
+				set = rt.tiers[i].windows
+				break
+			}
+		}
+	}
+	if w < len(set) {
+		return set[w]
+	}
+	return nil
+}
+
+// ofRule returns the text of window w of rule r's own windows (a strict rule's state in
+// a reply from the service).
+func (t *texts) ofRule(cfg *rule.Config, r *rule.Rule, w int) *header.Fixed {
+	for i := range cfg.Rules {
+		if &cfg.Rules[i] == r && i < len(t.rules) && w < len(t.rules[i].own) {
+			return t.rules[i].own[w]
+		}
+	}
+	return nil
 }

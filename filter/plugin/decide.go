@@ -1,6 +1,9 @@
 package plugin
 
 import (
+	"strings"
+	"unsafe"
+
 	"github.com/tollgate-rl/tollgate/shared/algo"
 	"github.com/tollgate-rl/tollgate/shared/lease"
 	"github.com/tollgate-rl/tollgate/shared/rule"
@@ -8,12 +11,15 @@ import (
 
 // bucketOp is one (rule, window) bucket touched by a request.
 type bucketOp struct {
-	id      string
-	a       *rule.Applied
-	w       int
-	params  algo.Params
-	s       slot
-	next    lease.Record
+	id     string
+	a      *rule.Applied
+	w      int
+	params algo.Params
+	s      slot
+	next   lease.Record
+	// nextBuf holds next's local state (lease.DecideTo), kept with the op across
+	// requests so that deciding allocates nothing.
+	nextBuf algo.State
 	dec     lease.Decision
 	written bool
 	// charged: an acquire admitted the request on this bucket (the service took the
@@ -45,25 +51,58 @@ func (p *Plugin) env(now int64, acquireFailed bool) lease.Env {
 }
 
 // buildOps expands the applied rules into one op per window, skipping strict rules
-// (decided by the service) when skipStrict is set.
+// (decided by the service) when skipStrict is set. The ops and their ids live in
+// buffers the next request reuses (see detach).
 func (p *Plugin) buildOps(applied []rule.Applied, skipStrict bool) []bucketOp {
 	ops := p.ops[:0]
+	p.idBuf = p.idBuf[:0]
 	for i := range applied {
 		a := &applied[i]
 		if skipStrict && a.Rule.Strict && p.cfg.syncEnabled() {
 			continue
 		}
 		for w := range a.Windows {
-			ops = append(ops, bucketOp{
-				id:     bucketID(&p.idBuf, a.Key, a.Rule.ID, a.Tier, w),
-				a:      a,
-				w:      w,
-				params: a.Windows[w],
-			})
+			var op *bucketOp
+			ops, op = nextOp(ops)
+			start := len(p.idBuf)
+			p.idBuf = appendBucketID(p.idBuf, a.Key, a.Rule.ID, a.Tier, w)
+			// An id aliases idBuf; if idBuf grows, earlier ids keep the old array, which
+			// nothing writes again.
+			op.id = unsafe.String(&p.idBuf[start], len(p.idBuf)-start)
+			op.a, op.w, op.params = a, w, a.Windows[w]
 		}
 	}
 	p.ops = ops
 	return ops
+}
+
+// nextOp extends ops by one zero op that keeps the state buffers an earlier request
+// left in that element.
+func nextOp(ops []bucketOp) ([]bucketOp, *bucketOp) {
+	if len(ops) < cap(ops) {
+		ops = ops[:len(ops)+1]
+	} else {
+		ops = append(ops, bucketOp{})
+	}
+	op := &ops[len(ops)-1]
+	buf, next := op.s.buf, op.nextBuf
+	*op = bucketOp{}
+	op.s.buf, op.nextBuf = buf, next
+	if op.nextBuf == nil {
+		op.nextBuf = make(algo.State, 0, algo.MaxStateSize)
+	}
+	return ops, op
+}
+
+// detach gives ops that must outlive the request (a paused request's) their own ids
+// and state buffers, instead of the plugin's, which the next request reuses.
+func detach(ops []bucketOp) {
+	for i := range ops {
+		op := &ops[i]
+		op.id = strings.Clone(op.id)
+		op.s.buf, op.s.rec.Local, op.nextBuf = nil, nil, nil
+		op.next.Local = nil
+	}
 }
 
 // decide runs every bucket of a request: admitted only if every enforcing bucket admits;
@@ -88,7 +127,7 @@ func (p *Plugin) decide(now int64, ops []bucketOp, commit, acquireFailed bool) v
 			if !op.s.mine && op.s.found {
 				p.m.inc(p.m.evictions)
 			}
-			op.next, op.dec = lease.Decide(op.s.rec, op.params, now, op.a.Cost, env)
+			op.next, op.dec = lease.DecideTo(op.nextBuf, op.s.rec, op.params, now, op.a.Cost, env)
 		}
 		for i := range ops {
 			op := &ops[i]

@@ -9,11 +9,15 @@ package plugin
 // applies to) are the binding's business: calls made inside a stream callback apply to
 // that stream.
 type Host interface {
-	// RequestHeaders returns all request headers in one host call.
+	// RequestHeaders returns all request headers in one host call. They stay valid
+	// while the callback runs (the binding reuses their memory for the next request).
 	RequestHeaders() ([][2]string, error)
+	// AddResponseHeader, SendLocalReply, SharedSet and HTTPCall copy what they are
+	// given before they return, as proxies do: the plugin reuses its buffers.
 	AddResponseHeader(name, value string) error
 	SendLocalReply(status uint32, details string, body []byte, headers [][2]string) error
 	// SharedGet returns the value and its CAS token; found is false for a missing key.
+	// The value is valid until the next SharedGet (the binding reuses one buffer).
 	SharedGet(key string) (value []byte, cas uint32, found bool, err error)
 	// SharedSet stores value if cas still matches (0: unconditionally); ok is false on a
 	// CAS mismatch.

@@ -48,12 +48,16 @@ type Plugin struct {
 	m            *metrics
 	rnd          uint64
 	calls        map[uint32]call
-	streams      map[uint32]*Stream
-	fetching     bool
-	worker       uint32
-	strictSeq    uint64
-	curStream    uint32
-	peerFn       func() string // p.peerAddr, bound once so requests do not allocate it
+	// streams holds the paused streams, for the answers to their callouts.
+	streams   map[uint32]*Stream
+	fetching  bool
+	worker    uint32
+	strictSeq uint64
+	peerFn    func() string // p.peerAddr, bound once so requests do not allocate it
+	// texts is the installed rule set's fixed header text.
+	texts texts
+	// free holds finished streams for the next requests to reuse (with their buffers).
+	free []*Stream
 	// listsHaveCIDR is set when an allow/deny entry is an address range.
 	listsHaveCIDR bool
 	// node is the gateway id sent with every batch (RATIONALE.md §6): the configured
@@ -63,14 +67,14 @@ type Plugin struct {
 	bearer string
 
 	// per-request scratch (a VM is single threaded)
-	applied  []rule.Applied
-	ops      []bucketOp
-	viewBuf  []header.Window
-	policies map[policyKey]string
-	idBuf    []byte
-	scratch  lease.Record
-	hdrBuf   [][2]string
-	callBuf  []byte
+	applied []rule.Applied
+	ops     []bucketOp
+	viewBuf []header.Window
+	idBuf   []byte
+	body    []byte // a local reply's body
+	scratch lease.Record
+	hdrBuf  [][2]string
+	callBuf []byte
 }
 
 type callKind uint8
@@ -157,7 +161,7 @@ func (p *Plugin) install(cfg *rule.Config, version uint64) {
 			p.listsHaveCIDR = p.listsHaveCIDR || l[i].CIDR != nil
 		}
 	}
-	p.policies = map[policyKey]string{}
+	p.texts = newTexts(cfg)
 	if p.m != nil {
 		p.m.set(p.m.rulesVersion, version)
 	}
@@ -214,10 +218,20 @@ func (p *Plugin) OnHTTPCallResponse(token uint32, headers [][2]string, body []by
 	}
 }
 
-// NewStream creates the context of one HTTP request.
+// maxFreeStreams bounds the finished streams kept for reuse (about the requests one
+// worker has in flight at once; beyond it, finished streams are left to the GC).
+const maxFreeStreams = 1024
+
+// NewStream creates the context of one HTTP request, reusing a finished one.
 func (p *Plugin) NewStream(id uint32) *Stream {
-	s := &Stream{p: p, id: id}
-	p.streams[id] = s
+	var s *Stream
+	if n := len(p.free); n > 0 {
+		s, p.free = p.free[n-1], p.free[:n-1]
+	} else {
+		s = &Stream{p: p}
+		s.headerFn = s.header
+	}
+	s.id = id
 	return s
 }
 

@@ -1,6 +1,8 @@
 package plugin
 
 import (
+	"strings"
+
 	"github.com/tollgate-rl/tollgate/shared/algo"
 	"github.com/tollgate-rl/tollgate/shared/header"
 	"github.com/tollgate-rl/tollgate/shared/lease"
@@ -8,16 +10,21 @@ import (
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
-// Stream is the context of one HTTP request.
+// Stream is the context of one HTTP request. Streams are reused: after OnDone, which
+// must be a stream's last callback, the same Stream serves a later request.
 type Stream struct {
 	p  *Plugin
 	id uint32
-	// headers are added to the response in OnResponseHeaders (every answer carries them).
+	// headers are added to the response in OnResponseHeaders (every answer carries
+	// them); their values live in hb.
 	headers [][2]string
+	hb      header.Builder
 	// replied is set once the filter sent a local reply (which must not get the headers
 	// a second time if the proxy runs the reply through this filter's response path).
 	replied bool
-	hdrs    [][2]string
+	// hdrs are the request headers, valid while OnRequestHeaders runs.
+	hdrs     [][2]string
+	headerFn func(string) (string, bool) // s.header, bound once per Stream
 	// paused holds a paused request's state while the service decides.
 	paused *pausedState
 }
@@ -54,23 +61,26 @@ func (s *Stream) OnRequestHeaders(int, bool) Action {
 		return Continue // the limiter must not become the outage
 	}
 	s.hdrs = hdrs
+	defer func() { s.hdrs = nil }() // the host may reuse their memory
 	req := rule.Request{
 		Method: headerValue(hdrs, ":method"),
 		Host:   headerValue(hdrs, ":authority"),
 		Path:   stripQuery(headerValue(hdrs, ":path")),
-		Header: s.header,
+		Header: s.headerFn,
+		Peer:   p.peerFn, // read only if a key source or list needs the address
 	}
-	req.Peer = p.peerFn // read only if a key source or list needs the address
-	p.curStream = s.id
 
 	switch lv := p.checkLists(&req); lv.Verdict {
 	case rule.ListDeny:
 		p.m.inc(p.m.denied)
-		s.reply(403, "tollgate_denied", bodyDenied(lv.Pattern, lv.ByAddress), nil)
+		s.hb.Reset()
+		s.reply(403, "tollgate_denied", p.bodyDenied(lv.Pattern, lv.ByAddress))
 		return Pause
 	case rule.ListAllow:
 		p.m.inc(p.m.bypassed)
-		s.headers = appendBypass(s.headers[:0])
+		s.hb.Reset()
+		s.hb.Bypass()
+		s.headers = s.hb.Pairs()
 		return Continue
 	}
 
@@ -113,8 +123,9 @@ func (s *Stream) answer(now int64, v verdict, ops []bucketOp, states []wire.Stat
 		p.m.inc(p.m.degraded)
 		retry := max(p.sync.state.OpenUntilUs-now, p.cfg.Sync.IntervalMs*1000)
 		secs := p.retryAfter(retry)
-		hdr := header.AppendRefused(nil, p.views(now, ops, states), true, secs, v.reject.a.Rule.ID)
-		s.reply(503, "tollgate_unavailable", body503(v.reject.a.Rule.ID, secs), hdr)
+		s.hb.Reset()
+		s.hb.Refused(p.views(now, ops, states), true, secs, v.reject.a.Rule.ID)
+		s.reply(503, "tollgate_unavailable", p.body503(v.reject.a.Rule.ID, secs))
 		return Pause
 	case v.reject != nil:
 		op := v.reject
@@ -124,25 +135,29 @@ func (s *Stream) answer(now int64, v verdict, ops []bucketOp, states []wire.Stat
 			p.m.inc(p.m.penalized)
 		}
 		secs := p.retryAfter(op.dec.RetryAfterUs)
-		hdr := header.AppendRefused(nil, p.views(now, ops, states), v.degraded, secs, op.a.Rule.ID)
-		s.reply(429, "tollgate_rate_limited", p.body429(now, op, secs), hdr)
+		s.hb.Reset()
+		s.hb.Refused(p.views(now, ops, states), v.degraded, secs, op.a.Rule.ID)
+		s.reply(429, "tollgate_rate_limited", p.body429(op, secs))
 		return Pause
 	}
 	p.m.inc(p.m.allowed)
 	if v.degraded {
 		p.m.inc(p.m.degraded)
 	}
-	s.headers = header.Append(s.headers[:0], p.views(now, ops, states), v.degraded)
+	s.hb.Reset()
+	s.hb.Limits(p.views(now, ops, states), v.degraded)
 	if v.shadow != nil {
 		p.m.inc(p.m.shadowRejected)
-		s.headers = header.AppendShadow(s.headers, v.shadow.a.Rule.ID)
+		s.hb.Rule(header.XShadow, v.shadow.a.Rule.ID)
 	}
+	s.headers = s.hb.Pairs()
 	return Continue
 }
 
-func (s *Stream) reply(status uint32, details string, body []byte, hdr [][2]string) {
-	hdr = append(hdr, [2]string{header.ContentType, header.ContentTypeJSON})
-	if err := s.p.host.SendLocalReply(status, details, body, hdr); err != nil {
+// reply sends a local reply with the headers in s.hb and a JSON body.
+func (s *Stream) reply(status uint32, details string, body []byte) {
+	s.hb.Add(header.ContentType, header.ContentTypeJSON)
+	if err := s.p.host.SendLocalReply(status, details, body, s.hb.Pairs()); err != nil {
 		s.p.host.Log(LogError, "tollgate: local reply: "+err.Error())
 	}
 	s.replied = true
@@ -165,8 +180,17 @@ func (s *Stream) OnResponseHeaders(int, bool) Action {
 // OnLog is a no-op: Tollgate logs through metrics.
 func (s *Stream) OnLog() {}
 
-// OnDone forgets the stream.
-func (s *Stream) OnDone() { delete(s.p.streams, s.id) }
+// OnDone forgets the stream and keeps it for a later request.
+func (s *Stream) OnDone() {
+	p := s.p
+	if s.paused != nil {
+		delete(p.streams, s.id)
+	}
+	s.id, s.headers, s.replied, s.hdrs, s.paused = 0, nil, false, nil, nil
+	if len(p.free) < maxFreeStreams {
+		p.free = append(p.free, s)
+	}
+}
 
 // pause holds the request and asks the service: its strict rules' checks, and an
 // acquire for each bucket whose lease cannot cover the cost. The request's other buckets
@@ -175,11 +199,14 @@ func (s *Stream) pause(now int64, applied []rule.Applied) Action {
 	p := s.p
 	st := &pausedState{applied: append([]rule.Applied(nil), applied...)}
 	for i := range st.applied {
+		// Keys may alias the request headers, which the host reuses.
+		st.applied[i].Key = strings.Clone(st.applied[i].Key)
 		if st.applied[i].Rule.Strict {
 			st.strict = append(st.strict, &st.applied[i])
 		}
 	}
 	st.ops = append([]bucketOp(nil), p.buildOps(st.applied, true)...)
+	detach(st.ops)
 	v := p.decide(now, st.ops, false, false)
 	if v.reject != nil {
 		return s.answer(now, v, st.ops, nil)
@@ -220,6 +247,7 @@ func (s *Stream) pause(now int64, applied []rule.Applied) Action {
 				p.m.inc(p.m.acquires)
 			}
 			p.calls[token] = call{kind: callStrict, stream: s.id}
+			p.streams[s.id] = s
 			return Pause
 		}
 	}

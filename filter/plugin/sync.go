@@ -593,15 +593,19 @@ func (p *Plugin) callHeaders(path string) [][2]string {
 // bucketID names a bucket: rule, window, tier and caller key, separated by a byte that
 // cannot appear in a rule id or a tier name (the key goes last: it may contain it).
 func bucketID(buf *[]byte, key, rule, tier string, window int) string {
-	b := append((*buf)[:0], rule...)
+	*buf = appendBucketID((*buf)[:0], key, rule, tier, window)
+	return string(*buf)
+}
+
+// appendBucketID appends a bucket's id: rule, window, tier and key separated by 0x1f.
+func appendBucketID(b []byte, key, rule, tier string, window int) []byte {
+	b = append(b, rule...)
 	b = append(b, 0x1f)
 	b = strconv.AppendInt(b, int64(window), 10)
 	b = append(b, 0x1f)
 	b = append(b, tier...)
 	b = append(b, 0x1f)
-	b = append(b, key...)
-	*buf = b
-	return string(b)
+	return append(b, key...)
 }
 
 // parseBucketID splits a bucket id.

@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"math"
 	"strconv"
+	"unsafe"
 
+	"github.com/tollgate-rl/tollgate/shared/algo"
 	"github.com/tollgate-rl/tollgate/shared/lease"
 )
 
@@ -38,12 +40,14 @@ const (
 
 // slot is one loaded bucket.
 type slot struct {
-	key   string // shared-data key
-	n     uint64 // slot number
+	n     uint64 // slot number (shared-data key slotKey(n))
 	cas   uint32
 	found bool // the key existed (then cas is meaningful)
 	mine  bool // it holds this bucket (else it is empty or being taken over)
 	rec   lease.Record
+	// buf holds the decoded local state (rec.Local) across loads, so loading allocates
+	// nothing once it has grown.
+	buf algo.State
 }
 
 // load finds the slot of bucket id, or the slot it should take: an empty one, else an
@@ -56,24 +60,25 @@ func (t *table) load(id string, now int64, s *slot) error {
 	candScore := int64(math.MinInt64) // higher is a better takeover candidate
 	for p := 0; p < t.probes; p++ {
 		n := (h + uint64(p)) % t.slots
-		key := t.slotKey(n)
-		val, cas, found, err := t.host.SharedGet(key)
+		val, cas, found, err := t.host.SharedGet(t.slotKey(n))
 		if err != nil {
 			return err
 		}
 		if !found {
 			if candScore < 1<<62 {
-				cand = slot{key: key, n: n}
+				cand = slot{n: n}
 				candScore = 1 << 62
 			}
 			continue
 		}
 		recBytes, mine, ok := splitSlot(val, id)
 		if mine {
-			s.key, s.n, s.cas, s.found, s.mine = key, n, cas, true, true
+			s.n, s.cas, s.found, s.mine = n, cas, true, true
+			s.rec.Local = s.buf[:0]
 			if lease.DecodeRecord(recBytes, &s.rec) != nil {
-				s.rec = lease.Record{Local: s.rec.Local[:0]}
+				s.rec = lease.Record{Local: s.buf[:0]}
 			}
+			s.buf = s.rec.Local[:0]
 			return nil
 		}
 		if candScore == 1<<62 {
@@ -88,13 +93,14 @@ func (t *table) load(id string, now int64, s *slot) error {
 			}
 		}
 		if score > candScore {
-			cand = slot{key: key, n: n, cas: cas, found: true}
+			cand = slot{n: n, cas: cas, found: true}
 			candScore = score
 		}
 	}
-	local := s.rec.Local[:0]
+	buf := s.buf
 	*s = cand
-	s.rec = lease.Record{Local: local}
+	s.buf = buf
+	s.rec = lease.Record{Local: buf[:0]}
 	return nil
 }
 
@@ -105,7 +111,7 @@ func (t *table) store(id string, s *slot) (bool, error) {
 	if !s.found {
 		cas = t.fenceCas()
 	}
-	return t.host.SharedSet(s.key, t.valBuf, cas)
+	return t.host.SharedSet(t.slotKey(s.n), t.valBuf, cas)
 }
 
 // fenceCas is the CAS value a missing slot is created with. Envoy ignores the CAS of a set
@@ -134,9 +140,11 @@ func (t *table) fenceCas() uint32 {
 	return t.fence
 }
 
+// slotKey returns the shared-data key of slot n. It aliases a buffer the next call
+// overwrites: pass it straight to a host call (which copies it) and keep n instead.
 func (t *table) slotKey(n uint64) string {
 	t.keyBuf = strconv.AppendUint(append(t.keyBuf[:0], slotPrefix...), n, 10)
-	return string(t.keyBuf)
+	return unsafe.String(unsafe.SliceData(t.keyBuf), len(t.keyBuf))
 }
 
 // Slot value: uvarint id length, id, encoded lease.Record.

@@ -195,7 +195,6 @@ var SpecExports = map[string]FuncSig{
 	"proxy_on_response_headers":   spec(i32s(3), i32),
 	"proxy_on_response_body":      spec(i32s(3), i32),
 	"proxy_on_response_trailers":  spec(i32s(2), i32),
-	"proxy_on_log":                spec(i32s(1)),
 	"proxy_on_done":               spec(i32s(1), i32),
 	"proxy_on_delete":             spec(i32s(1)),
 	"proxy_on_queue_ready":        spec(i32s(2)),

@@ -72,6 +72,14 @@ func FilterWasm(t testing.TB) []byte {
 	return BuildWasm(t, "./filter")
 }
 
+// EmulatorWasm builds pkg for the SDK's emulator (proxytest): the shipping recipe with
+// tag tollgate_proxytest, which adds the no-op proxy_on_log export the emulator calls
+// unconditionally (filter/abi/onlog_proxytest.go). Pass the result to WithStartAlias.
+func EmulatorWasm(t testing.TB, pkg string) []byte {
+	t.Helper()
+	return BuildWasmTags(t, pkg, "tollgate_proxytest")
+}
+
 // RepoRoot returns the directory of the repository's go.mod.
 func RepoRoot() (string, error) {
 	rootOnce.Do(func() {

@@ -8,13 +8,16 @@
 // both keep their shared data here, so the filter meets the same rules in both.
 package shareddata
 
-import "sync"
+import (
+	"strings"
+	"sync"
+)
 
 // Store is one shared-data store. It is safe for concurrent use.
 type Store struct {
 	mu    sync.Mutex
 	cas   uint32
-	data  map[string]entry
+	data  map[string]*entry
 	bytes int
 }
 
@@ -25,7 +28,7 @@ type entry struct {
 
 // New returns an empty store.
 func New() *Store {
-	return &Store{cas: 1, data: make(map[string]entry)}
+	return &Store{cas: 1, data: make(map[string]*entry)}
 }
 
 // nextCas returns the current counter value and advances it, skipping 0.
@@ -42,8 +45,8 @@ func (s *Store) nextCas() uint32 {
 // missing.
 func (s *Store) Get(key string) (value []byte, cas uint32, ok bool) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	e, ok := s.data[key]
-	s.mu.Unlock()
 	if !ok {
 		return nil, 0, false
 	}
@@ -69,18 +72,24 @@ func (s *Store) Set(key string, value []byte, cas uint32) (ok bool) {
 	if found && cas != 0 && cas != e.cas {
 		return false
 	}
-	v := e.value[:0]
-	if found {
+	if !found {
+		// The store keeps the key: copy it, as Envoy does, since the caller may reuse
+		// the memory behind key (the filter formats slot keys into one buffer). An
+		// existing entry is updated in place: assigning to the map again would replace
+		// its key with the caller's.
+		e = &entry{}
+		s.data[strings.Clone(key)] = e
+	} else {
 		s.bytes -= len(key) + len(e.value)
 	}
-	if cap(v) < len(value) || v == nil {
-		v = make([]byte, len(value))
+	if cap(e.value) < len(value) || e.value == nil {
+		e.value = make([]byte, len(value))
 	} else {
-		v = v[:len(value)]
+		e.value = e.value[:len(value)]
 	}
-	copy(v, value)
-	s.data[key] = entry{value: v, cas: s.nextCas()}
-	s.bytes += len(key) + len(v)
+	copy(e.value, value)
+	e.cas = s.nextCas()
+	s.bytes += len(key) + len(e.value)
 	return true
 }
 
@@ -103,7 +112,7 @@ func (s *Store) Range(f func(key string, value []byte, cas uint32)) {
 	s.mu.Lock()
 	entries := make(map[string]entry, len(s.data))
 	for k, e := range s.data {
-		entries[k] = e
+		entries[k] = entry{value: append([]byte(nil), e.value...), cas: e.cas}
 	}
 	s.mu.Unlock()
 	for k, e := range entries {

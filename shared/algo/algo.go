@@ -157,18 +157,24 @@ func (p Params) Validate() error {
 }
 
 // Decide admits cost permits iff all of them fit now (cost < 0 counts as 0).
-func Decide(p Params, s State, now, cost int64) Result {
+func Decide(p Params, s State, now, cost int64) Result { return DecideTo(nil, p, s, now, cost) }
+
+// DecideTo is Decide writing a new state of the fixed-size algorithms into dst's array
+// when it has the capacity (MaxStateSize suffices), so a caller that keeps one buffer
+// per bucket decides without allocating. dst must not overlap s; Result.State may be
+// dst, s itself (nothing to record), or a new slice (SlidingWindowLog).
+func DecideTo(dst State, p Params, s State, now, cost int64) Result {
 	n := p.norm()
 	cost = max(cost, 0)
 	switch n.kind {
 	case SlidingWindowLog:
 		return logDecide(n, s, now, cost)
 	case SlidingWindowCounter:
-		return swcDecide(n, s, now, cost)
+		return swcDecide(dst, n, s, now, cost)
 	case FixedWindow:
-		return fwDecide(n, s, now, cost)
+		return fwDecide(dst, n, s, now, cost)
 	default:
-		return tatDecide(n, s, now, cost)
+		return tatDecide(dst, n, s, now, cost)
 	}
 }
 
@@ -194,18 +200,22 @@ func Available(p Params, s State, now int64) int64 {
 // Take consumes n permits unconditionally, going into debt if the bucket holds fewer;
 // refill (or the window moving on) pays the debt back. It is how reported consumption is
 // merged into a bucket: the permits were already admitted somewhere. n < 0 counts as 0.
-func Take(p Params, s State, now, n int64) State {
+func Take(p Params, s State, now, n int64) State { return TakeTo(nil, p, s, now, n) }
+
+// TakeTo is Take writing the new state into dst's array when it has the capacity (see
+// DecideTo); dst must not overlap s.
+func TakeTo(dst State, p Params, s State, now, n int64) State {
 	q := p.norm()
 	n = max(n, 0)
 	switch q.kind {
 	case SlidingWindowLog:
 		return logTake(q, s, now, n)
 	case SlidingWindowCounter:
-		return swcTake(q, s, now, n)
+		return swcTake(dst, q, s, now, n)
 	case FixedWindow:
-		return fwTake(q, s, now, n)
+		return fwTake(dst, q, s, now, n)
 	default:
-		return tatTake(q, s, now, n)
+		return tatTake(dst, q, s, now, n)
 	}
 }
 
@@ -274,4 +284,12 @@ func (p Params) MaxStateLen() int {
 		return MaxStateSize
 	}
 	return logHeaderLen + int(n.lim+LogSlack)*logMaxRunLen
+}
+
+// sized returns dst resized to n bytes when its capacity allows, else a new slice.
+func sized(dst State, n int) State {
+	if cap(dst) < n {
+		return make(State, n)
+	}
+	return dst[:n]
 }

@@ -48,8 +48,8 @@ func tatLoad(n norm, s State, now int64) tatState {
 	return st
 }
 
-func tatEncode(k Kind, st tatState) State {
-	b := make(State, tatLen)
+func tatEncode(dst State, k Kind, st tatState) State {
+	b := sized(dst, tatLen)
 	b[0] = stateTag(k)
 	le.PutUint64(b[1:], uint64(st.tat))
 	le.PutUint32(b[9:], uint32(st.frac))
@@ -81,8 +81,8 @@ func tatAdd(n norm, st tatState, now, k int64) tatState {
 	return st
 }
 
-func tatTake(n norm, s State, now, k int64) State {
-	return tatEncode(n.kind, tatAdd(n, tatLoad(n, s, now), now, k))
+func tatTake(dst State, n norm, s State, now, k int64) State {
+	return tatEncode(dst, n.kind, tatAdd(n, tatLoad(n, s, now), now, k))
 }
 
 func tatRefund(n norm, s State, now, k int64) State {
@@ -97,7 +97,7 @@ func tatRefund(n norm, s State, now, k int64) State {
 	if st.tat < now {
 		st = tatState{tat: now}
 	}
-	return tatEncode(n.kind, st)
+	return tatEncode(nil, n.kind, st)
 }
 
 // tatResetAt is when the bucket is full: tat rounded up to the µs.
@@ -127,7 +127,7 @@ func tatRetryAfter(n norm, st tatState, now, cost int64) int64 {
 	return max(at-now, 0)
 }
 
-func tatDecide(n norm, s State, now, cost int64) Result {
+func tatDecide(dst State, n norm, s State, now, cost int64) Result {
 	st := tatLoad(n, s, now)
 	avail := n.capa - tatUsed(n, st, now)
 	if cost > avail {
@@ -142,7 +142,7 @@ func tatDecide(n norm, s State, now, cost int64) Result {
 	st = tatAdd(n, st, now, cost)
 	return Result{
 		Allowed:   true,
-		State:     tatEncode(n.kind, st),
+		State:     tatEncode(dst, n.kind, st),
 		Remaining: avail - cost,
 		ResetUs:   tatResetAt(st),
 	}

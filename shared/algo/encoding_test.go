@@ -49,12 +49,12 @@ func TestEncodingRoundTrip(t *testing.T) {
 				switch k {
 				case FixedWindow:
 					st := fwState{start: floorDiv(now, n.win) * n.win, count: rng.Int63n(MaxCount + 1)}
-					s = fwEncode(k, st)
-					again = fwEncode(k, fwLoad(n, s, now))
+					s = fwEncode(nil, k, st)
+					again = fwEncode(nil, k, fwLoad(n, s, now))
 				case SlidingWindowCounter:
 					st := swcState{start: floorDiv(now, n.win) * n.win, curr: rng.Int63n(MaxCount + 1), prev: rng.Int63n(MaxCount + 1)}
-					s = swcEncode(k, st)
-					again = swcEncode(k, swcLoad(n, s, now))
+					s = swcEncode(nil, k, st)
+					again = swcEncode(nil, k, swcLoad(n, s, now))
 				case SlidingWindowLog:
 					var runs []logRun
 					ts := now - n.win + 1
@@ -71,8 +71,8 @@ func TestEncodingRoundTrip(t *testing.T) {
 					again = logEncode(n, loaded)
 				default:
 					st := tatState{tat: now + rng.Int63n(MaxAheadUs), frac: rng.Int63n(n.lim)}
-					s = tatEncode(k, st)
-					again = tatEncode(k, tatLoad(n, s, now))
+					s = tatEncode(nil, k, st)
+					again = tatEncode(nil, k, tatLoad(n, s, now))
 				}
 				if !bytes.Equal(s, again) {
 					t.Fatalf("%+v at %d: %x re-encoded as %x", p, now, s, again)

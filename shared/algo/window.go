@@ -43,24 +43,24 @@ func fwLoad(n norm, s State, now int64) fwState {
 	return fwState{start: st, count: int64(le.Uint32(s[9:]))}
 }
 
-func fwEncode(k Kind, st fwState) State {
-	b := make(State, fwLen)
+func fwEncode(dst State, k Kind, st fwState) State {
+	b := sized(dst, fwLen)
 	b[0] = stateTag(k)
 	le.PutUint64(b[1:], uint64(st.start))
 	le.PutUint32(b[9:], uint32(st.count))
 	return b
 }
 
-func fwTake(n norm, s State, now, k int64) State {
+func fwTake(dst State, n norm, s State, now, k int64) State {
 	st := fwLoad(n, s, now)
 	st.count = min(st.count+min(k, MaxCount), MaxCount)
-	return fwEncode(n.kind, st)
+	return fwEncode(dst, n.kind, st)
 }
 
 func fwRefund(n norm, s State, now, k int64) State {
 	st := fwLoad(n, s, now)
 	st.count = max(st.count-min(k, MaxCount), 0)
-	return fwEncode(n.kind, st)
+	return fwEncode(nil, n.kind, st)
 }
 
 func fwRetryAfter(n norm, st fwState, now, cost int64) int64 {
@@ -75,7 +75,7 @@ func fwRetryAfter(n norm, st fwState, now, cost int64) int64 {
 	}
 }
 
-func fwDecide(n norm, s State, now, cost int64) Result {
+func fwDecide(dst State, n norm, s State, now, cost int64) Result {
 	st := fwLoad(n, s, now)
 	avail := n.lim - st.count
 	if cost > avail {
@@ -86,14 +86,14 @@ func fwDecide(n norm, s State, now, cost int64) Result {
 			RetryAfterUs: fwRetryAfter(n, st, now, cost),
 		}
 		if st.moved {
-			r.State = fwEncode(n.kind, st)
+			r.State = fwEncode(dst, n.kind, st)
 		}
 		return r
 	}
 	st.count += cost
 	return Result{
 		Allowed:   true,
-		State:     fwEncode(n.kind, st),
+		State:     fwEncode(dst, n.kind, st),
 		Remaining: avail - cost,
 		ResetUs:   st.start + n.win,
 	}
@@ -140,8 +140,8 @@ func swcLoad(n norm, s State, now int64) swcState {
 	}
 }
 
-func swcEncode(k Kind, st swcState) State {
-	b := make(State, swcLen)
+func swcEncode(dst State, k Kind, st swcState) State {
+	b := sized(dst, swcLen)
 	b[0] = stateTag(k)
 	le.PutUint64(b[1:], uint64(st.start))
 	le.PutUint32(b[9:], uint32(st.curr))
@@ -163,10 +163,10 @@ func swcAvailable(n norm, st swcState, now int64) int64 {
 	return n.lim - st.curr - swcWeighted(n, st, now)
 }
 
-func swcTake(n norm, s State, now, k int64) State {
+func swcTake(dst State, n norm, s State, now, k int64) State {
 	st := swcLoad(n, s, now)
 	st.curr = min(st.curr+min(k, MaxCount), MaxCount)
-	return swcEncode(n.kind, st)
+	return swcEncode(dst, n.kind, st)
 }
 
 // swcRefund gives permits back to the current window first, then to the previous one.
@@ -176,7 +176,7 @@ func swcRefund(n norm, s State, now, k int64) State {
 	r := min(k, st.curr)
 	st.curr -= r
 	st.prev = max(st.prev-(k-r), 0)
-	return swcEncode(n.kind, st)
+	return swcEncode(nil, n.kind, st)
 }
 
 func swcResetAt(n norm, st swcState, now int64) int64 {
@@ -213,7 +213,7 @@ func swcRetryAfter(n norm, st swcState, now, cost int64) int64 {
 	return next + n.win - mulDiv(m, n.win, st.curr) - now
 }
 
-func swcDecide(n norm, s State, now, cost int64) Result {
+func swcDecide(dst State, n norm, s State, now, cost int64) Result {
 	st := swcLoad(n, s, now)
 	avail := swcAvailable(n, st, now)
 	if cost > avail {
@@ -224,14 +224,14 @@ func swcDecide(n norm, s State, now, cost int64) Result {
 			RetryAfterUs: swcRetryAfter(n, st, now, cost),
 		}
 		if st.moved {
-			r.State = swcEncode(n.kind, st)
+			r.State = swcEncode(dst, n.kind, st)
 		}
 		return r
 	}
 	st.curr += cost
 	return Result{
 		Allowed:   true,
-		State:     swcEncode(n.kind, st),
+		State:     swcEncode(dst, n.kind, st),
 		Remaining: avail - cost,
 		ResetUs:   swcResetAt(n, st, now),
 	}

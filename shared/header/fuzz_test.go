@@ -41,9 +41,7 @@ func FuzzSFString(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		var b strings.Builder
-		writeSFString(&b, s)
-		enc := b.String()
+		enc := string(appendSFString(nil, s))
 		items, err := parseSFList(enc + ";q=1")
 		if err != nil || len(items) != 1 || items[0].value.kind != 's' {
 			t.Fatalf("%q serialized to %q, not an sf-string item: %v", s, enc, err)

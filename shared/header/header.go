@@ -21,7 +21,7 @@ package header
 import (
 	"math"
 	"strconv"
-	"strings"
+	"unsafe"
 )
 
 // Header names.
@@ -57,7 +57,10 @@ const (
 type Window struct {
 	// Policy is the IETF policy name, rule id + "-" + window label ("search-1m");
 	// PolicyName computes it (do it once per rule, at config load).
-	Policy        string
+	Policy string
+	// Fixed, when set, is Policy, Limit and WindowSeconds formatted already
+	// (NewFixed), so the headers copy them instead of formatting them per request.
+	Fixed         *Fixed
 	Limit         int64 // permits per window (q)
 	Remaining     int64 // permits left now; negative (debt) is shown as 0
 	WindowSeconds int64 // window length (w), whole seconds >= 1; see WindowSeconds
@@ -106,9 +109,12 @@ func moreRestrictive(a, b *Window) bool {
 // non-negative count, and a degraded answer does not know one (the draft lets servers
 // omit the field). With no windows Append adds only the degraded markers, if degraded.
 //
-// All values share one allocation.
+// The values share one string; a filter formatting every request's headers uses a
+// Builder, which formats the same headers without allocating.
 func Append(dst [][2]string, views []Window, degraded bool) [][2]string {
-	return appendHeaders(dst, views, degraded, math.MaxInt64)
+	var b Builder
+	b.Limits(views, degraded)
+	return b.appendOwned(dst)
 }
 
 // AppendRefused appends the headers of a refusal (a 429, or a fail-closed 503): those
@@ -118,80 +124,201 @@ func Append(dst [][2]string, views []Window, degraded bool) [][2]string {
 // NOT point earlier than t, and a token bucket is full again long after it admits the
 // next request.
 func AppendRefused(dst [][2]string, views []Window, degraded bool, retryAfterSeconds int64, ruleID string) [][2]string {
-	retryAfterSeconds = max(retryAfterSeconds, 1)
-	dst = appendHeaders(dst, views, degraded, retryAfterSeconds)
-	dst = AppendRetryAfter(dst, retryAfterSeconds)
-	if ruleID != "" {
-		dst = AppendRule(dst, ruleID)
+	var b Builder
+	b.Refused(views, degraded, retryAfterSeconds, ruleID)
+	return b.appendOwned(dst)
+}
+
+// Builder formats a response's rate-limit headers into buffers it keeps, so that a
+// filter formatting the headers of every request allocates nothing once the buffers
+// have grown. The values Pairs returns alias those buffers: they are valid until the
+// next Reset, long enough for host calls that copy them (a proxy copies header values
+// when they are added or sent in a local reply).
+type Builder struct {
+	buf   []byte
+	spans []span
+	pairs [][2]string
+}
+
+// span is one header: its value is fixed (a constant or a caller's string) or
+// buf[from:to].
+type span struct {
+	name, fixed string
+	from, to    int
+}
+
+// Reset forgets the headers built so far; values returned by Pairs before become
+// invalid.
+func (b *Builder) Reset() {
+	b.buf, b.spans = b.buf[:0], b.spans[:0]
+}
+
+// Pairs returns the headers built since the last Reset, in order. The slice and the
+// values are valid until the next Reset.
+func (b *Builder) Pairs() [][2]string {
+	b.pairs = b.pairs[:0]
+	for _, s := range b.spans {
+		v := s.fixed
+		if s.to > s.from {
+			v = unsafe.String(&b.buf[s.from], s.to-s.from)
+		}
+		b.pairs = append(b.pairs, [2]string{s.name, v})
+	}
+	return b.pairs
+}
+
+// appendOwned appends the headers to dst with values copied into one new string.
+func (b *Builder) appendOwned(dst [][2]string) [][2]string {
+	all := string(b.buf)
+	for _, s := range b.spans {
+		v := s.fixed
+		if s.to > s.from {
+			v = all[s.from:s.to]
+		}
+		dst = append(dst, [2]string{s.name, v})
 	}
 	return dst
 }
 
-func appendHeaders(dst [][2]string, views []Window, degraded bool, maxT int64) [][2]string {
+func (b *Builder) fixed(name, value string) {
+	b.spans = append(b.spans, span{name: name, fixed: value})
+}
+
+// open starts a header whose value is appended to buf; close ends it.
+func (b *Builder) open(name string) {
+	b.spans = append(b.spans, span{name: name, from: len(b.buf)})
+}
+
+func (b *Builder) close() {
+	s := &b.spans[len(b.spans)-1]
+	s.to = len(b.buf)
+	if s.to == s.from {
+		s.fixed = "" // an empty value (cannot alias an empty range)
+	}
+}
+
+func (b *Builder) number(name string, v int64) {
+	b.open(name)
+	b.buf = strconv.AppendInt(b.buf, v, 10)
+	b.close()
+}
+
+// Limits adds the headers of Append.
+func (b *Builder) Limits(views []Window, degraded bool) {
+	b.limits(views, degraded, math.MaxInt64)
+}
+
+// Refused adds the headers of AppendRefused.
+func (b *Builder) Refused(views []Window, degraded bool, retryAfterSeconds int64, ruleID string) {
+	retryAfterSeconds = max(retryAfterSeconds, 1)
+	b.limits(views, degraded, retryAfterSeconds)
+	b.RetryAfter(retryAfterSeconds)
+	if ruleID != "" {
+		b.Rule(XRule, ruleID)
+	}
+}
+
+// Add adds a header of the caller's own; value must stay valid as long as Pairs'.
+func (b *Builder) Add(name, value string) { b.fixed(name, value) }
+
+// Bypass adds x-ratelimit-policy: bypass, for allow-listed callers.
+func (b *Builder) Bypass() { b.fixed(XPolicy, PolicyBypass) }
+
+// RetryAfter adds retry-after (see AppendRetryAfter).
+func (b *Builder) RetryAfter(seconds int64) { b.number(RetryAfter, max(seconds, 1)) }
+
+// Rule adds header name (XRule or XShadow) naming a rule, made safe as FieldValue does.
+func (b *Builder) Rule(name, ruleID string) {
+	if fieldSafe(ruleID) {
+		b.fixed(name, ruleID)
+		return
+	}
+	b.open(name)
+	b.buf = appendFieldValue(b.buf, ruleID)
+	b.close()
+}
+
+func (b *Builder) limits(views []Window, degraded bool, maxT int64) {
 	m := MostRestrictive(views)
 	if m < 0 {
 		if degraded {
-			dst = append(dst, [2]string{XRemaining, RemainingUnknown}, [2]string{XPolicy, PolicyDegraded})
+			b.fixed(XRemaining, RemainingUnknown)
+			b.fixed(XPolicy, PolicyDegraded)
 		}
-		return dst
+		return
 	}
 	w := &views[m]
-
-	// One buffer holds every value; size it for the worst case (each policy byte
-	// escaped to 3, every number 20 digits) so it is allocated exactly once.
-	size := 3*20 + 3*len(w.Policy) + 2 + 2*(3+20)
-	for i := range views {
-		size += 3*len(views[i].Policy) + 2 + 2*(3+20) + 2
+	if w.Fixed != nil {
+		b.fixed(XLimit, w.Fixed.limit)
+	} else {
+		b.number(XLimit, w.Limit)
 	}
-	var b strings.Builder
-	b.Grow(size)
-	var num [20]byte
-	var ends [5]int
-	b.Write(strconv.AppendInt(num[:0], w.Limit, 10))
-	ends[0] = b.Len()
-	b.Write(strconv.AppendInt(num[:0], max(w.Remaining, 0), 10))
-	ends[1] = b.Len()
-	b.Write(strconv.AppendInt(num[:0], w.ResetUnix, 10))
-	ends[2] = b.Len()
-	for i := range views {
-		if i > 0 {
-			b.WriteString(", ")
+	if degraded {
+		b.fixed(XRemaining, RemainingUnknown)
+	} else {
+		b.number(XRemaining, max(w.Remaining, 0))
+	}
+	b.number(XReset, w.ResetUnix)
+	if degraded {
+		b.fixed(XPolicy, PolicyDegraded)
+	}
+	if len(views) == 1 && w.Fixed != nil {
+		b.fixed(Policy, w.Fixed.item)
+	} else {
+		b.open(Policy)
+		for i := range views {
+			if i > 0 {
+				b.buf = append(b.buf, ", "...)
+			}
+			b.buf = views[i].appendItem(b.buf)
 		}
-		v := &views[i]
-		writeSFString(&b, v.Policy)
-		b.WriteString(";q=")
-		b.Write(strconv.AppendInt(num[:0], max(v.Limit, 0), 10))
-		b.WriteString(";w=")
-		b.Write(strconv.AppendInt(num[:0], max(v.WindowSeconds, 1), 10))
+		b.close()
 	}
-	ends[3] = b.Len()
 	if !degraded {
-		writeSFString(&b, w.Policy)
-		b.WriteString(";r=")
-		b.Write(strconv.AppendInt(num[:0], max(w.Remaining, 0), 10))
-		b.WriteString(";t=")
-		b.Write(strconv.AppendInt(num[:0], min(max(w.ResetInSeconds, 0), maxT), 10))
+		b.open(RateLimit)
+		if w.Fixed != nil {
+			b.buf = append(b.buf, w.Fixed.policy...)
+		} else {
+			b.buf = appendSFString(b.buf, w.Policy)
+		}
+		b.buf = append(b.buf, ";r="...)
+		b.buf = strconv.AppendInt(b.buf, max(w.Remaining, 0), 10)
+		b.buf = append(b.buf, ";t="...)
+		b.buf = strconv.AppendInt(b.buf, min(max(w.ResetInSeconds, 0), maxT), 10)
+		b.close()
 	}
-	ends[4] = b.Len()
-	s := b.String()
+}
 
-	remaining := s[ends[0]:ends[1]]
-	if degraded {
-		remaining = RemainingUnknown
+// Fixed is the part of a window's headers that does not change between requests —
+// its policy name as an sf-string, its RateLimit-Policy list member and its limit —
+// formatted once, when the rules load (NewFixed).
+type Fixed struct {
+	policy string // "search-1m"
+	item   string // "search-1m";q=100;w=60
+	limit  string // 100
+}
+
+// NewFixed formats the fixed part of the headers of a window with this policy name,
+// limit and window length in seconds (see Window).
+func NewFixed(policy string, limit, windowSeconds int64) *Fixed {
+	w := Window{Policy: policy, Limit: limit, WindowSeconds: windowSeconds}
+	return &Fixed{
+		policy: string(appendSFString(nil, policy)),
+		item:   string(w.appendItem(nil)),
+		limit:  strconv.FormatInt(limit, 10),
 	}
-	dst = append(dst,
-		[2]string{XLimit, s[:ends[0]]},
-		[2]string{XRemaining, remaining},
-		[2]string{XReset, s[ends[1]:ends[2]]},
-	)
-	if degraded {
-		dst = append(dst, [2]string{XPolicy, PolicyDegraded})
+}
+
+// appendItem appends the window's RateLimit-Policy list member.
+func (v *Window) appendItem(dst []byte) []byte {
+	if v.Fixed != nil {
+		return append(dst, v.Fixed.item...)
 	}
-	dst = append(dst, [2]string{Policy, s[ends[2]:ends[3]]})
-	if !degraded {
-		dst = append(dst, [2]string{RateLimit, s[ends[3]:ends[4]]})
-	}
-	return dst
+	dst = appendSFString(dst, v.Policy)
+	dst = append(dst, ";q="...)
+	dst = strconv.AppendInt(dst, max(v.Limit, 0), 10)
+	dst = append(dst, ";w="...)
+	return strconv.AppendInt(dst, max(v.WindowSeconds, 1), 10)
 }
 
 // AppendBypass appends x-ratelimit-policy: bypass, for allow-listed callers.
@@ -222,26 +349,33 @@ func AppendShadow(dst [][2]string, ruleID string) [][2]string {
 // '!'..'~' and every '%' percent-encoded, so a hostile or odd id can neither split a
 // header (CR, LF) nor be trimmed (edge spaces) or rejected by the proxy (NUL, non-ASCII).
 func FieldValue(s string) string {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c <= ' ' || c >= 0x7f || c == '%' {
-			var b strings.Builder
-			b.Grow(3 * len(s))
-			for i := 0; i < len(s); i++ {
-				if c := s[i]; c <= ' ' || c >= 0x7f || c == '%' {
-					writePercent(&b, c)
-				} else {
-					b.WriteByte(c)
-				}
-			}
-			return b.String()
-		}
+	if fieldSafe(s) {
+		return s
 	}
-	return s
+	return string(appendFieldValue(make([]byte, 0, 3*len(s)), s))
 }
 
-func writePercent(b *strings.Builder, c byte) {
+func fieldSafe(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c >= 0x7f || c == '%' {
+			return false
+		}
+	}
+	return true
+}
+
+func appendFieldValue(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c >= 0x7f || c == '%' {
+			dst = appendPercent(dst, c)
+		} else {
+			dst = append(dst, c)
+		}
+	}
+	return dst
+}
+
+func appendPercent(dst []byte, c byte) []byte {
 	const hex = "0123456789ABCDEF"
-	b.WriteByte('%')
-	b.WriteByte(hex[c>>4])
-	b.WriteByte(hex[c&15])
+	return append(dst, '%', hex[c>>4], hex[c&15])
 }

@@ -1,9 +1,6 @@
 package header
 
-import (
-	"strconv"
-	"strings"
-)
+import "strconv"
 
 // Window-length units for labels, largest first.
 var units = [...]struct {
@@ -50,22 +47,21 @@ func WindowSeconds(windowUs int64) int64 {
 	return (windowUs-1)/1_000_000 + 1
 }
 
-// writeSFString writes s as an RFC 9651 sf-string. An sf-string holds only printable
+// appendSFString appends s as an RFC 9651 sf-string. An sf-string holds only printable
 // ASCII, with '"' and '\' escaped; every other byte, and '%', is percent-encoded (as
 // FieldValue does) so the field stays valid and unambiguous for any rule id. Rule ids
 // are usually [A-Za-z0-9_.-], which pass through unchanged.
-func writeSFString(b *strings.Builder, s string) {
-	b.WriteByte('"')
+func appendSFString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; {
 		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
+			dst = append(dst, '\\', c)
 		case c < 0x20 || c > 0x7e || c == '%':
-			writePercent(b, c)
+			dst = appendPercent(dst, c)
 		default:
-			b.WriteByte(c)
+			dst = append(dst, c)
 		}
 	}
-	b.WriteByte('"')
+	return append(dst, '"')
 }

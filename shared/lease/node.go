@@ -110,6 +110,13 @@ type Decision struct {
 // Decide decides one request of cost on r at local time now and returns the record to
 // store if the request is admitted by every bucket it touches. It never mutates r.
 func Decide(r Record, p algo.Params, now, cost int64, env Env) (Record, Decision) {
+	return DecideTo(nil, r, p, now, cost, env)
+}
+
+// DecideTo is Decide writing the returned record's new local state into dst's array
+// when it has the capacity (algo.DecideTo), so a caller that keeps a buffer per bucket
+// decides without allocating. dst must not overlap r.Local.
+func DecideTo(dst algo.State, r Record, p algo.Params, now, cost int64, env Env) (Record, Decision) {
 	var d Decision
 	r.UsedUs = now
 	if r.PenaltyUntilUs > now {
@@ -127,7 +134,7 @@ func Decide(r Record, p algo.Params, now, cost int64, env Env) (Record, Decision
 		return reject(r, now, d, env.Sync)
 	}
 	if !env.Sync {
-		return decideLocal(r, p, now, cost, d)
+		return decideLocal(dst, r, p, now, cost, d)
 	}
 	if r.LeaseLeft > 0 && now >= r.LeaseUntilUs {
 		// The service will reclaim (or has reclaimed) this lease: stop using it and say so.
@@ -142,7 +149,7 @@ func Decide(r Record, p algo.Params, now, cost int64, env Env) (Record, Decision
 		return reject(r, now, d, true)
 	}
 	if !env.Healthy || env.AcquireFailed {
-		r, d = decideLocal(r, p, now, cost, d)
+		r, d = decideLocal(dst, r, p, now, cost, d)
 		d.Degraded = true
 		if d.Allowed {
 			d.Over = cost
@@ -163,7 +170,7 @@ func Decide(r Record, p algo.Params, now, cost int64, env Env) (Record, Decision
 		if r.LeaseLeft <= r.LowWater || r.LeaseUntilUs-now <= env.RenewUs {
 			r = urgent(r, &d)
 		}
-		return admit(r, p, now, cost, d)
+		return admit(dst, r, p, now, cost, d)
 	case r.Synced() && r.RetryUs > now && r.GlobalRemaining < cost:
 		// The service last said the bucket is empty until RetryUs, and this gateway has
 		// spent what it held since: a real refusal. Wait at least until the steady rate
@@ -185,9 +192,9 @@ func Decide(r Record, p algo.Params, now, cost int64, env Env) (Record, Decision
 // admit finishes an admission out of the lease: the local state follows this gateway's
 // own traffic so that, if the service goes away, degraded decisions start from what
 // this gateway actually admitted.
-func admit(r Record, p algo.Params, now, cost int64, d Decision) (Record, Decision) {
+func admit(dst algo.State, r Record, p algo.Params, now, cost int64, d Decision) (Record, Decision) {
 	d.Allowed = true
-	r.Local = algo.Take(p, r.Local, now, cost)
+	r.Local = algo.TakeTo(dst, p, r.Local, now, cost)
 	d.Remaining = max(0, r.LeaseLeft+max(0, r.GlobalRemaining))
 	d.ResetUs = max(r.ResetUs, now)
 	return r, d
@@ -200,8 +207,8 @@ func admitted(r Record, res algo.Result, d Decision) (Record, Decision) {
 	return r, d
 }
 
-func decideLocal(r Record, p algo.Params, now, cost int64, d Decision) (Record, Decision) {
-	res := algo.Decide(p, r.Local, now, cost)
+func decideLocal(dst algo.State, r Record, p algo.Params, now, cost int64, d Decision) (Record, Decision) {
+	res := algo.DecideTo(dst, p, r.Local, now, cost)
 	d.ResetUs = res.ResetUs
 	d.Remaining = max(0, res.Remaining)
 	r.Local = res.State

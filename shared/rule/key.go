@@ -288,8 +288,13 @@ func decodeBase64URL(s string) (string, bool) {
 //
 // A path that is already canonical is returned as is, without allocating.
 func NormalizePath(p string) string {
-	if i := strings.IndexAny(p, "?#"); i >= 0 {
-		p = p[:i]
+	// A byte loop rather than strings.IndexAny, which builds a byte set on every call
+	// (this runs on every request in the filter).
+	for i := 0; i < len(p); i++ {
+		if p[i] == '?' || p[i] == '#' {
+			p = p[:i]
+			break
+		}
 	}
 	if isNormalPath(p) {
 		return p

@@ -45,9 +45,9 @@ func (c *Config) Apply(req *Request, dst []Applied) []Applied {
 		if key == "" {
 			continue
 		}
-		a := Applied{Rule: r, Key: key, Windows: r.Windows, Cost: r.costFor(path)}
+		a := Applied{Rule: r, Key: key, Windows: r.Windows, Cost: r.costFor(path), Index: i}
 		if o := r.overrideFor(key); o >= 0 {
-			a.Windows = r.Overrides[o].Windows
+			a.Windows, a.Override = r.Overrides[o].Windows, o+1
 		} else if len(r.Tiers) > 0 {
 			if !tierDone || tierFor != key {
 				tierName, tierFor, tierDone = c.Tier(req, key), key, true

@@ -192,4 +192,8 @@ type Applied struct {
 	Windows []algo.Params // after override > tier > default
 	Tier    string        // tier whose windows apply, or "" (override or rule default)
 	Cost    int64
+	// Index is the rule's position in Config.Rules and Override 1 + the index of the
+	// override whose windows apply (0: none), so a caller can keep what it derives
+	// from each window (the filter's header text) beside the rule set.
+	Index, Override int
 }

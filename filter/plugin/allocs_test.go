@@ -1,0 +1,135 @@
+package plugin_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/tollgate-rl/tollgate/filter/plugin"
+	"github.com/tollgate-rl/tollgate/internal/shareddata"
+)
+
+// quietHost is a plugin.Host that allocates nothing per request itself, so that
+// testing.AllocsPerRun counts only the plugin's allocations: shared data through one
+// reused buffer (as the wasm binding does), response headers kept in a reused slice.
+type quietHost struct {
+	shared  *shareddata.Store
+	val     []byte
+	request [][2]string
+	added   [][2]string
+	status  uint32 // of the last local reply
+	metrics []int64
+	now     int64
+}
+
+var errQuiet = errors.New("quiet host: not available")
+
+func (h *quietHost) RequestHeaders() ([][2]string, error) { return h.request, nil }
+func (h *quietHost) AddResponseHeader(name, value string) error {
+	h.added = append(h.added, [2]string{name, value})
+	return nil
+}
+func (h *quietHost) SendLocalReply(status uint32, _ string, _ []byte, headers [][2]string) error {
+	h.status = status
+	h.added = append(h.added, headers...)
+	return nil
+}
+func (h *quietHost) SharedGet(key string) ([]byte, uint32, bool, error) {
+	var cas uint32
+	var ok bool
+	h.val, cas, ok = h.shared.AppendGet(h.val[:0], key)
+	return h.val, cas, ok, nil
+}
+func (h *quietHost) SharedSet(key string, value []byte, cas uint32) (bool, error) {
+	return h.shared.Set(key, value, cas), nil
+}
+func (h *quietHost) Property(...string) ([]byte, error) { return nil, errQuiet }
+func (h *quietHost) SetTickPeriod(uint32) error         { return nil }
+func (h *quietHost) HTTPCall(string, [][2]string, []byte, uint32) (uint32, error) {
+	return 0, errQuiet
+}
+func (h *quietHost) ResumeRequest() error             { return nil }
+func (h *quietHost) SetEffectiveContext(uint32) error { return nil }
+func (h *quietHost) RootID() uint32                   { return 1 }
+func (h *quietHost) Log(plugin.LogLevel, string)      {}
+func (h *quietHost) DefineMetric(plugin.MetricKind, string) (uint32, error) {
+	h.metrics = append(h.metrics, 0)
+	return uint32(len(h.metrics) - 1), nil
+}
+func (h *quietHost) IncrementMetric(id uint32, delta int64) { h.metrics[id] += delta }
+func (h *quietHost) RecordMetric(id uint32, value uint64)   { h.metrics[id] = int64(value) }
+func (h *quietHost) NowUs() int64                           { return h.now }
+func (h *quietHost) Seed() uint64                           { return 1 }
+
+// TestRequestAllocations: an admitted request allocates nothing in steady state, for one
+// rule and for three (the plugin's share of the guest heap allocations the compiled
+// module's test counts; a heap allocation per request is garbage the module's collector
+// must then sweep on every worker).
+func TestRequestAllocations(t *testing.T) {
+	const limits = `"limit":1000000` // never reached: every request is admitted
+	for _, tc := range []struct {
+		name, config string
+		headers      int // rate-limit headers every answer carries
+	}{
+		{"one rule", `{"key":{"source":"header","name":"x-api-key"},"rules":[{"id":"api",` + limits + `,"window":"1s"}]}`, 5},
+		{"three rules", `{"key":{"source":"header","name":"x-api-key"},"rules":[{"id":"api",` + limits + `,"window":"1s"},
+			{"id":"search","match":{"prefix":"/v1/search","methods":["GET"]},"algorithm":"gcra",` + limits + `,"window":"1s","burst":1000000},
+			{"id":"tenant","key":{"source":"header","name":"x-tenant"},"algorithm":"sliding_window_counter",` + limits + `,"window":"10s"}]}`, 5},
+		{"default key", `{"rules":[{"id":"api",` + limits + `,"window":"1s"}]}`, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &quietHost{shared: shareddata.New(), now: t0, request: [][2]string{
+				{":method", "GET"}, {":path", "/v1/search?q=tollgate"}, {":authority", "api.example.com"},
+				{"user-agent", "tollgate-test/1"}, {"x-api-key", "k-alloc"}, {"x-tenant", "acme"},
+			}}
+			p := plugin.New(h)
+			if !p.OnPluginStart([]byte(tc.config)) {
+				t.Fatal("configuration refused")
+			}
+			id := uint32(2)
+			request := func() {
+				id += 2
+				h.now += 10
+				h.added = h.added[:0]
+				s := p.NewStream(id)
+				s.OnRequestHeaders(len(h.request), true)
+				s.OnResponseHeaders(0, true)
+				s.OnLog()
+				s.OnDone()
+			}
+			for range 1000 {
+				request()
+			}
+			if len(h.added) != tc.headers || h.status != 0 {
+				t.Fatalf("answer (local reply %d) carries %d headers, want %d: %v", h.status, len(h.added), tc.headers, h.added)
+			}
+			if allocs := testing.AllocsPerRun(1000, request); allocs != 0 {
+				t.Errorf("%.1f allocations per request, want 0", allocs)
+			}
+		})
+	}
+}
+
+// BenchmarkRequest is the plugin's own cost of one admitted single-rule request,
+// natively (the compiled module's cost is measured by bench/perf).
+func BenchmarkRequest(b *testing.B) {
+	h := &quietHost{shared: shareddata.New(), now: t0, request: [][2]string{
+		{":method", "GET"}, {":path", "/v1/search?q=tollgate"}, {":authority", "api.example.com"},
+		{"user-agent", "tollgate-bench/1"}, {"accept", "application/json"}, {"x-api-key", "k-bench"},
+		{"x-forwarded-proto", "http"}, {"x-request-id", "7d1b5c1e-3a4f-4c1e-9b7a-2f6c1d0e8a11"},
+	}}
+	p := plugin.New(h)
+	if !p.OnPluginStart([]byte(`{"key":{"source":"header","name":"x-api-key"},"rules":[{"id":"api","limit":1000000,"window":"1s"}]}`)) {
+		b.Fatal("configuration refused")
+	}
+	id := uint32(2)
+	b.ReportAllocs()
+	for b.Loop() {
+		id += 2
+		h.now += 10
+		h.added = h.added[:0]
+		s := p.NewStream(id)
+		s.OnRequestHeaders(len(h.request), true)
+		s.OnResponseHeaders(0, true)
+		s.OnDone()
+	}
+}
