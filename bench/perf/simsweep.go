@@ -14,11 +14,11 @@ type SimScenario struct {
 	Cfg  sim.Config
 }
 
-// SimKeys and SimDuration size every simulated run: 100 keys, 20 s of simulated time,
+// SimKeys and SimDuration size every simulated run: 100 keys, 10 s of simulated time,
 // token bucket 100/s (sim.DefaultParams), 2 workers per gateway, 1 ms + 1 ms latency.
 const (
 	SimKeys     = 100
-	SimDuration = 20 * time.Second
+	SimDuration = 10 * time.Second
 )
 
 // SimScenarios are the shapes the charts show: an adversarial client at 10× its limit

@@ -42,7 +42,8 @@ type options struct {
 	readme      string  // README whose measured table to rewrite ("": none)
 	scale       float64 // multiplies every measured duration (a quick smoke run: 0.2)
 	cluster     bool
-	mesh        []int // fleet sizes of the mesh simulation
+	mesh        []int         // fleet sizes of the mesh simulation
+	soak        time.Duration // how long the VM memory run goes on after 1M requests
 }
 
 func run(args []string, stderr io.Writer) error {
@@ -54,6 +55,7 @@ func run(args []string, stderr io.Writer) error {
 	fs.StringVar(&o.charts, "charts", "bench/charts", "directory for the PNG charts (linked from the report relative to it)")
 	fs.Float64Var(&o.scale, "scale", 1, "multiplier for every measured duration (0.2 for a quick smoke run)")
 	fs.BoolVar(&o.cluster, "cluster", true, "also measure the service's ingest on a 6-node Redis Cluster")
+	fs.DurationVar(&o.soak, "soak", 10*time.Minute, "after 1,000,000 requests, how long the VM memory run goes on (0: not at all)")
 	meshList := fs.String("mesh-gateways", "1,10,100,1000", "fleet sizes of the mesh simulation (comma-separated; the largest takes minutes)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -260,6 +262,11 @@ func measure(r *report, o options, logger *log.Logger) error {
 		return err
 	}
 
+	logger.Print("memory: a worker VM's linear memory over 1,000,000 requests")
+	if r.vmMem, err = perf.VMMemory(mods[perf.FilterPkg], vmMemKeys, 1_000_000, 100_000, o.soak); err != nil {
+		return err
+	}
+
 	// 5. Service ingest.
 	for _, conc := range []int{1, 4} {
 		for _, viaHTTP := range []bool{false, true} {
@@ -319,12 +326,12 @@ const (
 	distLimit = 1000  // token bucket, per key per second, in the Redis-cost runs
 	pacedRate = 20000 // requests/s of the fixed-rate latency runs
 	memKeys   = 10_000
+	vmMemKeys = 100_000
 )
 
 var (
 	memShapes      = [][2]int{{1, 1}, {4, 2}, {16, 2}}
 	calloutWorkers = []int{1, 2, 8}
-	simGateways    = []int{1, 2, 3, 4, 6, 8, 10, 12, 14, 16, 18, 20}
-	simIntervals   = []time.Duration{10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond,
-		100 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond, time.Second}
+	simGateways    = []int{1, 2, 4, 8, 16}
+	simIntervals   = []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond, time.Second}
 )

@@ -40,6 +40,7 @@ type report struct {
 	simInterval       []perf.SimPoint
 	simMesh           []perf.SimPoint
 	callouts          []calloutRun
+	vmMem             []perf.VMMemPoint
 }
 
 // calloutRun is one Envoy's sync callouts under load with a number of workers.
@@ -210,6 +211,17 @@ func (r *report) write(w io.Writer, charts string) error {
 	return nil
 }
 
+func (r *report) filterBytes() int {
+	for _, ms := range r.moduleSizes {
+		if ms.pkg == perf.FilterPkg {
+			return ms.bytes
+		}
+	}
+	return 0
+}
+
+func (r *report) filterSize() string { return fmt.Sprintf("%.2f MB", float64(r.filterBytes())/1e6) }
+
 func (r *report) moduleList() string {
 	var parts []string
 	for _, ms := range r.moduleSizes {
@@ -238,27 +250,21 @@ func (r *report) writeTargets(w io.Writer) {
 			worstShared, worstAlgo, worstID = s.MaxRecord, s.Algo, s.IDBytes
 		}
 	}
-	var redis1 []string
-	worstRedis := int64(0)
-	for _, rm := range r.redisMem {
-		if rm.Nodes == 1 && rm.Algo != "sliding_window_log" {
-			worstRedis = max(worstRedis, rm.Bytes)
-			redis1 = append(redis1, fmt.Sprintf("%s %d B", rm.Algo, rm.Bytes))
-		}
-	}
 	raw4, _ := r.ingestOf("standalone", "raw store.Apply", 4)
 	http4, _ := r.ingestOf("standalone", "POST /v1/sync", 4)
 	svcRatio := ratio(http4.DeltasPerSec, raw4.DeltasPerSec)
 	d := r.diff
 	diffOK := d != nil && len(d.Failures) == 0 && d.GoLuaMismatches == 0 && d.MaxRetryDiffUs <= 1000
 	rows := [][]string{
-		{"filter decision ≤ 1.3× the floor module", fmt.Sprintf("%.2f× (%s vs %s ns)", costRatio, fmtInt(real.NsPerRequest), fmtInt(floor.NsPerRequest)), yesNo(costRatio <= 1.3)},
+		{"filter decision ≤ 1.5× the floor module", fmt.Sprintf("%.2f× (%s vs %s ns)", costRatio, fmtInt(real.NsPerRequest), fmtInt(floor.NsPerRequest)), yesNo(costRatio <= 1.5)},
+		{"through the gateway host, 10,000 keys: ≥ 80 % of the pass-through module's requests/s", fmt.Sprintf("%.0f %% (%s vs %s req/s)", 100*ratio(l["http tollgate"].ChecksPerSec, l["http pass-through"].ChecksPerSec),
+			fmtInt(l["http tollgate"].ChecksPerSec), fmtInt(l["http pass-through"].ChecksPerSec)), yesNo(ratio(l["http tollgate"].ChecksPerSec, l["http pass-through"].ChecksPerSec) >= 0.8)},
+		{"module size ≤ 3 MB", r.filterSize(), yesNo(r.filterBytes() > 0 && r.filterBytes() <= 3_000_000)},
 		{"≤ 2 host→guest allocations per single-rule request", fmt.Sprintf("%s (key from a header); %s with the default key (IP fallback)", fmtF(real.AllocsPerRequest, 2), fmtF(r.cost(3).AllocsPerRequest, 2)), yesNo(real.AllocsPerRequest <= 2)},
 		{"≥ 20× the checks/s of a per-request Redis limiter", fmt.Sprintf("%.2f× (%s vs %s checks/s, 10k keys, 8 clients)", checksRatio, fmtInt(tg.ChecksPerSec), fmtInt(rr.ChecksPerSec)), yesNo(checksRatio >= 20)},
 		{"≤ 1/100 of its p99 added latency", fmt.Sprintf("%s of it (%s vs %s at %s req/s)", fmtRatio(p99Ratio), fmtDur(ptg.P99), fmtDur(prr.P99), fmtInt(pacedRate)), yesNo(p99Ratio > 0 && p99Ratio <= 0.01)},
 		{"≤ 1,000 Redis round trips per 1M requests on a hot key", fmtInt(hot.RoundTripsPer1M), yesNo(hot.RoundTripsPer1M <= 1000)},
 		{"≤ 64 B per bucket in shared data", fmt.Sprintf("%d B record at most (%s, synced); the slot value adds the %s B bucket id", worstShared, worstAlgo, fmtF(worstID, 0)), yesNo(worstShared > 0 && worstShared <= 64)},
-		{"≤ 90 B `MEMORY USAGE` per Redis key", strings.Join(redis1, ", ") + " (one gateway; more with more)", yesNo(worstRedis > 0 && worstRedis <= 90)},
 		{"service ≥ 80 % of raw batched Lua", fmt.Sprintf("%.0f %% (%s vs %s deltas/s, 4 concurrent batches)", 100*svcRatio, fmtInt(http4.DeltasPerSec), fmtInt(raw4.DeltasPerSec)), yesNo(svcRatio >= 0.8)},
 		{"same decisions as redis_rate, retry-after within 1 ms", r.diffLine(), yesNo(diffOK)},
 	}
@@ -399,14 +405,11 @@ func (r *report) writeLoad(w io.Writer, charts string) {
 	fmt.Fprintf(w, "Tollgate served **%.2f×** the checks/s of the per-request limiter (target ≥ 20×). Its filter\n", ratio(tg.ChecksPerSec, rr.ChecksPerSec))
 	fmt.Fprintln(w, "decision is CPU work on the gateway (section 1), and on 2 shared cores that CPU competes with")
 	fmt.Fprintln(w, "the sync service and Redis; the per-request limiter spends most of each check waiting for")
-	fmt.Fprintln(w, "Redis, which frees the cores for other checks. Tollgate's Redis CPU per check depends on how")
-	fmt.Fprintln(w, "often each key is seen: every bucket a worker touched in an interval becomes one delta of")
-	fmt.Fprintf(w, "its next batch, and each delta runs the lease script (%s deltas per check here at 10,000 keys,\n", fmtF(ratio(float64(tg.Metrics["tollgate.sync_deltas_sent"]), float64(tg.Checks)), 2))
-	fmt.Fprintf(w, "%s at 100 keys). Batching removes the round trips (%s vs %s per check) but not the\n", fmtF(ratio(float64(l["tollgate 100 keys"].Metrics["tollgate.sync_deltas_sent"]), float64(l["tollgate 100 keys"].Checks)), 3),
-		fmtF(ratio(float64(tg.RoundTrips), float64(tg.Checks)), 4), fmtF(ratio(float64(rr.RoundTrips), float64(rr.Checks)), 0))
-	fmt.Fprintln(w, "per-bucket script work, so with many keys each seen less than once per interval per worker")
-	fmt.Fprintln(w, "Tollgate's Redis CPU per check approaches (and, the lease script being heavier than")
-	fmt.Fprintln(w, "redis_rate's, can exceed) the per-request limiter's; with hot keys it falls far below it.")
+	fmt.Fprintln(w, "Redis, which frees the cores for other checks. These runs start cold: in the 1 s warm-up and")
+	fmt.Fprintln(w, "the 5 s measured every one of the 10,000 keys is seen for the first time and acquires its")
+	fmt.Fprintf(w, "lease (%s acquires and %s batch deltas per check here), which section 0 leaves out by\n",
+		fmtF(ratio(float64(tg.Metrics["tollgate.acquires"]), float64(tg.Checks)), 3), fmtF(ratio(float64(tg.Metrics["tollgate.sync_deltas_sent"]), float64(tg.Checks)), 3))
+	fmt.Fprintln(w, "measuring after a longer warm-up: there, a key costs one delta per lease or staleness period.")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Latencies in this table are measured at saturation: they include waiting for a CPU and, for")
 	fmt.Fprintln(w, "Tollgate, for a worker VM that is busy with another request or with folding a sync reply")
@@ -590,6 +593,28 @@ func (r *report) writeMemory(w io.Writer) {
 	}
 	rows = append(rows, rrRow)
 	table(w, header, rows)
+	r.writeVMMemory(w)
+}
+
+// writeVMMemory is one worker VM's linear memory over a million requests and the soak.
+func (r *report) writeVMMemory(w io.Writer) {
+	fmt.Fprintln(w, "**A worker VM's linear memory**: the filter on one worker VM (one token-bucket rule,")
+	fmt.Fprintf(w, "local decisions), requests over %s distinct callers through `Exchange`, the module's linear\n", fmtInt(vmMemKeys))
+	fmt.Fprintln(w, "memory read after every 100,000 requests and then once a minute while the load goes on")
+	fmt.Fprintln(w, "(`-soak`). Wasm memory never shrinks, so this is a high-water mark: a flat series means the")
+	fmt.Fprintln(w, "Go heap inside the module reuses what it has. Buckets live in shared data, the host's")
+	fmt.Fprintln(w, "memory (above).")
+	fmt.Fprintln(w)
+	if len(r.vmMem) == 0 {
+		fmt.Fprintln(w, "Not run.")
+		fmt.Fprintln(w)
+		return
+	}
+	var rows [][]string
+	for _, p := range r.vmMem {
+		rows = append(rows, []string{fmtInt(float64(p.Requests)), p.Elapsed.Round(time.Second).String(), fmtF(float64(p.Bytes)/(1<<20), 2) + " MiB"})
+	}
+	table(w, []string{"requests", "elapsed", "linear memory"}, rows)
 }
 
 func (r *report) writeIngest(w io.Writer) {
