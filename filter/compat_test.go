@@ -124,6 +124,12 @@ func runSoak(wasm []byte, mode wasmhost.WASIMode, n int) soakResult {
 		line = append(line, resp.Get("x-ratelimit-remaining")...)
 		line = append(line, '\n')
 		sum.Write(line)
+		if (i+1)%(forceGCEvery/10) == 0 { // garbage, as a module that allocates makes
+			if _, err := gc(2); err != nil {
+				res.err = err
+				break
+			}
+		}
 		if (i+1)%forceGCEvery == 0 {
 			if _, err := gc(1); err != nil {
 				res.err = err
