@@ -30,6 +30,10 @@ type Config struct {
 	MasterName string // sentinel only
 	Username   string
 	Password   string
+	// Credentials, when set, is asked for the user name and password at every new
+	// connection instead of Username and Password: a password read from a file can
+	// change (SIGHUP) without a restart.
+	Credentials func() (username, password string)
 	// PoolSize is connections per node (default 10 × GOMAXPROCS, go-redis's default,
 	// is too small for many concurrent batches: default here 64).
 	PoolSize int
@@ -117,13 +121,14 @@ func NewClient(cfg Config) (redis.UniversalClient, error) {
 		return nil, fmt.Errorf("%w: no Redis addresses", ErrConfig)
 	}
 	noMaint := &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	creds := c.Credentials
 	switch c.Mode {
 	case Standalone:
 		if len(c.Addrs) != 1 {
 			return nil, fmt.Errorf("%w: standalone mode takes one address, got %q", ErrConfig, c.Addrs)
 		}
 		return redis.NewClient(&redis.Options{
-			Addr: c.Addrs[0], Username: c.Username, Password: c.Password,
+			Addr: c.Addrs[0], Username: c.Username, Password: c.Password, CredentialsProvider: creds,
 			PoolSize: c.PoolSize, DialTimeout: c.DialTimeout, ReadTimeout: c.ReadTimeout, WriteTimeout: c.WriteTimeout,
 			MaxRetries: c.MaxRetries, MinRetryBackoff: retryBackoff / 4, MaxRetryBackoff: retryBackoff,
 			DialerRetries: 1, ContextTimeoutEnabled: true, DisableIdentity: true,
@@ -131,7 +136,7 @@ func NewClient(cfg Config) (redis.UniversalClient, error) {
 		}), nil
 	case Cluster:
 		return redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs: c.Addrs, Username: c.Username, Password: c.Password,
+			Addrs: c.Addrs, Username: c.Username, Password: c.Password, CredentialsProvider: creds,
 			PoolSize: c.PoolSize, DialTimeout: c.DialTimeout, ReadTimeout: c.ReadTimeout, WriteTimeout: c.WriteTimeout,
 			// In a cluster client retries are redirects (MOVED/ASK during a failover) and
 			// network errors; two lets a batch follow one promotion.
@@ -144,7 +149,7 @@ func NewClient(cfg Config) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("%w: sentinel mode needs a master name", ErrConfig)
 		}
 		return redis.NewFailoverClient(&redis.FailoverOptions{
-			MasterName: c.MasterName, SentinelAddrs: c.Addrs, Username: c.Username, Password: c.Password,
+			MasterName: c.MasterName, SentinelAddrs: c.Addrs, Username: c.Username, Password: c.Password, CredentialsProvider: creds,
 			PoolSize: c.PoolSize, DialTimeout: c.DialTimeout, ReadTimeout: c.ReadTimeout, WriteTimeout: c.WriteTimeout,
 			MaxRetries: c.MaxRetries, MinRetryBackoff: retryBackoff / 4, MaxRetryBackoff: retryBackoff,
 			DialerRetries: 1, ContextTimeoutEnabled: true, DisableIdentity: true,
