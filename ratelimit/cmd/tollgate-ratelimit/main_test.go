@@ -138,7 +138,9 @@ func TestStartSecurity(t *testing.T) {
 			ready := make(chan listening, 1)
 			done := make(chan int, 1)
 			logs := &lockedBuffer{}
-			go func() { done <- run(ctx, append(append([]string{}, base...), tc.args...), env(tc.env), logs, logs, ready) }()
+			go func() {
+				done <- run(ctx, append(append([]string{}, base...), tc.args...), env(tc.env), logs, logs, ready)
+			}()
 			var l listening
 			select {
 			case l = <-ready:
