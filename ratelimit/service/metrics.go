@@ -42,6 +42,7 @@ type Metrics struct {
 	rulesVersion    prometheus.Gauge
 	fleet           prometheus.Gauge
 	insecure        prometheus.Gauge
+	fleetJoins      *prometheus.CounterVec // outcome
 	secretReloads   *prometheus.CounterVec // secret, outcome
 
 	ruleMu    sync.Mutex
@@ -80,9 +81,10 @@ func NewMetrics() *Metrics {
 	m.fleet = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tollgate_fleet_nodes", Help: "Gateways seen syncing recently."})
 	m.insecure = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tollgate_insecure", Help: "1 when the service runs with --insecure: without a sync secret, /v1/sync, /v1/check and /v1/sync/rules accept any caller."})
 	m.secretReloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_secret_reloads_total", Help: "Secret file reads on SIGHUP by secret (sync, admin, redis) and outcome (ok, error: the previous value stays in use)."}, []string{"secret", "outcome"})
+	m.fleetJoins = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_fleet_joins_total", Help: "Gateways past their probation offered to the fleet set: joined, or deferred (join rate or --fleet-max-nodes reached; offered again at the next refresh)."}, []string{"outcome"})
 	for _, c := range []prometheus.Collector{m.batches, m.deltas, m.keys, m.batchSeconds, m.redisSeconds, m.redisErrors,
 		m.reloads, m.grants, m.granted, m.overshoot, m.replays, m.reclaimed, m.refused, m.paramsCorrected, m.clamped, m.rejections, m.strictDenied, m.early,
-		m.penalized, m.errors, m.rulesVersion, m.fleet, m.insecure, m.secretReloads,
+		m.penalized, m.errors, m.rulesVersion, m.fleet, m.insecure, m.secretReloads, m.fleetJoins,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}
@@ -97,6 +99,12 @@ func (m *Metrics) SecretReload(secret string, ok bool) {
 		outcome = "error"
 	}
 	m.secretReloads.WithLabelValues(secret, outcome).Inc()
+}
+
+// FleetJoins implements store.FleetMetrics.
+func (m *Metrics) FleetJoins(joined, deferred int) {
+	m.fleetJoins.WithLabelValues("joined").Add(float64(joined))
+	m.fleetJoins.WithLabelValues("deferred").Add(float64(deferred))
 }
 
 // RoundTrip implements store.Metrics.

@@ -50,6 +50,14 @@ type Config struct {
 	// FleetWindow is how recently a gateway must have synced to count in Reply.Nodes
 	// (default 5 s).
 	FleetWindow time.Duration
+	// FleetProbation is how long a gateway must sync before it counts in the fleet size
+	// (default 1 s; negative: none): an id sent once, or for a moment, never counts.
+	FleetProbation time.Duration
+	// FleetJoinRate is how many gateways may join the fleet per second, over all
+	// instances (default 50): invented ids raise the fleet size at most this fast.
+	FleetJoinRate int
+	// FleetMaxNodes caps the fleet size (default 10,000).
+	FleetMaxNodes int
 	// IdempotencyTTL is how long a gateway's record of its last batch on a Redis node
 	// lives after that batch (default 60 s): a batch resent later than this after it was
 	// applied would be applied again.
@@ -64,6 +72,9 @@ const (
 	DefaultWriteTimeout = 500 * time.Millisecond
 	DefaultMaxRetries   = 1
 	DefaultFleetWindow  = 5 * time.Second
+	DefaultProbation    = time.Second
+	DefaultJoinRate     = 50
+	DefaultMaxNodes     = 10_000
 	DefaultIdempotency  = 60 * time.Second
 	// retryBackoff bounds go-redis's sleep between retries.
 	retryBackoff = 50 * time.Millisecond
@@ -93,6 +104,18 @@ func (c Config) withDefaults() Config {
 	}
 	if c.FleetWindow <= 0 {
 		c.FleetWindow = DefaultFleetWindow
+	}
+	switch {
+	case c.FleetProbation == 0:
+		c.FleetProbation = DefaultProbation
+	case c.FleetProbation < 0:
+		c.FleetProbation = 0
+	}
+	if c.FleetJoinRate <= 0 {
+		c.FleetJoinRate = DefaultJoinRate
+	}
+	if c.FleetMaxNodes <= 0 {
+		c.FleetMaxNodes = DefaultMaxNodes
 	}
 	if c.IdempotencyTTL <= 0 {
 		c.IdempotencyTTL = DefaultIdempotency

@@ -94,6 +94,9 @@ type config struct {
 	penaltyBase     time.Duration
 	penaltyMax      time.Duration
 	fleetWindow     time.Duration
+	fleetProbation  time.Duration
+	fleetJoinRate   int
+	fleetMaxNodes   int
 	httpReadTimeout time.Duration
 	httpIdleTimeout time.Duration
 	shutdownTimeout time.Duration
@@ -137,6 +140,9 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.DurationVar(&c.penaltyBase, "penalty-base", time.Duration(lease.DefaultSyncConfig.PenaltyBaseUs)*time.Microsecond, "first progressive-penalty cooldown (doubles per repeat)")
 	fs.DurationVar(&c.penaltyMax, "penalty-max", time.Duration(lease.DefaultSyncConfig.PenaltyMaxUs)*time.Microsecond, "longest progressive-penalty cooldown")
 	fs.DurationVar(&c.fleetWindow, "fleet-window", store.DefaultFleetWindow, "gateways that synced within this window count in the fleet size")
+	fs.DurationVar(&c.fleetProbation, "fleet-probation", store.DefaultProbation, "a gateway counts in the fleet size once it has synced for this long (node ids sent once never count)")
+	fs.IntVar(&c.fleetJoinRate, "fleet-join-rate", store.DefaultJoinRate, "gateways that may join the fleet per second, over all instances (invented node ids raise the fleet size at most this fast)")
+	fs.IntVar(&c.fleetMaxNodes, "fleet-max-nodes", store.DefaultMaxNodes, "the fleet size never counts more gateways than this")
 	fs.DurationVar(&c.httpReadTimeout, "http-read-timeout", 10*time.Second, "HTTP request read timeout (headers and body)")
 	fs.DurationVar(&c.httpIdleTimeout, "http-idle-timeout", 120*time.Second, "HTTP keep-alive idle timeout")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long in-flight requests may take to finish")
@@ -188,6 +194,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 		return c, fmt.Errorf("--lease-renew %v: want 1ms..%dms", c.leaseRenew, lease.MaxHorizonMs)
 	case c.penaltyBase <= 0 || c.penaltyMax < c.penaltyBase:
 		return c, fmt.Errorf("--penalty-base %v / --penalty-max %v: want 0 < base <= max", c.penaltyBase, c.penaltyMax)
+	case c.fleetProbation < 0 || c.fleetJoinRate < 1 || c.fleetMaxNodes < 1:
+		return c, fmt.Errorf("--fleet-probation %v, --fleet-join-rate %d, --fleet-max-nodes %d: want >= 0, >= 1, >= 1", c.fleetProbation, c.fleetJoinRate, c.fleetMaxNodes)
 	case c.adminListen == "":
 		return c, fmt.Errorf("--admin-listen: empty (an address, or %q)", sharedListener)
 	}
@@ -227,12 +235,16 @@ func (c config) storeConfig() store.Config {
 	if retries == 0 {
 		retries = -1 // store.Config: 0 is "default", negative is "none"
 	}
+	probation := c.fleetProbation
+	if probation == 0 {
+		probation = -1 // the same convention
+	}
 	return store.Config{
 		Mode: store.Mode(c.redisMode), Addrs: addrs, MasterName: c.redisMaster,
 		Username: c.redisUser, Password: c.redisPassword, PoolSize: c.poolSize,
 		DialTimeout: c.dialTimeout, ReadTimeout: c.readTimeout, WriteTimeout: c.writeTimeout,
 		MaxRetries:  retries,
-		FleetWindow: c.fleetWindow,
+		FleetWindow: c.fleetWindow, FleetProbation: probation, FleetJoinRate: c.fleetJoinRate, FleetMaxNodes: c.fleetMaxNodes,
 		Lease: lease.SyncConfig{
 			EpochMs: c.leaseEpoch.Milliseconds(), HorizonMs: c.leaseHorizon.Milliseconds(),
 			MaxShare: c.leaseMaxShare, RenewMs: c.leaseRenew.Milliseconds(),
