@@ -119,7 +119,10 @@ func (in *instance) available(t testing.TB, key string) int64 {
 
 // TestAttackForgedContent: a client holding the secret forges what it reports.
 func TestAttackForgedContent(t *testing.T) {
-	in := start(t, opts{})
+	// The rule set is global to a Redis: a server of its own, so the package's other
+	// tests keep running without one.
+	srv := redistest.StartStandalone(t)
+	in := start(t, opts{addrs: srv.Addrs()})
 	pushRules(t, in, `{"rules":[`+
 		`{"id":"atk","limit":10,"window":"1m"},`+
 		`{"id":"seq","limit":100,"window":"1h"}]}`)
