@@ -71,6 +71,7 @@ type opts struct {
 	mode  store.Mode
 	addrs []string
 	store func(*store.Config)
+	svc   func(*Config)
 }
 
 func start(t testing.TB, o opts) *instance {
@@ -95,7 +96,11 @@ func start(t testing.TB, o opts) *instance {
 		t.Fatal(err)
 	}
 	logs := &syncBuffer{}
-	svc := New(Config{SyncSecret: syncSecret, AdminToken: adminToken, Logger: slog.New(slog.NewJSONHandler(logs, nil))}, st, m)
+	sc := Config{SyncSecret: syncSecret, AdminToken: adminToken, Logger: slog.New(slog.NewJSONHandler(logs, nil))}
+	if o.svc != nil {
+		o.svc(&sc)
+	}
+	svc := New(sc, st, m)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); svc.Run(ctx) }()

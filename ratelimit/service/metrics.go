@@ -41,6 +41,9 @@ type Metrics struct {
 	errors          *prometheus.CounterVec // kind
 	rulesVersion    prometheus.Gauge
 	fleet           prometheus.Gauge
+	insecure        prometheus.Gauge
+	fleetJoins      *prometheus.CounterVec // outcome
+	secretReloads   *prometheus.CounterVec // secret, outcome
 
 	ruleMu    sync.Mutex
 	ruleNames map[string]struct{}
@@ -76,13 +79,32 @@ func NewMetrics() *Metrics {
 	m.errors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_errors_total", Help: "Errors by kind (decode, auth, too_large, invalid, redis, timeout, rules_invalid, internal)."}, []string{"kind"})
 	m.rulesVersion = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tollgate_rules_version", Help: "Current rule-set version known to this instance."})
 	m.fleet = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tollgate_fleet_nodes", Help: "Gateways seen syncing recently."})
+	m.insecure = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tollgate_insecure", Help: "1 when the service runs with --insecure: without a sync secret, /v1/sync, /v1/check and /v1/sync/rules accept any caller."})
+	m.secretReloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_secret_reloads_total", Help: "Secret file reads on SIGHUP by secret (sync, admin, redis) and outcome (ok, error: the previous value stays in use)."}, []string{"secret", "outcome"})
+	m.fleetJoins = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_fleet_joins_total", Help: "Gateways past their probation offered to the fleet set: joined, or deferred (join rate or --fleet-max-nodes reached; offered again at the next refresh)."}, []string{"outcome"})
 	for _, c := range []prometheus.Collector{m.batches, m.deltas, m.keys, m.batchSeconds, m.redisSeconds, m.redisErrors,
 		m.reloads, m.grants, m.granted, m.overshoot, m.replays, m.reclaimed, m.refused, m.paramsCorrected, m.clamped, m.rejections, m.strictDenied, m.early,
-		m.penalized, m.errors, m.rulesVersion, m.fleet,
+		m.penalized, m.errors, m.rulesVersion, m.fleet, m.insecure, m.secretReloads, m.fleetJoins,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}
 	return m
+}
+
+// SecretReload counts one read of a secret file on reload: ok, or not (the previous
+// value stays in use).
+func (m *Metrics) SecretReload(secret string, ok bool) {
+	outcome := "ok"
+	if !ok {
+		outcome = "error"
+	}
+	m.secretReloads.WithLabelValues(secret, outcome).Inc()
+}
+
+// FleetJoins implements store.FleetMetrics.
+func (m *Metrics) FleetJoins(joined, deferred int) {
+	m.fleetJoins.WithLabelValues("joined").Add(float64(joined))
+	m.fleetJoins.WithLabelValues("deferred").Add(float64(deferred))
 }
 
 // RoundTrip implements store.Metrics.

@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -30,9 +31,15 @@ import (
 // Config configures the HTTP API.
 type Config struct {
 	// SyncSecret authenticates gateways ("Authorization: Bearer <secret>"). Empty: the
-	// sync endpoints are open (a mesh with mTLS); New logs a warning.
+	// sync endpoints answer 401 to everyone, unless Insecure is set. SetSyncSecrets
+	// replaces it (and may accept several during a rotation).
 	SyncSecret string
+	// Insecure opens the sync endpoints to any caller while no sync secret is set (a
+	// mesh whose mTLS and network policy already authenticate gateways). It must be
+	// asked for: without it a missing secret locks the sync API, it does not open it.
+	Insecure bool
 	// AdminToken authenticates the admin API. Empty: the admin API answers 401.
+	// SetAdminTokens replaces it.
 	AdminToken string
 	// BatchTimeout bounds applying one batch, failures included. Default:
 	// (MaxRetries+1) × the store's AttemptBudget.
@@ -57,6 +64,13 @@ type Service struct {
 	mux     *http.ServeMux
 	bufs    sync.Pool
 	rc      ruleCache
+
+	// syncSecrets and adminTokens are read on every request and replaced on a secrets
+	// reload (SIGHUP) without a restart.
+	syncSecrets atomic.Pointer[[]string]
+	adminTokens atomic.Pointer[[]string]
+
+	syncMux, adminMux *http.ServeMux
 }
 
 // New builds the service on st. m must be the Metrics st reports to (nil: new ones,
@@ -72,21 +86,59 @@ func New(cfg Config, st *store.Store, m *Metrics) *Service {
 	if cfg.BatchTimeout <= 0 {
 		cfg.BatchTimeout = time.Duration(sc.MaxRetries+1) * sc.AttemptBudget()
 	}
-	s := &Service{cfg: cfg, st: st, rules: rules.New(st.Client()), m: m, log: cfg.Logger, mux: http.NewServeMux()}
+	s := &Service{cfg: cfg, st: st, rules: rules.New(st.Client()), m: m, log: cfg.Logger,
+		mux: http.NewServeMux(), syncMux: http.NewServeMux(), adminMux: http.NewServeMux()}
+	s.SetSyncSecrets(cfg.SyncSecret)
+	s.SetAdminTokens(cfg.AdminToken)
 	s.watcher = rules.NewWatcher(s.rules, func(v uint64) {
 		m.rulesVersion.Set(float64(v))
 		s.log.Info("rules version", "version", v)
 	})
 	s.bufs.New = func() any { b := make([]byte, 0, 64<<10); return &b }
-	if cfg.SyncSecret == "" {
-		s.log.Warn("no sync secret configured: /v1/sync, /v1/check and /v1/sync/rules accept any caller")
+	switch {
+	case cfg.SyncSecret == "" && cfg.Insecure:
+		s.log.Error("INSECURE: no sync secret and insecure mode: /v1/sync, /v1/check and /v1/sync/rules accept any caller")
+	case cfg.SyncSecret == "":
+		s.log.Warn("no sync secret configured: /v1/sync, /v1/check and /v1/sync/rules answer 401 to every caller")
+	}
+	m.insecure.Set(0)
+	if cfg.Insecure {
+		m.insecure.Set(1)
 	}
 	s.routes()
 	return s
 }
 
-// Handler is the service's HTTP handler.
+// Handler serves every endpoint on one listener (tests, and deployments that separate
+// nothing by port).
 func (s *Service) Handler() http.Handler { return s.mux }
+
+// SyncHandler serves the gateways' endpoints (/v1/sync, /v1/check, /v1/sync/rules) and
+// /healthz, /readyz, /metrics; the admin API is not on it, so a network policy that lets
+// gateways reach this port does not expose rule changes or usage.
+func (s *Service) SyncHandler() http.Handler { return s.syncMux }
+
+// AdminHandler serves the admin API (/v1/rules, /v1/lists, /v1/usage, /v1/reset) and
+// /healthz, /readyz, /metrics.
+func (s *Service) AdminHandler() http.Handler { return s.adminMux }
+
+// SetSyncSecrets replaces the accepted sync secrets (empty strings are ignored). Several
+// are accepted at once during a rotation: add the new one, move the gateways, drop the
+// old one.
+func (s *Service) SetSyncSecrets(secrets ...string) { s.syncSecrets.Store(nonEmpty(secrets)) }
+
+// SetAdminTokens replaces the accepted admin tokens (empty strings are ignored).
+func (s *Service) SetAdminTokens(tokens ...string) { s.adminTokens.Store(nonEmpty(tokens)) }
+
+func nonEmpty(in []string) *[]string {
+	out := make([]string, 0, len(in))
+	for _, v := range in {
+		if v != "" {
+			out = append(out, v)
+		}
+	}
+	return &out
+}
 
 // Metrics returns the service's metrics.
 func (s *Service) Metrics() *Metrics { return s.m }
@@ -106,36 +158,72 @@ func (s *Service) Run(ctx context.Context) {
 }
 
 func (s *Service) routes() {
-	s.mux.HandleFunc("POST /v1/sync", s.handleBatch("sync", false))
-	s.mux.HandleFunc("POST /v1/check", s.handleBatch("check", true))
-	s.mux.HandleFunc("GET /v1/sync/rules", s.handleSyncRules)
-	s.mux.HandleFunc("GET /v1/rules", s.admin(s.handleGetRules))
-	s.mux.HandleFunc("PUT /v1/rules", s.admin(s.handlePutRules))
-	s.mux.HandleFunc("GET /v1/rules/versions", s.admin(s.handleVersions))
-	s.mux.HandleFunc("POST /v1/rules/rollback/{version}", s.admin(s.handleRollback))
-	s.mux.HandleFunc("GET /v1/lists/{list}", s.admin(s.handleGetList))
-	s.mux.HandleFunc("PUT /v1/lists/{list}", s.admin(s.handleEditList(true)))
-	s.mux.HandleFunc("DELETE /v1/lists/{list}", s.admin(s.handleEditList(false)))
-	s.mux.HandleFunc("GET /v1/usage/{key...}", s.admin(s.handleUsage))
-	s.mux.HandleFunc("POST /v1/reset/{key...}", s.admin(s.handleReset))
-	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-	s.mux.HandleFunc("GET /readyz", s.handleReady)
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.m.Registry, promhttp.HandlerOpts{}))
+	sync := map[string]http.Handler{
+		"POST /v1/sync":      s.handleBatch("sync", false),
+		"POST /v1/check":     s.handleBatch("check", true),
+		"GET /v1/sync/rules": http.HandlerFunc(s.handleSyncRules),
+	}
+	admin := map[string]http.Handler{
+		"GET /v1/rules":                     s.admin(s.handleGetRules),
+		"PUT /v1/rules":                     s.admin(s.handlePutRules),
+		"GET /v1/rules/versions":            s.admin(s.handleVersions),
+		"POST /v1/rules/rollback/{version}": s.admin(s.handleRollback),
+		"GET /v1/lists/{list}":              s.admin(s.handleGetList),
+		"PUT /v1/lists/{list}":              s.admin(s.handleEditList(true)),
+		"DELETE /v1/lists/{list}":           s.admin(s.handleEditList(false)),
+		"GET /v1/usage/{key...}":            s.admin(s.handleUsage),
+		"POST /v1/reset/{key...}":           s.admin(s.handleReset),
+	}
+	// Health and metrics on both listeners: a probe or a scraper reaches whichever port
+	// its network policy allows, and they reveal no caller data.
+	open := map[string]http.Handler{
+		"GET /healthz": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") }),
+		"GET /readyz":  http.HandlerFunc(s.handleReady),
+		"GET /metrics": promhttp.HandlerFor(s.m.Registry, promhttp.HandlerOpts{}),
+	}
+	for _, g := range []struct {
+		routes map[string]http.Handler
+		muxes  []*http.ServeMux
+	}{
+		{sync, []*http.ServeMux{s.mux, s.syncMux}},
+		{admin, []*http.ServeMux{s.mux, s.adminMux}},
+		{open, []*http.ServeMux{s.mux, s.syncMux, s.adminMux}},
+	} {
+		for pattern, h := range g.routes {
+			for _, mux := range g.muxes {
+				mux.Handle(pattern, h)
+			}
+		}
+	}
 }
 
-// bearer checks "Authorization: Bearer <want>" in constant time.
-func bearer(r *http.Request, want string) bool {
+// bearer checks "Authorization: Bearer <token>" against the accepted tokens in constant
+// time (per token). An empty token never matches, whatever is configured.
+func bearer(r *http.Request, accepted *[]string) bool {
 	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+	if !ok || got == "" || accepted == nil {
+		return false
+	}
+	match := 0
+	for _, want := range *accepted {
+		match |= subtle.ConstantTimeCompare([]byte(got), []byte(want))
+	}
+	return match == 1
 }
 
+// syncAuthorized: a caller with an accepted secret, or anyone while no secret is set
+// and the service runs insecure on purpose.
 func (s *Service) syncAuthorized(r *http.Request) bool {
-	return s.cfg.SyncSecret == "" || bearer(r, s.cfg.SyncSecret)
+	secrets := s.syncSecrets.Load()
+	if len(*secrets) == 0 {
+		return s.cfg.Insecure
+	}
+	return bearer(r, secrets)
 }
 
 func (s *Service) admin(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if s.cfg.AdminToken == "" || !bearer(r, s.cfg.AdminToken) {
+		if !bearer(r, s.adminTokens.Load()) {
 			s.m.error("auth")
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate-admin"`)
 			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong admin token"})

@@ -30,6 +30,10 @@ type Config struct {
 	MasterName string // sentinel only
 	Username   string
 	Password   string
+	// Credentials, when set, is asked for the user name and password at every new
+	// connection instead of Username and Password: a password read from a file can
+	// change (SIGHUP) without a restart.
+	Credentials func() (username, password string)
 	// PoolSize is connections per node (default 10 × GOMAXPROCS, go-redis's default,
 	// is too small for many concurrent batches: default here 64).
 	PoolSize int
@@ -46,6 +50,14 @@ type Config struct {
 	// FleetWindow is how recently a gateway must have synced to count in Reply.Nodes
 	// (default 5 s).
 	FleetWindow time.Duration
+	// FleetProbation is how long a gateway must sync before it counts in the fleet size
+	// (default 1 s; negative: none): an id sent once, or for a moment, never counts.
+	FleetProbation time.Duration
+	// FleetJoinRate is how many gateways may join the fleet per second, over all
+	// instances (default 50): invented ids raise the fleet size at most this fast.
+	FleetJoinRate int
+	// FleetMaxNodes caps the fleet size (default 10,000).
+	FleetMaxNodes int
 	// IdempotencyTTL is how long a gateway's record of its last batch on a Redis node
 	// lives after that batch (default 60 s): a batch resent later than this after it was
 	// applied would be applied again.
@@ -60,6 +72,9 @@ const (
 	DefaultWriteTimeout = 500 * time.Millisecond
 	DefaultMaxRetries   = 1
 	DefaultFleetWindow  = 5 * time.Second
+	DefaultProbation    = time.Second
+	DefaultJoinRate     = 50
+	DefaultMaxNodes     = 10_000
 	DefaultIdempotency  = 60 * time.Second
 	// retryBackoff bounds go-redis's sleep between retries.
 	retryBackoff = 50 * time.Millisecond
@@ -90,6 +105,18 @@ func (c Config) withDefaults() Config {
 	if c.FleetWindow <= 0 {
 		c.FleetWindow = DefaultFleetWindow
 	}
+	switch {
+	case c.FleetProbation == 0:
+		c.FleetProbation = DefaultProbation
+	case c.FleetProbation < 0:
+		c.FleetProbation = 0
+	}
+	if c.FleetJoinRate <= 0 {
+		c.FleetJoinRate = DefaultJoinRate
+	}
+	if c.FleetMaxNodes <= 0 {
+		c.FleetMaxNodes = DefaultMaxNodes
+	}
 	if c.IdempotencyTTL <= 0 {
 		c.IdempotencyTTL = DefaultIdempotency
 	}
@@ -117,13 +144,14 @@ func NewClient(cfg Config) (redis.UniversalClient, error) {
 		return nil, fmt.Errorf("%w: no Redis addresses", ErrConfig)
 	}
 	noMaint := &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	creds := c.Credentials
 	switch c.Mode {
 	case Standalone:
 		if len(c.Addrs) != 1 {
 			return nil, fmt.Errorf("%w: standalone mode takes one address, got %q", ErrConfig, c.Addrs)
 		}
 		return redis.NewClient(&redis.Options{
-			Addr: c.Addrs[0], Username: c.Username, Password: c.Password,
+			Addr: c.Addrs[0], Username: c.Username, Password: c.Password, CredentialsProvider: creds,
 			PoolSize: c.PoolSize, DialTimeout: c.DialTimeout, ReadTimeout: c.ReadTimeout, WriteTimeout: c.WriteTimeout,
 			MaxRetries: c.MaxRetries, MinRetryBackoff: retryBackoff / 4, MaxRetryBackoff: retryBackoff,
 			DialerRetries: 1, ContextTimeoutEnabled: true, DisableIdentity: true,
@@ -131,7 +159,7 @@ func NewClient(cfg Config) (redis.UniversalClient, error) {
 		}), nil
 	case Cluster:
 		return redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs: c.Addrs, Username: c.Username, Password: c.Password,
+			Addrs: c.Addrs, Username: c.Username, Password: c.Password, CredentialsProvider: creds,
 			PoolSize: c.PoolSize, DialTimeout: c.DialTimeout, ReadTimeout: c.ReadTimeout, WriteTimeout: c.WriteTimeout,
 			// In a cluster client retries are redirects (MOVED/ASK during a failover) and
 			// network errors; two lets a batch follow one promotion.
@@ -144,7 +172,7 @@ func NewClient(cfg Config) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("%w: sentinel mode needs a master name", ErrConfig)
 		}
 		return redis.NewFailoverClient(&redis.FailoverOptions{
-			MasterName: c.MasterName, SentinelAddrs: c.Addrs, Username: c.Username, Password: c.Password,
+			MasterName: c.MasterName, SentinelAddrs: c.Addrs, Username: c.Username, Password: c.Password, CredentialsProvider: creds,
 			PoolSize: c.PoolSize, DialTimeout: c.DialTimeout, ReadTimeout: c.ReadTimeout, WriteTimeout: c.WriteTimeout,
 			MaxRetries: c.MaxRetries, MinRetryBackoff: retryBackoff / 4, MaxRetryBackoff: retryBackoff,
 			DialerRetries: 1, ContextTimeoutEnabled: true, DisableIdentity: true,

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"fmt"
+	"io/fs"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -10,74 +12,142 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// fleet estimates how many gateways sync (Reply.Nodes, which sizes cold-start and
-// overdraft slices). Every service instance records the gateways it hears from in a
-// shared sorted set rl:nodes (score: unix ms of the last sync) at most once per
-// refreshEvery, in the background, and caches the set's size.
+// fleet estimates how many gateways sync (Reply.Nodes, which sizes cold-start slices:
+// capacity/N). Every service instance records the gateways it hears from in a shared
+// sorted set (nodesKey, score: unix ms of the last sync) at most once per refreshEvery,
+// in the background, and caches the set's size.
+//
+// Node ids are whatever a batch says, so the set only takes gateways that behave like
+// gateways, at a bounded pace: a node counts once its syncs span FleetProbation (an honest
+// gateway syncs every interval; an id sent once never counts), new members join
+// at most FleetJoinRate per second over all instances, and the set holds at most
+// FleetMaxNodes. Invented ids can therefore not change the size honest gateways see at
+// once, and a client that keeps thousands of them alive raises it by at most the join
+// rate per second, up to the cap. This instance also tracks at most maxTracked ids, so
+// its memory is bounded too.
 type fleet struct {
 	mu      sync.Mutex
-	local   map[string]time.Time // gateways this instance heard from, last time
-	last    time.Time
+	local   map[string]*seen // gateways this instance heard from
+	last    time.Time        // last refresh
 	running bool
-	count   atomic.Uint32
+	count   atomic.Uint32 // the set's size at the last refresh
+	live    atomic.Uint32 // admitted gateways this instance heard from within the window
 	wg      sync.WaitGroup
+	script  *redis.Script
+}
+
+// seen is one gateway as this instance knows it.
+type seen struct {
+	first, last time.Time
+	admitted    bool // a member of the shared set
 }
 
 const refreshEvery = time.Second
 
-func (f *fleet) init() {
-	f.local = map[string]time.Time{}
+// maxCandidates bounds the ids one refresh offers to the set (the rest wait for the
+// next): the join rate admits few anyway, and the script call stays short.
+const maxCandidates = 1000
+
+func (f *fleet) init() error {
+	src, err := fs.ReadFile(scriptFS, "scripts/fleet.lua")
+	if err != nil {
+		return fmt.Errorf("store: fleet script: %w", err)
+	}
+	f.local = map[string]*seen{}
+	f.script = redis.NewScript(string(src))
+	return nil
 }
+
+// maxTracked is how many ids one instance keeps: enough for a full fleet and as many
+// again on probation.
+func (s *Store) maxTracked() int { return 2 * s.cfg.FleetMaxNodes }
 
 // note records node and returns the fleet size estimate.
 func (f *fleet) note(s *Store, node string) uint32 {
 	now := time.Now()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.local[node] = now
-	live := uint32(0)
-	window := s.cfg.FleetWindow
-	for n, t := range f.local {
-		if now.Sub(t) > window {
-			delete(f.local, n)
-			continue
-		}
-		live++
+	if e := f.local[node]; e != nil {
+		e.last = now
+	} else if len(f.local) < s.maxTracked() {
+		f.local[node] = &seen{first: now, last: now}
 	}
 	if !f.running && now.Sub(f.last) >= refreshEvery {
-		// Record every gateway heard from since the last refresh.
-		f.running = true
-		var nodes []redis.Z
-		for n, t := range f.local {
-			if !t.Before(f.last) {
-				nodes = append(nodes, redis.Z{Score: float64(t.UnixMilli()), Member: n})
-			}
-		}
-		f.last = now
-		f.wg.Add(1)
-		go f.refresh(s, nodes)
+		f.startRefresh(s, now)
 	}
-	return max(f.count.Load(), live, 1)
+	return max(f.count.Load(), f.live.Load(), 1)
 }
 
-func (f *fleet) refresh(s *Store, nodes []redis.Z) {
+// startRefresh (f.mu held) forgets gateways silent for a window and sends the set the
+// admitted gateways heard from since the last refresh, and the candidates: gateways
+// heard from since whose syncs span at least the probation.
+func (f *fleet) startRefresh(s *Store, now time.Time) {
+	var admitted, candidates []string
+	var live uint32
+	for id, e := range f.local {
+		switch {
+		case now.Sub(e.last) > s.cfg.FleetWindow:
+			delete(f.local, id)
+		case e.admitted:
+			live++
+			if !e.last.Before(f.last) {
+				admitted = append(admitted, id)
+			}
+		case e.last.Sub(e.first) >= s.cfg.FleetProbation && !e.last.Before(f.last) && len(candidates) < maxCandidates:
+			// Synced again at least a probation after its first sync, and lately.
+			candidates = append(candidates, id)
+		}
+	}
+	f.live.Store(live)
+	f.last = now
+	f.running = true
+	f.wg.Add(1)
+	go f.refresh(s, now, admitted, candidates)
+}
+
+func (f *fleet) refresh(s *Store, now time.Time, admitted, candidates []string) {
 	defer f.wg.Done()
 	defer func() { f.mu.Lock(); f.running = false; f.mu.Unlock() }()
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.AttemptBudget())
 	defer cancel()
-	now := time.Now()
-	pipe := s.rdb.Pipeline()
-	if len(nodes) > 0 {
-		pipe.ZAdd(ctx, nodesKey, nodes...)
+	args := make([]any, 0, 5+len(admitted)+len(candidates))
+	args = append(args, now.UnixMilli(), s.cfg.FleetWindow.Milliseconds(), s.cfg.FleetMaxNodes, s.cfg.FleetJoinRate, len(admitted))
+	for _, id := range admitted {
+		args = append(args, id)
 	}
-	pipe.ZRemRangeByScore(ctx, nodesKey, "-inf", "("+strconv.FormatInt(now.Add(-s.cfg.FleetWindow).UnixMilli(), 10))
-	card := pipe.ZCard(ctx, nodesKey)
-	pipe.PExpire(ctx, nodesKey, 2*s.cfg.FleetWindow)
+	for _, id := range candidates {
+		args = append(args, id)
+	}
+	keys := []string{nodesKey, nodesKey + ":joins:" + strconv.FormatInt(now.Unix(), 10)}
 	start := time.Now()
-	_, err := pipe.Exec(ctx)
+	res, err := f.script.Run(ctx, s.rdb, keys, args...).Int64Slice()
 	s.metrics.RoundTrip("fleet", time.Since(start), err)
-	if err != nil {
+	if err != nil || len(res) != 1+len(candidates) {
 		return // the next refresh records them (they are still in local)
 	}
-	f.count.Store(uint32(min(card.Val(), 1<<32-1)))
+	f.count.Store(uint32(min(res[0], 1<<32-1)))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	joined, deferred := 0, 0
+	for i, id := range candidates {
+		if res[1+i] == 1 {
+			if e := f.local[id]; e != nil && !e.admitted {
+				e.admitted = true
+				f.live.Add(1)
+			}
+			joined++
+		} else {
+			deferred++
+		}
+	}
+	if m, ok := s.metrics.(FleetMetrics); ok && (joined > 0 || deferred > 0) {
+		m.FleetJoins(joined, deferred)
+	}
+}
+
+// FleetMetrics is implemented by a Metrics that counts fleet admissions: gateways that
+// joined the fleet set, and gateways past their probation kept out of it for now (join
+// rate or cap reached).
+type FleetMetrics interface {
+	FleetJoins(joined, deferred int)
 }

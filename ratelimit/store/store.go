@@ -204,7 +204,9 @@ func New(rdb redis.UniversalClient, cfg Config, m Metrics) (*Store, error) {
 		m = noMetrics{}
 	}
 	s := &Store{rdb: rdb, cfg: cfg.withDefaults(), script: sc, metrics: m}
-	s.fleet.init()
+	if err := s.fleet.init(); err != nil {
+		return nil, err
+	}
 	s.params.init()
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.AttemptBudget())
 	defer cancel()

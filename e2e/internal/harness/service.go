@@ -81,7 +81,7 @@ func (s *Service) start(listen string) error {
 	}
 	args := []string{
 		"--listen", listen, "--redis-mode", mode, "--redis-addrs", strings.Join(s.cfg.RedisAddrs, ","),
-		"--admin-token", s.cfg.AdminToken, "--sync-secret", s.cfg.SyncSecret, "--log-format", "json",
+		"--admin-token", s.cfg.AdminToken, "--sync-secret", s.cfg.SyncSecret, "--log-format", "json", "--admin-listen", "shared",
 	}
 	args = append(args, s.cfg.Args...)
 	cmd := exec.Command(s.cfg.Bin, args...)

@@ -3,6 +3,11 @@
 // with the global state and each gateway's lease; operators manage rules through its
 // admin API. Every flag can also be set through the TOLLGATE_* environment variable
 // named in --help; a flag on the command line wins over the environment.
+//
+// It is secure by default: it refuses to start without a sync secret unless --insecure
+// is given, gateways and operators reach it on separate listeners (--listen,
+// --admin-listen), and secrets can come from files (--sync-secret-file,
+// --admin-token-file, --redis-password-file) that are read again on SIGHUP.
 package main
 
 import (
@@ -28,12 +33,45 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr, nil))
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	os.Exit(runWith(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr, nil, hup))
+}
+
+// reloadSecrets reads every secret file again. A file that is missing, unreadable or
+// empty keeps the previous value in use (an empty secret would lock every gateway out
+// or open the API): logged and counted. Logs name the secret and file, never a value.
+func reloadSecrets(sec *secrets, svc *service.Service, m *service.Metrics, log *slog.Logger) {
+	for _, s := range sec.all() {
+		changed, err := s.reload()
+		if s.file == "" {
+			continue
+		}
+		if err != nil {
+			m.SecretReload(s.name, false)
+			log.Error("secret reload failed: the previous value stays in use", "secret", s.name, "err", err)
+			continue
+		}
+		m.SecretReload(s.name, true)
+		log.Info("secret reloaded", "secret", s.name, "file", s.file, "changed", changed)
+		switch s {
+		case sec.sync:
+			svc.SetSyncSecrets(s.values()...)
+		case sec.admin:
+			svc.SetAdminTokens(s.values()...)
+		}
+	}
 }
 
 // config is everything the flags set.
 type config struct {
 	listen          string
+	adminListen     string
+	insecure        bool
+	redisPassFile   string
+	adminTokenFile  string
+	syncSecretFile  string
+	cmdlineSecrets  []string // secret flags given as values on the command line (visible in ps)
 	redisMode       string
 	redisAddrs      string
 	redisMaster     string
@@ -56,6 +94,9 @@ type config struct {
 	penaltyBase     time.Duration
 	penaltyMax      time.Duration
 	fleetWindow     time.Duration
+	fleetProbation  time.Duration
+	fleetJoinRate   int
+	fleetMaxNodes   int
 	httpReadTimeout time.Duration
 	httpIdleTimeout time.Duration
 	shutdownTimeout time.Duration
@@ -70,20 +111,25 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	var c config
 	fs := flag.NewFlagSet("tollgate-ratelimit", flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.StringVar(&c.listen, "listen", ":8081", "HTTP listen address")
+	fs.StringVar(&c.listen, "listen", ":8081", "listen address of the gateways' API (/v1/sync, /v1/check, /v1/sync/rules) and /healthz, /readyz, /metrics")
+	fs.StringVar(&c.adminListen, "admin-listen", defaultAdminListen, "listen address of the admin API (/v1/rules, /v1/lists, /v1/usage, /v1/reset) and /healthz, /readyz, /metrics; \""+sharedListener+"\": on the --listen listener")
+	fs.BoolVar(&c.insecure, "insecure", false, "start without a sync secret: /v1/sync, /v1/check and /v1/sync/rules then accept any caller (logged at every start, gauge tollgate_insecure)")
 	fs.StringVar(&c.redisMode, "redis-mode", "standalone", "Redis deployment: standalone, cluster or sentinel")
 	fs.StringVar(&c.redisAddrs, "redis-addrs", "127.0.0.1:6379", "comma-separated Redis addresses (server; cluster seed nodes; sentinels)")
 	fs.StringVar(&c.redisMaster, "redis-master", "", "Sentinel master name (sentinel mode)")
 	fs.StringVar(&c.redisUser, "redis-username", "", "Redis ACL user name")
-	fs.StringVar(&c.redisPassword, "redis-password", "", "Redis password")
+	fs.StringVar(&c.redisPassword, "redis-password", "", "Redis password (visible in the process list: prefer --redis-password-file)")
+	fs.StringVar(&c.redisPassFile, "redis-password-file", "", "file holding the Redis password, read again on SIGHUP")
 	fs.IntVar(&c.poolSize, "redis-pool-size", store.DefaultPoolSize, "Redis connections per node")
 	fs.DurationVar(&c.dialTimeout, "redis-dial-timeout", store.DefaultDialTimeout, "Redis connect timeout")
 	fs.DurationVar(&c.readTimeout, "redis-read-timeout", store.DefaultReadTimeout, "Redis read timeout (one pipeline's replies)")
 	fs.DurationVar(&c.writeTimeout, "redis-write-timeout", store.DefaultWriteTimeout, "Redis write timeout")
 	fs.IntVar(&c.maxRetries, "redis-max-retries", store.DefaultMaxRetries, "retries of a failed Redis round trip (small: gateways retry whole batches, idempotently)")
 	fs.DurationVar(&c.batchTimeout, "batch-timeout", 0, "deadline for applying one batch (0: (retries+1) x (dial+read+write timeouts))")
-	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token of the admin API (/v1/rules, /v1/lists, /v1/usage, /v1/reset); empty disables it")
-	fs.StringVar(&c.syncSecret, "sync-secret", "", "bearer secret gateways send to /v1/sync, /v1/check, /v1/sync/rules; empty: no authentication")
+	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token of the admin API (/v1/rules, /v1/lists, /v1/usage, /v1/reset); empty disables it (visible in the process list: prefer --admin-token-file)")
+	fs.StringVar(&c.adminTokenFile, "admin-token-file", "", "file holding the admin token(s), one per line, read again on SIGHUP")
+	fs.StringVar(&c.syncSecret, "sync-secret", "", "bearer secret gateways send to /v1/sync, /v1/check, /v1/sync/rules; required unless --insecure (visible in the process list: prefer --sync-secret-file)")
+	fs.StringVar(&c.syncSecretFile, "sync-secret-file", "", "file holding the sync secret(s), one per line (several while a rotation overlaps), read again on SIGHUP")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json or text")
 	d := lease.DefaultSyncConfig
@@ -94,6 +140,9 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.DurationVar(&c.penaltyBase, "penalty-base", time.Duration(lease.DefaultSyncConfig.PenaltyBaseUs)*time.Microsecond, "first progressive-penalty cooldown (doubles per repeat)")
 	fs.DurationVar(&c.penaltyMax, "penalty-max", time.Duration(lease.DefaultSyncConfig.PenaltyMaxUs)*time.Microsecond, "longest progressive-penalty cooldown")
 	fs.DurationVar(&c.fleetWindow, "fleet-window", store.DefaultFleetWindow, "gateways that synced within this window count in the fleet size")
+	fs.DurationVar(&c.fleetProbation, "fleet-probation", store.DefaultProbation, "a gateway counts in the fleet size once it has synced for this long (node ids sent once never count)")
+	fs.IntVar(&c.fleetJoinRate, "fleet-join-rate", store.DefaultJoinRate, "gateways that may join the fleet per second, over all instances (invented node ids raise the fleet size at most this fast)")
+	fs.IntVar(&c.fleetMaxNodes, "fleet-max-nodes", store.DefaultMaxNodes, "the fleet size never counts more gateways than this")
 	fs.DurationVar(&c.httpReadTimeout, "http-read-timeout", 10*time.Second, "HTTP request read timeout (headers and body)")
 	fs.DurationVar(&c.httpIdleTimeout, "http-idle-timeout", 120*time.Second, "HTTP keep-alive idle timeout")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long in-flight requests may take to finish")
@@ -126,6 +175,14 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "sync-secret", "admin-token", "redis-password":
+			if f.Value.String() != "" {
+				c.cmdlineSecrets = append(c.cmdlineSecrets, "--"+f.Name)
+			}
+		}
+	})
 	switch {
 	case c.leaseHorizon < time.Millisecond || c.leaseHorizon > time.Duration(lease.MaxHorizonMs)*time.Millisecond:
 		return c, fmt.Errorf("--lease-horizon %v: want 1ms..%dms", c.leaseHorizon, lease.MaxHorizonMs)
@@ -137,9 +194,35 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 		return c, fmt.Errorf("--lease-renew %v: want 1ms..%dms", c.leaseRenew, lease.MaxHorizonMs)
 	case c.penaltyBase <= 0 || c.penaltyMax < c.penaltyBase:
 		return c, fmt.Errorf("--penalty-base %v / --penalty-max %v: want 0 < base <= max", c.penaltyBase, c.penaltyMax)
+	case c.fleetProbation < 0 || c.fleetJoinRate < 1 || c.fleetMaxNodes < 1:
+		return c, fmt.Errorf("--fleet-probation %v, --fleet-join-rate %d, --fleet-max-nodes %d: want >= 0, >= 1, >= 1", c.fleetProbation, c.fleetJoinRate, c.fleetMaxNodes)
+	case c.adminListen == "":
+		return c, fmt.Errorf("--admin-listen: empty (an address, or %q)", sharedListener)
 	}
 	return c, nil
 }
+
+// defaultAdminListen keeps the admin API on loopback unless asked otherwise: a
+// deployment that opens it to the network says so.
+const defaultAdminListen = "127.0.0.1:8082"
+
+// sharedListener as --admin-listen serves the admin API on the --listen listener.
+const sharedListener = "shared"
+
+// secrets are the service's credentials, from values or files.
+type secrets struct {
+	sync, admin, redis *secret
+}
+
+func (c config) secrets() *secrets {
+	return &secrets{
+		sync:  &secret{name: "sync", flag: "sync-secret", value: c.syncSecret, file: c.syncSecretFile, multi: true},
+		admin: &secret{name: "admin", flag: "admin-token", value: c.adminToken, file: c.adminTokenFile, multi: true},
+		redis: &secret{name: "redis", flag: "redis-password", value: c.redisPassword, file: c.redisPassFile},
+	}
+}
+
+func (s *secrets) all() []*secret { return []*secret{s.sync, s.admin, s.redis} }
 
 func (c config) storeConfig() store.Config {
 	var addrs []string
@@ -152,12 +235,16 @@ func (c config) storeConfig() store.Config {
 	if retries == 0 {
 		retries = -1 // store.Config: 0 is "default", negative is "none"
 	}
+	probation := c.fleetProbation
+	if probation == 0 {
+		probation = -1 // the same convention
+	}
 	return store.Config{
 		Mode: store.Mode(c.redisMode), Addrs: addrs, MasterName: c.redisMaster,
 		Username: c.redisUser, Password: c.redisPassword, PoolSize: c.poolSize,
 		DialTimeout: c.dialTimeout, ReadTimeout: c.readTimeout, WriteTimeout: c.writeTimeout,
 		MaxRetries:  retries,
-		FleetWindow: c.fleetWindow,
+		FleetWindow: c.fleetWindow, FleetProbation: probation, FleetJoinRate: c.fleetJoinRate, FleetMaxNodes: c.fleetMaxNodes,
 		Lease: lease.SyncConfig{
 			EpochMs: c.leaseEpoch.Milliseconds(), HorizonMs: c.leaseHorizon.Milliseconds(),
 			MaxShare: c.leaseMaxShare, RenewMs: c.leaseRenew.Milliseconds(),
@@ -183,9 +270,19 @@ func newLogger(c config, w io.Writer) (*slog.Logger, error) {
 	}
 }
 
+// listening is where the service listens (run sends it on ready).
+type listening struct {
+	sync, admin string
+}
+
 // run is main without the process: it serves until ctx ends, then drains. ready, if
-// not nil, receives the listening address.
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, ready chan<- string) int {
+// not nil, receives the listening addresses. Each value on reload (SIGHUP in main) reads
+// the secret files again.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, ready chan<- listening) int {
+	return runWith(ctx, args, getenv, stdout, stderr, ready, nil)
+}
+
+func runWith(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, ready chan<- listening, reload <-chan os.Signal) int {
 	c, err := parseConfig(args, getenv, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -200,57 +297,131 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return 2
 	}
 	store.RouteRedisLogs(log)
+	sec := c.secrets()
+	for _, s := range sec.all() {
+		if err := s.load(); err != nil {
+			fmt.Fprintln(stderr, "tollgate-ratelimit:", err)
+			return 2
+		}
+	}
+	if len(sec.sync.values()) == 0 && !c.insecure {
+		fmt.Fprintln(stderr, "tollgate-ratelimit: no sync secret: give --sync-secret-file (or --sync-secret), "+
+			"or --insecure to let any caller sync (only behind mTLS and a network policy)")
+		return 2
+	}
+	if c.insecure {
+		// Loud at every start: an insecure service must never pass unnoticed.
+		log.Error("INSECURE MODE (--insecure): any caller that reaches --listen can report consumption and read rules",
+			"sync_secret_set", len(sec.sync.values()) > 0)
+	}
+	for _, f := range c.cmdlineSecrets {
+		log.Warn("secret given on the command line: every local user can read it in the process list; use the -file form", "flag", f)
+	}
 	m := service.NewMetrics()
-	st, err := store.Open(c.storeConfig(), m)
+	sc := c.storeConfig()
+	if c.redisPassFile != "" {
+		user := c.redisUser
+		sc.Credentials = func() (string, string) { return user, sec.redis.first() }
+	}
+	st, err := store.Open(sc, m)
 	if err != nil {
 		log.Error("redis", "err", err)
 		return 1
 	}
 	defer st.Close()
-	svc := service.New(service.Config{SyncSecret: c.syncSecret, AdminToken: c.adminToken, BatchTimeout: c.batchTimeout, Logger: log}, st, m)
-	if c.adminToken == "" {
+	svc := service.New(service.Config{SyncSecret: sec.sync.first(), Insecure: c.insecure, AdminToken: sec.admin.first(),
+		BatchTimeout: c.batchTimeout, Logger: log}, st, m)
+	svc.SetSyncSecrets(sec.sync.values()...)
+	svc.SetAdminTokens(sec.admin.values()...)
+	if len(sec.admin.values()) == 0 {
 		log.Warn("no admin token configured: the admin API answers 401")
 	}
 
-	ln, err := net.Listen("tcp", c.listen)
-	if err != nil {
-		log.Error("listen", "addr", c.listen, "err", err)
-		return 1
+	newServer := func(h http.Handler) *http.Server {
+		return &http.Server{
+			Handler:           h,
+			ReadHeaderTimeout: c.httpReadTimeout,
+			ReadTimeout:       c.httpReadTimeout,
+			// A batch may take up to its deadline; the answer then has to get out.
+			WriteTimeout:   svc.BatchTimeout() + c.httpReadTimeout,
+			IdleTimeout:    c.httpIdleTimeout,
+			MaxHeaderBytes: 64 << 10,
+			ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		}
 	}
-	srv := &http.Server{
-		Handler:           svc.Handler(),
-		ReadHeaderTimeout: c.httpReadTimeout,
-		ReadTimeout:       c.httpReadTimeout,
-		// A batch may take up to its deadline; the answer then has to get out.
-		WriteTimeout:   svc.BatchTimeout() + c.httpReadTimeout,
-		IdleTimeout:    c.httpIdleTimeout,
-		MaxHeaderBytes: 64 << 10,
-		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	type server struct {
+		srv *http.Server
+		ln  net.Listener
+	}
+	var servers []server
+	defer func() {
+		for _, s := range servers {
+			_ = s.ln.Close()
+		}
+	}()
+	listen := func(addr string, h http.Handler) (net.Listener, bool) {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			log.Error("listen", "addr", addr, "err", err)
+			return nil, false
+		}
+		servers = append(servers, server{newServer(h), ln})
+		return ln, true
+	}
+	var where listening
+	if c.adminListen == sharedListener {
+		ln, ok := listen(c.listen, svc.Handler())
+		if !ok {
+			return 1
+		}
+		where = listening{sync: ln.Addr().String(), admin: ln.Addr().String()}
+	} else {
+		sl, ok := listen(c.listen, svc.SyncHandler())
+		if !ok {
+			return 1
+		}
+		al, ok := listen(c.adminListen, svc.AdminHandler())
+		if !ok {
+			return 1
+		}
+		where = listening{sync: sl.Addr().String(), admin: al.Addr().String()}
 	}
 	bg, cancelBG := context.WithCancel(context.Background())
 	bgDone := make(chan struct{})
 	go func() { defer close(bgDone); svc.Run(bg) }()
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
-	log.Info("serving", "addr", ln.Addr().String(), "redis_mode", c.redisMode, "redis_addrs", c.redisAddrs,
+	serveErr := make(chan error, len(servers))
+	for _, s := range servers {
+		go func() { serveErr <- s.srv.Serve(s.ln) }()
+	}
+	log.Info("serving", "addr", where.sync, "admin_addr", where.admin, "insecure", c.insecure,
+		"redis_mode", c.redisMode, "redis_addrs", c.redisAddrs,
 		"batch_timeout", svc.BatchTimeout(), "lease_epoch", c.leaseEpoch, "lease_horizon", c.leaseHorizon)
 	if ready != nil {
-		ready <- ln.Addr().String()
+		ready <- where
 	}
 
 	code := 0
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down: draining in-flight requests", "timeout", c.shutdownTimeout)
-	case err := <-serveErr:
-		log.Error("serve", "err", err)
-		code = 1
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			log.Info("shutting down: draining in-flight requests", "timeout", c.shutdownTimeout)
+			break wait
+		case err := <-serveErr:
+			log.Error("serve", "err", err)
+			code = 1
+			break wait
+		case <-reload:
+			reloadSecrets(sec, svc, m, log)
+		}
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		log.Warn("shutdown incomplete", "err", err)
-		code = 1
+	for _, s := range servers {
+		if err := s.srv.Shutdown(sctx); err != nil {
+			log.Warn("shutdown incomplete", "err", err)
+			code = 1
+		}
 	}
 	cancelBG()
 	<-bgDone

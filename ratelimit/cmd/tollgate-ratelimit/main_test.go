@@ -3,8 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -71,16 +76,17 @@ func TestHelp(t *testing.T) {
 func TestServeAndShutdown(t *testing.T) {
 	srv := redistest.StartStandalone(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
+	ready := make(chan listening, 1)
 	done := make(chan int, 1)
 	var logs bytes.Buffer
 	go func() {
-		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--log-format", "text"},
-			env(map[string]string{"TOLLGATE_REDIS_ADDRS": srv.Addr(), "TOLLGATE_ADMIN_TOKEN": "t"}), &logs, &logs, ready)
+		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-format", "text"},
+			env(map[string]string{"TOLLGATE_REDIS_ADDRS": srv.Addr(), "TOLLGATE_ADMIN_TOKEN": "t", "TOLLGATE_SYNC_SECRET": "s"}), &logs, &logs, ready)
 	}()
 	var addr string
 	select {
-	case addr = <-ready:
+	case l := <-ready:
+		addr = l.sync
 	case code := <-done:
 		t.Fatalf("exited %d before serving", code)
 	}
@@ -96,4 +102,202 @@ func TestServeAndShutdown(t *testing.T) {
 	if code := <-done; code != 0 {
 		t.Fatalf("exit code %d after shutdown", code)
 	}
+}
+
+// TestStartSecurity: without a sync secret the service does not start unless --insecure
+// says so (then it says so loudly, in the log and in a gauge); a secret file that is
+// missing, empty or doubled by a value stops the start instead of running open or
+// locked.
+func TestStartSecurity(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	dir := t.TempDir()
+	empty := writeFile(t, dir, "empty", "\n  \n")
+	good := writeFile(t, dir, "good", "file-secret\n")
+	base := []string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--redis-addrs", srv.Addr(), "--log-format", "text"}
+	tests := []struct {
+		name     string
+		args     []string
+		env      map[string]string
+		wantCode int    // exit code when it must not start
+		wantLog  string // in the output
+	}{
+		{name: "no secret", wantCode: 2, wantLog: "no sync secret"},
+		{name: "empty secret file", args: []string{"--sync-secret-file", empty}, wantCode: 2, wantLog: "is empty"},
+		{name: "missing secret file", args: []string{"--sync-secret-file", dir + "/nope"}, wantCode: 2, wantLog: "no such file"},
+		{name: "value and file", args: []string{"--sync-secret-file", good}, env: map[string]string{"TOLLGATE_SYNC_SECRET": "v"}, wantCode: 2, wantLog: "both set"},
+		{name: "empty admin token file", args: []string{"--sync-secret-file", good, "--admin-token-file", empty}, wantCode: 2, wantLog: "--admin-token-file"},
+		{name: "insecure", args: []string{"--insecure"}, wantLog: "INSECURE MODE"},
+		{name: "insecure from the environment", env: map[string]string{"TOLLGATE_INSECURE": "true"}, wantLog: "INSECURE MODE"},
+		{name: "secret file", args: []string{"--sync-secret-file", good}},
+		{name: "secret on the command line", args: []string{"--sync-secret", "cmdline"}, wantLog: "secret given on the command line"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			ready := make(chan listening, 1)
+			done := make(chan int, 1)
+			logs := &lockedBuffer{}
+			go func() {
+				done <- run(ctx, append(append([]string{}, base...), tc.args...), env(tc.env), logs, logs, ready)
+			}()
+			var l listening
+			select {
+			case l = <-ready:
+				if tc.wantCode != 0 {
+					t.Fatalf("started, want exit %d", tc.wantCode)
+				}
+			case code := <-done:
+				if code != tc.wantCode || tc.wantCode == 0 {
+					t.Fatalf("exit %d, want %d: %s", code, tc.wantCode, logs)
+				}
+				if !strings.Contains(logs.String(), tc.wantLog) {
+					t.Fatalf("output lacks %q: %s", tc.wantLog, logs)
+				}
+				return
+			}
+			if !strings.Contains(logs.String(), tc.wantLog) {
+				t.Errorf("log lacks %q: %s", tc.wantLog, logs)
+			}
+			insecure := "0"
+			if strings.Contains(tc.wantLog, "INSECURE") {
+				insecure = "1"
+			}
+			if got := metric(t, "http://"+l.admin, "tollgate_insecure"); got != insecure {
+				t.Errorf("tollgate_insecure %s, want %s", got, insecure)
+			}
+			cancel()
+			if code := <-done; code != 0 {
+				t.Fatalf("exit %d after shutdown", code)
+			}
+		})
+	}
+}
+
+// TestListenersSeparate: gateways' endpoints answer only on --listen and the admin API
+// only on --admin-listen (a network policy can then open one to gateways and the other
+// to operators); health and metrics answer on both; "shared" puts both on one port.
+func TestListenersSeparate(t *testing.T) {
+	srv := redistest.StartStandalone(t)
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprint("shared=", shared), func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			adminListen := "127.0.0.1:0"
+			if shared {
+				adminListen = sharedListener
+			}
+			ready := make(chan listening, 1)
+			done := make(chan int, 1)
+			logs := &lockedBuffer{}
+			go func() {
+				done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--admin-listen", adminListen, "--redis-addrs", srv.Addr()},
+					env(map[string]string{"TOLLGATE_SYNC_SECRET": "s", "TOLLGATE_ADMIN_TOKEN": "a"}), logs, logs, ready)
+			}()
+			var l listening
+			select {
+			case l = <-ready:
+			case code := <-done:
+				t.Fatalf("exit %d: %s", code, logs)
+			}
+			if shared != (l.sync == l.admin) {
+				t.Fatalf("sync %s, admin %s", l.sync, l.admin)
+			}
+			// Each route with the status it gets where it is served; elsewhere (separate
+			// listeners) it must be 404, on a shared port it must be served.
+			tests := []struct {
+				base, method, path, token string
+				served                    bool
+				want                      int
+			}{
+				{l.sync, "GET", "/v1/sync/rules", "s", true, http.StatusOK},
+				{l.sync, "POST", "/v1/sync", "", true, http.StatusUnauthorized},
+				{l.sync, "GET", "/healthz", "", true, http.StatusOK},
+				{l.sync, "GET", "/metrics", "", true, http.StatusOK},
+				{l.admin, "GET", "/v1/rules/versions", "a", true, http.StatusOK},
+				{l.admin, "GET", "/healthz", "", true, http.StatusOK},
+				{l.admin, "GET", "/metrics", "", true, http.StatusOK},
+				{l.admin, "POST", "/v1/sync", "s", false, 0},
+				{l.admin, "GET", "/v1/sync/rules", "s", false, 0},
+				{l.sync, "GET", "/v1/rules/versions", "a", false, 0},
+				{l.sync, "GET", "/v1/usage/k", "a", false, 0},
+				{l.sync, "POST", "/v1/reset/k", "a", false, 0},
+			}
+			for _, tc := range tests {
+				got := status(t, tc.method, "http://"+tc.base+tc.path, tc.token)
+				switch {
+				case tc.served && got != tc.want:
+					t.Errorf("%s %s on %s: %d, want %d", tc.method, tc.path, tc.base, got, tc.want)
+				case !tc.served && !shared && got != http.StatusNotFound:
+					t.Errorf("%s %s on %s: %d, want 404 (not on this listener)", tc.method, tc.path, tc.base, got)
+				case !tc.served && shared && got == http.StatusNotFound:
+					t.Errorf("%s %s on the shared port: 404, want it served", tc.method, tc.path)
+				}
+			}
+			cancel()
+			<-done
+		})
+	}
+}
+
+func writeFile(t testing.TB, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func status(t testing.TB, method, url, token string) int {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// metric returns the value of an unlabelled metric on base's /metrics ("" if absent).
+func metric(t testing.TB, base, name string) string {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// lockedBuffer is a log sink safe for the service's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
