@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-rl/tollgate/e2e/internal/harness"
 	"github.com/tollgate-rl/tollgate/internal/redistest"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
@@ -154,6 +155,24 @@ func (e *env) fleet(t *testing.T, name string, n int, rules string, pin bool, s 
 		gws[i] = g
 	}
 	return gws
+}
+
+// nodesLastSeen reads the service's fleet record (store.NodesKey: node id → unix ms of
+// its last sync, written by each service instance at most once a second) from Redis.
+func (e *env) nodesLastSeen(ctx context.Context) (map[string]time.Time, error) {
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: e.redis.Addrs()})
+	defer rdb.Close()
+	zs, err := rdb.ZRangeWithScores(ctx, store.NodesKey, 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("ZRANGE %s: %w", store.NodesKey, err)
+	}
+	out := make(map[string]time.Time, len(zs))
+	for _, z := range zs {
+		if m, ok := z.Member.(string); ok {
+			out[m] = time.UnixMilli(int64(z.Score))
+		}
+	}
+	return out, nil
 }
 
 // uniqueKey is a caller key no earlier run used (Redis state outlives a test in -count=N).

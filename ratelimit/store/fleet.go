@@ -68,11 +68,11 @@ func (f *fleet) refresh(s *Store, nodes []redis.Z) {
 	now := time.Now()
 	pipe := s.rdb.Pipeline()
 	if len(nodes) > 0 {
-		pipe.ZAdd(ctx, nodesKey, nodes...)
+		pipe.ZAdd(ctx, NodesKey, nodes...)
 	}
-	pipe.ZRemRangeByScore(ctx, nodesKey, "-inf", "("+strconv.FormatInt(now.Add(-s.cfg.FleetWindow).UnixMilli(), 10))
-	card := pipe.ZCard(ctx, nodesKey)
-	pipe.PExpire(ctx, nodesKey, 2*s.cfg.FleetWindow)
+	pipe.ZRemRangeByScore(ctx, NodesKey, "-inf", "("+strconv.FormatInt(now.Add(-s.cfg.FleetWindow).UnixMilli(), 10))
+	card := pipe.ZCard(ctx, NodesKey)
+	pipe.PExpire(ctx, NodesKey, 2*s.cfg.FleetWindow)
 	start := time.Now()
 	_, err := pipe.Exec(ctx)
 	s.metrics.RoundTrip("fleet", time.Since(start), err)

@@ -43,8 +43,9 @@ func PenaltyKey(key string) string { return KeyPrefix(key) + ":p" }
 // idemKey is a gateway's idempotency hash on the Redis node that serves slot.
 func idemKey(slot int, node string) string { return "tg:{" + slotTag(slot) + "}:q:" + node }
 
-// nodesKey is the sorted set of gateways by last sync (unix ms), for the fleet size.
-const nodesKey = "tg:nodes"
+// NodesKey is the sorted set of gateways by last sync (unix ms), for the fleet size;
+// every service instance adds the nodes it heard from at most once a second.
+const NodesKey = "tg:nodes"
 
 // paramsKey is the hash of every (rule, window, tier) the service has seen with its
 // algorithm parameters: usage and reset of a caller key look its buckets up from it
