@@ -136,3 +136,69 @@ func TestFleetAdmitsTheLimit(t *testing.T) {
 		})
 	}
 }
+
+// A shadow rule on a gateway that syncs: its bucket starts without a lease, which for an
+// enforcing rule means an acquire. A shadow rule must neither pause the request for it
+// nor stay silent: the first 5 of 20 requests fit the 5/min bucket, the other 15 are
+// admitted and flagged, none is marked degraded, and no acquire is sent.
+func TestShadowRuleWithSync(t *testing.T) {
+	f := newFleet(t, 1, 2, `[{"id":"trial","limit":5,"window":"1m","shadow":true}]`)
+	f.tick(100)
+	flagged := 0
+	for i := 0; i < 20; i++ {
+		s := f.send(0, i%2, "k")
+		if !s.Admitted() {
+			t.Fatalf("request %d: a shadow rule refused (status %d)", i, s.Status())
+		}
+		if s.Header("x-ratelimit-policy") == "degraded" {
+			t.Fatalf("request %d marked degraded with the service up", i)
+		}
+		if got := s.Header("x-ratelimit-shadow") == "trial"; got != (i >= 5) {
+			t.Fatalf("request %d: x-ratelimit-shadow %q", i, s.Header("x-ratelimit-shadow"))
+		}
+		if s.Header("x-ratelimit-shadow") != "" {
+			flagged++
+		}
+	}
+	if n := f.gws[0].Metric("tollgate.acquires"); n != 0 {
+		t.Errorf("%d acquires for a shadow rule", n)
+	}
+	if n := f.gws[0].Metric("tollgate.requests_shadow_rejected"); n != int64(flagged) {
+		t.Errorf("requests_shadow_rejected %d, %d flagged", n, flagged)
+	}
+}
+
+// One of two service replicas is dead: the callout that reaches it fails at once (503,
+// connection failure). The same batch must be resent at once, not a backoff later, so
+// that a gateway behind a cluster with one dead replica never goes two intervals
+// without a success (which makes it degraded); a second failure in a row must not be
+// resent at once (a dead service is not hammered).
+func TestHardFailureResentAtOnce(t *testing.T) {
+	f := newFleet(t, 1, 2, `[{"id":"api","limit":100,"window":"1m"}]`)
+	f.tick(100)
+	h := f.gws[0]
+	for i := 0; i < 5; i++ {
+		f.send(0, i%2, "k") // buckets to report
+	}
+	f.now += 100_000
+	for w := range h.Workers() {
+		h.Tick(w)
+	}
+	calls := h.TakeCallouts()
+	if len(calls) != 1 || calls[0].Header(":path") != "/v1/sync" {
+		t.Fatalf("want one sync callout after the tick, got %d", len(calls))
+	}
+	first := calls[0]
+	h.Fail(first, false)
+	calls = h.TakeCallouts()
+	if len(calls) != 1 || calls[0].Header(":path") != "/v1/sync" {
+		t.Fatalf("after a connection failure: %d callouts, want the batch resent at once", len(calls))
+	}
+	if string(calls[0].Body) != string(first.Body) {
+		t.Fatal("the resent batch differs from the failed one: it must be resent unchanged")
+	}
+	h.Fail(calls[0], false)
+	if calls = h.TakeCallouts(); len(calls) != 0 {
+		t.Fatalf("a second failure in a row was resent at once (%d callouts)", len(calls))
+	}
+}

@@ -458,7 +458,17 @@ func (s *syncer) onResponse(now int64, headers [][2]string, body []byte) {
 		return
 	default:
 		// Timeout (504), reset (no status), 5xx: keep the batch, resend the same seq.
-		s.failed(now, status != "" && status != "504")
+		hard := status != "" && status != "504"
+		s.failed(now, hard)
+		if hard && s.state.Failures == 1 {
+			// The first failure the service or the connection reported since a success
+			// is resent at once instead of after a backoff: behind a cluster of several
+			// replicas the resend goes to the next one, so one dead replica costs a few
+			// milliseconds, not the two intervals without a success that make the
+			// gateway degraded. A second failure in a row backs off as usual.
+			s.setState(func(st *syncState) { st.OpenUntilUs = 0 })
+			s.run(now)
+		}
 		return
 	}
 	var reply wire.Reply
