@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-rl/tollgate/deploy"
 	"github.com/tollgate-rl/tollgate/e2e/internal/harness"
 	"github.com/tollgate-rl/tollgate/internal/redistest"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
@@ -233,4 +237,67 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// shippedPlugin is the plugin configuration of the shipped envoy.yaml, as
+// deploy.CheckEnvoy extracts it, with the two changes this environment needs: the e2e
+// services' sync secret (the shipped file has none; a deployment adds its own), and the
+// version pinned (the rules scenario stores rule sets at the service, which a gateway
+// would adopt as newer). Everything else — the rules, interval, timeout, breaker,
+// expected_nodes 1, and no sync.node — is as shipped. node is the bootstrap's node.id
+// (the shipped bootstrap sets none, so each Envoy's filter finds its own id).
+func shippedPlugin(t *testing.T) (plugin []byte, node string) {
+	t.Helper()
+	root, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(root, "envoy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := deploy.CheckEnvoy(data)
+	if err != nil {
+		t.Fatalf("shipped envoy.yaml: %v", err)
+	}
+	var doc map[string]any
+	dec := json.NewDecoder(bytes.NewReader(ev.RulesJSON))
+	dec.UseNumber()
+	if err := dec.Decode(&doc); err != nil {
+		t.Fatalf("shipped envoy.yaml plugin configuration: %v", err)
+	}
+	s, ok := doc["sync"].(map[string]any)
+	if !ok {
+		t.Fatal("shipped envoy.yaml: the plugin configuration has no sync section")
+	}
+	if n, ok := s["node"]; ok {
+		t.Fatalf("shipped envoy.yaml sets sync.node %v: the node id should come from Envoy", n)
+	}
+	s["secret"] = syncSecret
+	doc["version"] = uint64(pinned)
+	if plugin, err = json.Marshal(doc); err != nil {
+		t.Fatal(err)
+	}
+	return plugin, ev.Bootstrap.GetNode().GetId()
+}
+
+// shippedFleet starts n gateways (2 workers each) running the shipped envoy.yaml's
+// plugin configuration (shippedPlugin) against the shared services, closed at the end
+// of the test. They are named <name>-gw<i> in tables only: the filter picks its node id.
+func (e *env) shippedFleet(t *testing.T, name string, n int) []*harness.Gateway {
+	t.Helper()
+	plugin, node := shippedPlugin(t)
+	gws := make([]*harness.Gateway, n)
+	for i := range gws {
+		g, err := harness.StartGateway(harness.GatewayConfig{
+			Wasm: e.bins.Wasm, Workers: 2, Name: fmt.Sprintf("%s-gw%d", name, i+1), NodeID: node,
+			Plugin: plugin, Services: e.serviceAddrs(), Upstream: e.upstream.URL,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(g.Close)
+		gws[i] = g
+	}
+	return gws
 }

@@ -48,6 +48,14 @@ type GatewayConfig struct {
 	Wasm    []byte
 	Workers int    // default 2
 	NodeID  string // sync.node and the node.id property
+	// Name names the gateway in tables and errors (default NodeID).
+	Name string
+	// Plugin, when set, is the whole plugin configuration, handed to the filter as is:
+	// Rules, Pin, Secret, Sync and NodeID's sync.node are ignored (a shipped manifest's
+	// configuration, deploy.CheckEnvoy). The sync cluster still lists Services.
+	Plugin []byte
+	// Properties are extra host properties by dotted path (node.metadata.NAME, ...).
+	Properties map[string]string
 	// Rules is the rule document (shared/rule/SCHEMA.md) without "sync": the harness
 	// adds the sync section.
 	Rules []byte
@@ -66,6 +74,9 @@ type GatewayConfig struct {
 
 // PluginConfig returns the plugin configuration the gateway's filter receives.
 func (c GatewayConfig) PluginConfig() ([]byte, error) {
+	if c.Plugin != nil {
+		return c.Plugin, nil
+	}
 	dec := json.NewDecoder(bytes.NewReader(c.Rules))
 	dec.UseNumber()
 	var doc map[string]any
@@ -122,6 +133,7 @@ func StartGateway(cfg GatewayConfig) (*Gateway, error) {
 		RootID:       "tollgate",
 		PluginName:   "tollgate",
 		NodeID:       cfg.NodeID,
+		Properties:   cfg.Properties,
 		Clusters:     clusters,
 		Upstream:     upstream,
 		LogLevel:     host.LogInfo,
@@ -137,7 +149,10 @@ func StartGateway(cfg GatewayConfig) (*Gateway, error) {
 		_ = h.Close()
 		return nil, fmt.Errorf("gateway %q: listen: %w", cfg.NodeID, err)
 	}
-	g := &Gateway{Name: cfg.NodeID, URL: "http://" + ln.Addr().String(), host: h, done: make(chan struct{})}
+	if cfg.Name == "" {
+		cfg.Name = cfg.NodeID
+	}
+	g := &Gateway{Name: cfg.Name, URL: "http://" + ln.Addr().String(), host: h, done: make(chan struct{})}
 	g.srv = &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
 	go func() {
 		defer close(g.done)
@@ -161,6 +176,33 @@ func (g *Gateway) Reconfigure(cfg GatewayConfig) error {
 		return err
 	}
 	return g.host.Reconfigure(pc)
+}
+
+// WorkerClient returns a client whose connections to g all land on worker w: the
+// gateway picks a connection's worker from the client's address (as Envoy keeps a
+// connection on one worker), so the client dials until a connection maps to w
+// (bounded; 2 workers need ~2 dials on average).
+func (g *Gateway) WorkerClient(w int) *Client {
+	var d net.Dialer
+	tr := &http.Transport{
+		MaxIdleConnsPerHost: 8,
+		IdleConnTimeout:     30 * time.Second,
+		DisableCompression:  true,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			for attempt := 0; attempt < 256; attempt++ {
+				c, err := d.DialContext(ctx, network, addr)
+				if err != nil {
+					return nil, err
+				}
+				if g.host.PickWorker(c.LocalAddr().String()) == w {
+					return c, nil
+				}
+				_ = c.Close()
+			}
+			return nil, fmt.Errorf("no connection to %s landed on worker %d in 256 dials", addr, w)
+		},
+	}
+	return &Client{hc: &http.Client{Transport: tr, Timeout: 15 * time.Second}}
 }
 
 // Close stops the listener and the host. Safe to call twice.
