@@ -138,6 +138,12 @@ func (e *env) serviceAddrs() []string {
 // false, syncing with the shared services; they are closed at the end of the test.
 func (e *env) fleet(t *testing.T, name string, n int, rules string, pin bool, s harness.Sync) []*harness.Gateway {
 	t.Helper()
+	return e.fleetOn(t, e.serviceAddrs(), name, n, rules, pin, s)
+}
+
+// fleetOn is fleet syncing with the given service endpoints.
+func (e *env) fleetOn(t *testing.T, services []string, name string, n int, rules string, pin bool, s harness.Sync) []*harness.Gateway {
+	t.Helper()
 	var v uint64
 	if pin {
 		v = pinned
@@ -149,7 +155,7 @@ func (e *env) fleet(t *testing.T, name string, n int, rules string, pin bool, s 
 	for i := range gws {
 		g, err := harness.StartGateway(harness.GatewayConfig{
 			Wasm: e.bins.Wasm, Workers: 2, NodeID: fmt.Sprintf("%s-gw%d", name, i+1),
-			Rules: []byte(rules), Pin: v, Services: e.serviceAddrs(), Secret: syncSecret,
+			Rules: []byte(rules), Pin: v, Services: services, Secret: syncSecret,
 			Sync: s, Upstream: e.upstream.URL,
 		})
 		if err != nil {
