@@ -171,8 +171,8 @@ func TestShadowRuleWithSync(t *testing.T) {
 // One of two service replicas is dead: the callout that reaches it fails at once (503,
 // connection failure). The same batch must be resent at once, not a backoff later, so
 // that a gateway behind a cluster with one dead replica never goes two intervals
-// without a success (which makes it degraded); a second failure in a row must not be
-// resent at once (a dead service is not hammered).
+// without a success (which makes it degraded); once breaker_failures (3) failures are
+// in a row it must not be resent at once (a dead service is not hammered).
 func TestHardFailureResentAtOnce(t *testing.T) {
 	f := newFleet(t, 1, 2, `[{"id":"api","limit":100,"window":"1m"}]`)
 	f.tick(100)
@@ -198,7 +198,65 @@ func TestHardFailureResentAtOnce(t *testing.T) {
 		t.Fatal("the resent batch differs from the failed one: it must be resent unchanged")
 	}
 	h.Fail(calls[0], false)
+	if calls = h.TakeCallouts(); len(calls) != 1 {
+		t.Fatalf("after a second failure: %d callouts, want the batch resent at once", len(calls))
+	}
+	h.Fail(calls[0], false)
 	if calls = h.TakeCallouts(); len(calls) != 0 {
-		t.Fatalf("a second failure in a row was resent at once (%d callouts)", len(calls))
+		t.Fatalf("a third failure in a row (the breaker's threshold) was resent at once (%d callouts)", len(calls))
+	}
+}
+
+// A sync callout that gets no answer: at the next tick the batch goes out again on a
+// second callout (a hedge). When the first was merely lost, the hedge's answer keeps the
+// gateway healthy and the first one's late timeout changes nothing; when the service
+// hangs (neither is answered), every worker answers degraded within two intervals and a
+// quarter of the unanswered sync (RATIONALE.md §3: 250 ms at 100 ms intervals).
+func TestUnansweredSyncHedgedThenDegraded(t *testing.T) {
+	for _, hung := range []bool{false, true} {
+		t.Run(map[bool]string{false: "lost callout", true: "hung service"}[hung], func(t *testing.T) {
+			f := newFleet(t, 1, 2, `[{"id":"api","limit":1000,"window":"1m"}]`)
+			h := f.gws[0]
+			f.tick(100)
+			f.send(0, 0, "k")
+			tick := func() {
+				f.now += 100_000
+				for w := range h.Workers() {
+					h.Tick(w)
+				}
+			}
+			tick()
+			first := h.TakeCallouts()
+			if len(first) != 1 {
+				t.Fatalf("%d callouts after a tick, want the sync", len(first))
+			}
+			sentAt := f.now
+			tick()
+			hedge := h.TakeCallouts()
+			if len(hedge) != 1 || string(hedge[0].Body) != string(first[0].Body) {
+				t.Fatalf("at the next tick: %d callouts, want the same batch once more", len(hedge))
+			}
+			if !hung {
+				status, body := f.svc.Handle(hedge[0].Header(":path"), hedge[0].Body, f.now)
+				h.Respond(hedge[0], [][2]string{{":status", strconv.Itoa(status)}}, body)
+				h.Fail(first[0], true) // the lost one times out later
+				for w := range h.Workers() {
+					if s := f.send(0, w, "k"); s.Header("x-ratelimit-policy") == "degraded" {
+						t.Fatalf("worker %d degraded after the hedge was answered", w)
+					}
+				}
+				if n := h.Metric("tollgate.sync_failed"); n != 0 {
+					t.Fatalf("sync_failed %d: the lost callout's timeout must not count once the hedge answered", n)
+				}
+				return
+			}
+			// Neither answers. Within 2.25 intervals of the send every worker is degraded.
+			f.now = sentAt + 225_000
+			for w := range h.Workers() {
+				if s := f.send(0, w, "k"); s.Header("x-ratelimit-policy") != "degraded" {
+					t.Fatalf("worker %d not degraded %d ms after the unanswered sync", w, (f.now-sentAt)/1000)
+				}
+			}
+		})
 	}
 }

@@ -201,8 +201,8 @@ func (p *Plugin) OnHTTPCallResponse(token uint32, headers [][2]string, body []by
 	now := p.host.NowUs()
 	switch c.kind {
 	case callSync:
-		if p.sync.inflight && p.sync.token == token {
-			p.sync.onResponse(now, headers, body)
+		if p.sync.answers(token) {
+			p.sync.onResponse(now, token, headers, body)
 		}
 	case callRules:
 		p.fetching = false

@@ -22,7 +22,7 @@ const SyncCluster = "tollgate_ratelimit"
 type Sync struct {
 	IntervalMs      int // 100
 	TimeoutMs       int // 250
-	LeaseTTLMs      int // 1000
+	LeaseTTLMs      int // the filter's default (60000)
 	ExpectedNodes   int // 1
 	BreakerFailures int // 3
 	BreakerOpenMs   int // 1000
@@ -36,7 +36,6 @@ func (s Sync) withDefaults() Sync {
 	}
 	def(&s.IntervalMs, 100)
 	def(&s.TimeoutMs, 250)
-	def(&s.LeaseTTLMs, 1000)
 	def(&s.ExpectedNodes, 1)
 	def(&s.BreakerFailures, 3)
 	def(&s.BreakerOpenMs, 1000)
@@ -90,9 +89,12 @@ func (c GatewayConfig) PluginConfig() ([]byte, error) {
 		s := c.Sync.withDefaults()
 		doc["sync"] = map[string]any{
 			"cluster": SyncCluster, "authority": "ratelimit", "secret": c.Secret, "node": c.NodeID,
-			"interval_ms": s.IntervalMs, "timeout_ms": s.TimeoutMs, "lease_ttl_ms": s.LeaseTTLMs,
+			"interval_ms": s.IntervalMs, "timeout_ms": s.TimeoutMs,
 			"expected_nodes": s.ExpectedNodes, "breaker_failures": s.BreakerFailures,
 			"breaker_open_ms": s.BreakerOpenMs,
+		}
+		if s.LeaseTTLMs > 0 {
+			doc["sync"].(map[string]any)["lease_ttl_ms"] = s.LeaseTTLMs
 		}
 	}
 	return json.Marshal(doc)
