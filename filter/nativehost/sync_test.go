@@ -260,3 +260,30 @@ func TestUnansweredSyncHedgedThenDegraded(t *testing.T) {
 		})
 	}
 }
+
+// A sync reply that is slow while the service answers acquires is a busy service, not a
+// hung one: the gateway stays healthy past the point where an unanswered sync alone
+// makes it degraded.
+func TestSlowSyncWithAnsweredAcquiresStaysHealthy(t *testing.T) {
+	f := newFleet(t, 1, 2, `[{"id":"api","limit":1000,"window":"1m"}]`)
+	h := f.gws[0]
+	f.tick(100)
+	f.send(0, 0, "k")
+	f.now += 100_000
+	for w := range h.Workers() {
+		h.Tick(w)
+	}
+	pending := h.TakeCallouts() // the sync: left unanswered
+	if len(pending) != 1 {
+		t.Fatalf("%d callouts after a tick, want the sync", len(pending))
+	}
+	sentAt := f.now
+	for step := 1; step <= 3; step++ {
+		f.now = sentAt + int64(step)*75_000
+		// A fresh key acquires; the service answers it.
+		s := f.send(0, step%2, "fresh"+strconv.Itoa(step))
+		if s.Header("x-ratelimit-policy") == "degraded" {
+			t.Fatalf("%d ms after the sync was sent, with acquires answered: degraded", (f.now-sentAt)/1000)
+		}
+	}
+}

@@ -268,6 +268,7 @@ func (s *Stream) onCheckResponse(now int64, headers [][2]string, body []byte) {
 		p.m.inc(p.m.checkFailed)
 		act = s.unavailable(now)
 	} else {
+		p.sync.answered(now)
 		act = s.decided(now, reply.States)
 	}
 	if act == Continue {

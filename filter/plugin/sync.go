@@ -430,6 +430,16 @@ func (s *syncer) sendHedge() {
 	p.m.inc(p.m.syncSent)
 }
 
+// answered records that the service just answered a check or an acquire: it is alive,
+// so a sync reply that is merely slow does not make the gateway degraded while other
+// callouts are answered (a hung service answers none).
+func (s *syncer) answered(now int64) {
+	if now-s.state.LastOkUs < s.intervalUs()/2 {
+		return // recent enough: spare the shared write
+	}
+	s.setState(func(st *syncState) { st.LastOkUs = max(st.LastOkUs, now) })
+}
+
 // answers reports whether token is a callout of the batch in flight.
 func (s *syncer) answers(token uint32) bool {
 	return s.inflight && (token == s.token || (s.hedge != 0 && token == s.hedge))
