@@ -287,3 +287,31 @@ func TestSlowSyncWithAnsweredAcquiresStaysHealthy(t *testing.T) {
 		}
 	}
 }
+
+// A request paused for an acquire whose callout reaches a dead replica (503, connection
+// failure): the checks are resent once, at once, and the answer of the live one
+// decides the request — admitted, not degraded. A second failure decides it degraded.
+func TestAcquireResentOnceAfterConnectionFailure(t *testing.T) {
+	for _, failures := range []int{1, 2} {
+		t.Run(strconv.Itoa(failures)+" failures", func(t *testing.T) {
+			f := newFleet(t, 1, 2, `[{"id":"api","limit":1000,"window":"1m"}]`)
+			h := f.gws[0]
+			f.tick(100)
+			s := h.Request(0, [][2]string{{":method", "GET"}, {":path", "/api"}, {":authority", "a"}, {"x-api-key", "k"}}, nil)
+			for i := 0; i < failures; i++ {
+				calls := h.TakeCallouts()
+				if len(calls) != 1 || calls[0].Header(":path") != "/v1/check" {
+					t.Fatalf("callout %d: %d callouts, want one /v1/check", i+1, len(calls))
+				}
+				h.Fail(calls[0], false)
+			}
+			f.deliver()
+			if !s.Decided || !s.Admitted() {
+				t.Fatalf("request not admitted (decided %v, status %d)", s.Decided, s.Status())
+			}
+			if degraded := s.Header("x-ratelimit-policy") == "degraded"; degraded != (failures == 2) {
+				t.Fatalf("after %d failed checks: degraded %v", failures, degraded)
+			}
+		})
+	}
+}

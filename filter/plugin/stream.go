@@ -30,6 +30,8 @@ type pausedState struct {
 	strict  []*rule.Applied  // strict rules, decided by the service
 	checks  []checkRef       // what each delta of the callout asks
 	done    map[int]struct{} // ops an acquire admitted (their cost is charged already)
+	body    []byte           // the callout's batch, kept for one resend
+	resent  bool
 }
 
 // A paused request's decision counts its acquires among the buckets that admitted it.
@@ -220,6 +222,7 @@ func (s *Stream) pause(now int64, applied []rule.Applied) Action {
 				p.m.inc(p.m.acquires)
 			}
 			p.calls[token] = call{kind: callStrict, stream: s.id}
+			st.body = body
 			return Pause
 		}
 	}
@@ -261,6 +264,19 @@ func (s *Stream) onCheckResponse(now int64, headers [][2]string, body []byte) {
 	if err := p.host.SetEffectiveContext(s.id); err != nil {
 		p.host.Log(LogError, "tollgate: resume: "+err.Error())
 		return
+	}
+	if status := headerValue(headers, ":status"); status == "503" && !s.paused.resent {
+		// The connection failed or the service could not answer (503): send the same
+		// checks once more, at once. Behind a cluster of several replicas the resend goes
+		// to the next one, so a dead replica does not turn this request degraded. Checks
+		// are not recorded for replay: a 503 from the service after some Redis nodes
+		// applied their part charges that part twice (toward refusing, never admitting
+		// twice).
+		s.paused.resent = true
+		if token, err := p.host.HTTPCall(p.cfg.Sync.Cluster, p.callHeaders("/v1/check"), s.paused.body, uint32(p.cfg.Sync.TimeoutMs)); err == nil {
+			p.calls[token] = call{kind: callStrict, stream: s.id}
+			return
+		}
 	}
 	var reply wire.Reply
 	var act Action
