@@ -288,12 +288,19 @@ func TestSlowSyncWithAnsweredAcquiresStaysHealthy(t *testing.T) {
 	}
 }
 
-// A request paused for an acquire whose callout reaches a dead replica (503, connection
-// failure): the checks are resent once, at once, and the answer of the live one
-// decides the request — admitted, not degraded. A second failure decides it degraded.
+// A request paused for an acquire whose callout reaches a dead replica (Envoy's 503 for
+// a connection failure): the checks are resent once, at once, and the answer of the live
+// one decides the request — admitted, not degraded. A second failure decides it
+// degraded, and so does a 503 the service itself answered (it may have applied the
+// checks: resending could charge them twice).
 func TestAcquireResentOnceAfterConnectionFailure(t *testing.T) {
-	for _, failures := range []int{1, 2} {
-		t.Run(strconv.Itoa(failures)+" failures", func(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		failures int
+		service  bool // the 503 comes from the service, not from the connection
+	}{{"one connection failure", 1, false}, {"two connection failures", 2, false}, {"the service's 503", 1, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			failures := tc.failures
 			f := newFleet(t, 1, 2, `[{"id":"api","limit":1000,"window":"1m"}]`)
 			h := f.gws[0]
 			f.tick(100)
@@ -303,14 +310,18 @@ func TestAcquireResentOnceAfterConnectionFailure(t *testing.T) {
 				if len(calls) != 1 || calls[0].Header(":path") != "/v1/check" {
 					t.Fatalf("callout %d: %d callouts, want one /v1/check", i+1, len(calls))
 				}
-				h.Fail(calls[0], false)
+				if tc.service {
+					h.Respond(calls[0], [][2]string{{":status", "503"}}, []byte("redis: shard unavailable\n"))
+				} else {
+					h.Fail(calls[0], false)
+				}
 			}
 			f.deliver()
 			if !s.Decided || !s.Admitted() {
 				t.Fatalf("request not admitted (decided %v, status %d)", s.Decided, s.Status())
 			}
-			if degraded := s.Header("x-ratelimit-policy") == "degraded"; degraded != (failures == 2) {
-				t.Fatalf("after %d failed checks: degraded %v", failures, degraded)
+			if degraded, want := s.Header("x-ratelimit-policy") == "degraded", failures == 2 || tc.service; degraded != want {
+				t.Fatalf("degraded %v, want %v", degraded, want)
 			}
 		})
 	}

@@ -230,6 +230,14 @@ func (s *Stream) pause(now int64, applied []rule.Applied) Action {
 	return s.unavailable(now)
 }
 
+// connectFailure reports whether a callout's 503 is Envoy's local reply for a
+// connection that could not be made (the request never left the proxy), as opposed to
+// the service's own 503 or a reset after the request was sent.
+func connectFailure(body []byte) bool {
+	const reason = "reset reason: connection failure"
+	return len(body) >= len(reason) && string(body[len(body)-len(reason):]) == reason
+}
+
 // checkDelta asks the service for one window of a applied rule (cost a.Cost).
 func checkDelta(a *rule.Applied, w int, prm algo.Params, flags uint8, elapsedMs int64) wire.Delta {
 	return wire.Delta{
@@ -265,13 +273,12 @@ func (s *Stream) onCheckResponse(now int64, headers [][2]string, body []byte) {
 		p.host.Log(LogError, "tollgate: resume: "+err.Error())
 		return
 	}
-	if status := headerValue(headers, ":status"); status == "503" && !s.paused.resent {
-		// The connection failed or the service could not answer (503): send the same
-		// checks once more, at once. Behind a cluster of several replicas the resend goes
-		// to the next one, so a dead replica does not turn this request degraded. Checks
-		// are not recorded for replay: a 503 from the service after some Redis nodes
-		// applied their part charges that part twice (toward refusing, never admitting
-		// twice).
+	if headerValue(headers, ":status") == "503" && connectFailure(body) && !s.paused.resent {
+		// The connection to the service failed: nothing reached it, so the same checks
+		// are sent once more, at once. Behind a cluster of several replicas the resend
+		// goes to the next one, so a dead replica does not turn this request degraded.
+		// Any other failure may have been applied (checks are not recorded for replay),
+		// so it is not resent.
 		s.paused.resent = true
 		if token, err := p.host.HTTPCall(p.cfg.Sync.Cluster, p.callHeaders("/v1/check"), s.paused.body, uint32(p.cfg.Sync.TimeoutMs)); err == nil {
 			p.calls[token] = call{kind: callStrict, stream: s.id}
