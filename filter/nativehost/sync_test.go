@@ -289,16 +289,16 @@ func TestSlowSyncWithAnsweredAcquiresStaysHealthy(t *testing.T) {
 }
 
 // A request paused for an acquire whose callout reaches a dead replica (Envoy's 503 for
-// a connection failure): the checks are resent once, at once, and the answer of the live
-// one decides the request — admitted, not degraded. A second failure decides it
-// degraded, and so does a 503 the service itself answered (it may have applied the
+// a connection failure): the checks are resent at once (twice at most), and the answer
+// of the live one decides the request — admitted, not degraded. A third failure decides
+// it degraded, and so does a 503 the service itself answered (it may have applied the
 // checks: resending could charge them twice).
 func TestAcquireResentOnceAfterConnectionFailure(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		failures int
 		service  bool // the 503 comes from the service, not from the connection
-	}{{"one connection failure", 1, false}, {"two connection failures", 2, false}, {"the service's 503", 1, true}} {
+	}{{"one connection failure", 1, false}, {"two connection failures", 2, false}, {"three connection failures", 3, false}, {"the service's 503", 1, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			failures := tc.failures
 			f := newFleet(t, 1, 2, `[{"id":"api","limit":1000,"window":"1m"}]`)
@@ -320,7 +320,7 @@ func TestAcquireResentOnceAfterConnectionFailure(t *testing.T) {
 			if !s.Decided || !s.Admitted() {
 				t.Fatalf("request not admitted (decided %v, status %d)", s.Decided, s.Status())
 			}
-			if degraded, want := s.Header("x-ratelimit-policy") == "degraded", failures == 2 || tc.service; degraded != want {
+			if degraded, want := s.Header("x-ratelimit-policy") == "degraded", failures == 3 || tc.service; degraded != want {
 				t.Fatalf("degraded %v, want %v", degraded, want)
 			}
 		})

@@ -30,8 +30,8 @@ type pausedState struct {
 	strict  []*rule.Applied  // strict rules, decided by the service
 	checks  []checkRef       // what each delta of the callout asks
 	done    map[int]struct{} // ops an acquire admitted (their cost is charged already)
-	body    []byte           // the callout's batch, kept for one resend
-	resent  bool
+	body    []byte           // the callout's batch, kept for resends
+	resends uint8
 }
 
 // A paused request's decision counts its acquires among the buckets that admitted it.
@@ -230,6 +230,10 @@ func (s *Stream) pause(now int64, applied []rule.Applied) Action {
 	return s.unavailable(now)
 }
 
+// maxCheckResends bounds the resends of a paused request's checks after connection
+// failures.
+const maxCheckResends = 2
+
 // connectFailure reports whether a callout's 503 is Envoy's local reply for a
 // connection that could not be made (the request never left the proxy), as opposed to
 // the service's own 503 or a reset after the request was sent.
@@ -273,13 +277,13 @@ func (s *Stream) onCheckResponse(now int64, headers [][2]string, body []byte) {
 		p.host.Log(LogError, "tollgate: resume: "+err.Error())
 		return
 	}
-	if headerValue(headers, ":status") == "503" && connectFailure(body) && !s.paused.resent {
+	if headerValue(headers, ":status") == "503" && connectFailure(body) && s.paused.resends < maxCheckResends {
 		// The connection to the service failed: nothing reached it, so the same checks
-		// are sent once more, at once. Behind a cluster of several replicas the resend
-		// goes to the next one, so a dead replica does not turn this request degraded.
-		// Any other failure may have been applied (checks are not recorded for replay),
-		// so it is not resent.
-		s.paused.resent = true
+		// are sent again, at once. Behind a cluster of several replicas the resend goes
+		// to the next one (unless another callout of this worker took that turn, hence
+		// two), so a dead replica does not turn this request degraded. Any other failure
+		// may have been applied (checks are not recorded for replay): not resent.
+		s.paused.resends++
 		if token, err := p.host.HTTPCall(p.cfg.Sync.Cluster, p.callHeaders("/v1/check"), s.paused.body, uint32(p.cfg.Sync.TimeoutMs)); err == nil {
 			p.calls[token] = call{kind: callStrict, stream: s.id}
 			return
