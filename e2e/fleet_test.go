@@ -105,6 +105,8 @@ func TestFleetOneKey(t *testing.T) {
 		"calm key: statuses", statusHistogram(calm),
 		"calm key: false rejections", fmt.Sprintf("%d of %d (%.3f%%, max %.1f%%)", ct.Limited, ct.Total, 100*float64(ct.Limited)/float64(max(ct.Total, 1)), 100*falseRejectionMax),
 		"p50/p99 latency (hot, calm)", latencies(hot)+", "+latencies(calm),
+		"gateways: syncs sent / failed, acquires / failed", fmt.Sprintf("%d / %d, %d / %d", sumMetric(gws, "tollgate.sync_sent"),
+			sumMetric(gws, "tollgate.sync_failed"), sumMetric(gws, "tollgate.acquires"), sumMetric(gws, "tollgate.checks_failed")),
 	))
 
 	if ht.Failed+ht.Unavailable+ht.OtherStatus+ct.Failed+ct.Unavailable+ct.OtherStatus > 0 {
