@@ -240,8 +240,9 @@ func TestPolicies(t *testing.T) {
 		// Ordinary rules: decided locally, degraded. A fresh key's request asks the
 		// service (an acquire) and is decided degraded as soon as that fails; a key whose
 		// answer the gateway can give from what it holds is marked degraded once the
-		// gateway's sync has failed too (sync_failed rises, breaker_state counts the
-		// workers that know) — the wait for the latter is what the poll bounds.
+		// gateway's sync has failed too (sync_failed rises) and every worker knows it
+		// (breaker_state counts the workers that do) — the wait for the latter is what
+		// the poll bounds.
 		var open harness.Answer
 		var fiveXX int
 		var degradedAfter time.Duration
@@ -253,7 +254,8 @@ func TestPolicies(t *testing.T) {
 			if open.Degraded() && degradedAfter == 0 {
 				degradedAfter = time.Since(killAt)
 			}
-			return open.Degraded() && gw.Metric("tollgate.sync_failed") > failedBefore && gw.Metric("tollgate.breaker_state") > 0, nil
+			return open.Degraded() && gw.Metric("tollgate.sync_failed") > failedBefore &&
+				gw.Metric("tollgate.breaker_state") >= int64(gw.Host().Workers()), nil
 		})
 		quota := get("/api/x", quotaKey)
 		failed := gw.Metric("tollgate.sync_failed") - failedBefore
