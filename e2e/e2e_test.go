@@ -1,15 +1,20 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/tollgate-rl/tollgate/deploy"
 	"github.com/tollgate-rl/tollgate/e2e/internal/harness"
 	"github.com/tollgate-rl/tollgate/internal/redistest"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
@@ -133,6 +138,12 @@ func (e *env) serviceAddrs() []string {
 // false, syncing with the shared services; they are closed at the end of the test.
 func (e *env) fleet(t *testing.T, name string, n int, rules string, pin bool, s harness.Sync) []*harness.Gateway {
 	t.Helper()
+	return e.fleetOn(t, e.serviceAddrs(), name, n, rules, pin, s)
+}
+
+// fleetOn is fleet syncing with the given service endpoints.
+func (e *env) fleetOn(t *testing.T, services []string, name string, n int, rules string, pin bool, s harness.Sync) []*harness.Gateway {
+	t.Helper()
 	var v uint64
 	if pin {
 		v = pinned
@@ -144,7 +155,7 @@ func (e *env) fleet(t *testing.T, name string, n int, rules string, pin bool, s 
 	for i := range gws {
 		g, err := harness.StartGateway(harness.GatewayConfig{
 			Wasm: e.bins.Wasm, Workers: 2, NodeID: fmt.Sprintf("%s-gw%d", name, i+1),
-			Rules: []byte(rules), Pin: v, Services: e.serviceAddrs(), Secret: syncSecret,
+			Rules: []byte(rules), Pin: v, Services: services, Secret: syncSecret,
 			Sync: s, Upstream: e.upstream.URL,
 		})
 		if err != nil {
@@ -154,6 +165,24 @@ func (e *env) fleet(t *testing.T, name string, n int, rules string, pin bool, s 
 		gws[i] = g
 	}
 	return gws
+}
+
+// nodesLastSeen reads the service's fleet record (store.NodesKey: node id → unix ms of
+// its last sync, written by each service instance at most once a second) from Redis.
+func (e *env) nodesLastSeen(ctx context.Context) (map[string]time.Time, error) {
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: e.redis.Addrs()})
+	defer rdb.Close()
+	zs, err := rdb.ZRangeWithScores(ctx, store.NodesKey, 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("ZRANGE %s: %w", store.NodesKey, err)
+	}
+	out := make(map[string]time.Time, len(zs))
+	for _, z := range zs {
+		if m, ok := z.Member.(string); ok {
+			out[m] = time.UnixMilli(int64(z.Score))
+		}
+	}
+	return out, nil
 }
 
 // uniqueKey is a caller key no earlier run used (Redis state outlives a test in -count=N).
@@ -214,4 +243,67 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// shippedPlugin is the plugin configuration of the shipped envoy.yaml, as
+// deploy.CheckEnvoy extracts it, with the two changes this environment needs: the e2e
+// services' sync secret (the shipped file has none; a deployment adds its own), and the
+// version pinned (the rules scenario stores rule sets at the service, which a gateway
+// would adopt as newer). Everything else — the rules, interval, timeout, breaker,
+// expected_nodes 1, and no sync.node — is as shipped. node is the bootstrap's node.id
+// (the shipped bootstrap sets none, so each Envoy's filter finds its own id).
+func shippedPlugin(t *testing.T) (plugin []byte, node string) {
+	t.Helper()
+	root, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(root, "envoy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := deploy.CheckEnvoy(data)
+	if err != nil {
+		t.Fatalf("shipped envoy.yaml: %v", err)
+	}
+	var doc map[string]any
+	dec := json.NewDecoder(bytes.NewReader(ev.RulesJSON))
+	dec.UseNumber()
+	if err := dec.Decode(&doc); err != nil {
+		t.Fatalf("shipped envoy.yaml plugin configuration: %v", err)
+	}
+	s, ok := doc["sync"].(map[string]any)
+	if !ok {
+		t.Fatal("shipped envoy.yaml: the plugin configuration has no sync section")
+	}
+	if n, ok := s["node"]; ok {
+		t.Fatalf("shipped envoy.yaml sets sync.node %v: the node id should come from Envoy", n)
+	}
+	s["secret"] = syncSecret
+	doc["version"] = uint64(pinned)
+	if plugin, err = json.Marshal(doc); err != nil {
+		t.Fatal(err)
+	}
+	return plugin, ev.Bootstrap.GetNode().GetId()
+}
+
+// shippedFleet starts n gateways (2 workers each) running the shipped envoy.yaml's
+// plugin configuration (shippedPlugin) against the shared services, closed at the end
+// of the test. They are named <name>-gw<i> in tables only: the filter picks its node id.
+func (e *env) shippedFleet(t *testing.T, name string, n int) []*harness.Gateway {
+	t.Helper()
+	plugin, node := shippedPlugin(t)
+	gws := make([]*harness.Gateway, n)
+	for i := range gws {
+		g, err := harness.StartGateway(harness.GatewayConfig{
+			Wasm: e.bins.Wasm, Workers: 2, Name: fmt.Sprintf("%s-gw%d", name, i+1), NodeID: node,
+			Plugin: plugin, Services: e.serviceAddrs(), Upstream: e.upstream.URL,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(g.Close)
+		gws[i] = g
+	}
+	return gws
 }

@@ -25,26 +25,26 @@ func fleetDuration(t *testing.T) time.Duration {
 	return 60 * time.Second
 }
 
-// TestFleetOneKey is scenario 2: four gateways share one key that clients hit at 10x
-// its limit (600/min, burst 100), spread unevenly (50/25/15/10 %), for 60 s. The fleet
-// must admit no more than the limit allows over the run plus 1 % (RATIONALE.md §3's
-// goal), and Redis must have charged what the clients saw admitted. At the same time a
-// second client runs at 90 % of its own limit (6000/min) over the same gateways: fewer
-// than 0.1 % of its requests may be refused.
+// TestFleetOneKey is scenario 2: four gateways, running the plugin configuration of the
+// shipped envoy.yaml (shippedPlugin: no sync.node, expected_nodes 1 — each Envoy finds
+// its node id and the fleet size comes from the service), share one key that clients
+// hit at 10x its limit (the "plan" rule's pro tier, 1000/min, capacity 1000), spread
+// unevenly (50/25/15/10 %), for 60 s. The fleet must admit no more than the limit
+// allows over the run plus 1 % (RATIONALE.md §3's goal), and Redis must have charged
+// what the clients saw admitted. At the same time a second client runs at 90 % of its
+// own limit (the enterprise tier, 10000/min) over the same gateways: fewer than 0.1 % of
+// its requests may be refused.
 func TestFleetOneKey(t *testing.T) {
 	e := sharedEnv(t)
 	const (
-		hotLimit, hotBurst   = 600, 100 // per minute
-		calmLimit, calmBurst = 6000, 100
-		overAdmissionGoal    = 0.01
-		falseRejectionMax    = 0.001
+		hotLimit, hotBurst = 1000, 1000 // per minute: the shipped pro tier
+		calmLimit          = 10000
+		overAdmissionGoal  = 0.01
+		falseRejectionMax  = 0.001
 	)
-	rules := `{"rules":[
-		{"id":"hot","match":{"prefix":"/hot"},"limit":600,"window":"1m","burst":100},
-		{"id":"calm","match":{"prefix":"/calm"},"limit":6000,"window":"1m","burst":100}]}`
 	weights := []int{50, 25, 15, 10}
-	gws := e.fleet(t, uniqueKey("fleet"), len(weights), rules, true, harness.Sync{})
-	hotKey, calmKey := uniqueKey("hot"), uniqueKey("calm")
+	gws := e.shippedFleet(t, uniqueKey("fleet"), len(weights))
+	hotKey, calmKey := uniqueKey("sk_pro_hot"), uniqueKey("sk_ent_calm")
 	dur := fleetDuration(t)
 
 	ctx := ctxFor(t, dur+time.Minute)
@@ -54,12 +54,12 @@ func TestFleetOneKey(t *testing.T) {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		hot = e.client.Run(ctx, harness.Load{Gateways: gws, Weights: weights, Path: "/hot", Key: hotKey,
+		hot = e.client.Run(ctx, harness.Load{Gateways: gws, Weights: weights, Path: "/hot", Key: hotKey, Workers: 64,
 			Rate: 10 * hotLimit / 60.0, Duration: dur})
 	}()
 	go func() {
 		defer wg.Done()
-		calm = e.client.Run(ctx, harness.Load{Gateways: gws, Weights: weights, Path: "/calm", Key: calmKey,
+		calm = e.client.Run(ctx, harness.Load{Gateways: gws, Weights: weights, Path: "/calm", Key: calmKey, Workers: 64,
 			Rate: 0.9 * calmLimit / 60.0, Duration: dur})
 	}()
 	wg.Wait()
@@ -77,7 +77,7 @@ func TestFleetOneKey(t *testing.T) {
 	var consumed float64
 	var outstanding int64
 	flushErr := harness.Poll(5*time.Second, 50*time.Millisecond, func() (bool, error) {
-		b, now, err := admin.Bucket(hotKey, "hot", 0)
+		b, now, err := admin.Bucket(hotKey, "plan", 0)
 		if err != nil || b == nil {
 			return false, err
 		}
@@ -105,6 +105,8 @@ func TestFleetOneKey(t *testing.T) {
 		"calm key: statuses", statusHistogram(calm),
 		"calm key: false rejections", fmt.Sprintf("%d of %d (%.3f%%, max %.1f%%)", ct.Limited, ct.Total, 100*float64(ct.Limited)/float64(max(ct.Total, 1)), 100*falseRejectionMax),
 		"p50/p99 latency (hot, calm)", latencies(hot)+", "+latencies(calm),
+		"gateways: syncs sent / failed, acquires / failed", fmt.Sprintf("%d / %d, %d / %d", sumMetric(gws, "tollgate.sync_sent"),
+			sumMetric(gws, "tollgate.sync_failed"), sumMetric(gws, "tollgate.acquires"), sumMetric(gws, "tollgate.checks_failed")),
 	))
 
 	if ht.Failed+ht.Unavailable+ht.OtherStatus+ct.Failed+ct.Unavailable+ct.OtherStatus > 0 {

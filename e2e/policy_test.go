@@ -237,17 +237,26 @@ func TestPolicies(t *testing.T) {
 		// Strict fail-closed: 503 with Retry-After at once (the check's callout fails).
 		login := get("/login", uniqueKey("strict-down"))
 		lb := decodeBody(t, &login)
-		// Ordinary rules: decided locally; degraded once the breaker opens.
+		// Ordinary rules: decided locally, degraded. A fresh key's request asks the
+		// service (an acquire) and is decided degraded as soon as that fails; a key whose
+		// answer the gateway can give from what it holds is marked degraded once the
+		// gateway's sync has failed too (sync_failed rises) and every worker knows it
+		// (breaker_state counts the workers that do) — the wait for the latter is what
+		// the poll bounds.
 		var open harness.Answer
 		var fiveXX int
+		var degradedAfter time.Duration
 		openErr := harness.Poll(10*time.Second, 20*time.Millisecond, func() (bool, error) {
 			open = get("/api/x", uniqueKey("open-down"))
 			if open.Status >= 500 || open.Err != nil {
 				fiveXX++
 			}
-			return open.Degraded(), nil
+			if open.Degraded() && degradedAfter == 0 {
+				degradedAfter = time.Since(killAt)
+			}
+			return open.Degraded() && gw.Metric("tollgate.sync_failed") > failedBefore &&
+				gw.Metric("tollgate.breaker_state") >= int64(gw.Host().Workers()), nil
 		})
-		degradedAfter := time.Since(killAt)
 		quota := get("/api/x", quotaKey)
 		failed := gw.Metric("tollgate.sync_failed") - failedBefore
 		breaker := gw.Metric("tollgate.breaker_state")

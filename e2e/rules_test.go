@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tollgate-rl/tollgate/e2e/internal/harness"
+	"github.com/tollgate-rl/tollgate/internal/redistest"
 )
 
 const (
@@ -26,8 +27,22 @@ func TestRuleChangePropagates(t *testing.T) {
 		requirement = 2 * time.Second
 		target      = 300 * time.Millisecond
 	)
-	admin := e.admin()
-	gws := e.fleet(t, uniqueKey("rules"), 4, tierRules100, false, harness.Sync{})
+	// Once the service holds a rule set it applies it to every gateway's deltas and
+	// refuses rules it does not know, so the rule sets stored here must not reach the
+	// services the other scenarios share: this one runs its own service on its own Redis.
+	rdb, err := redistest.Launch(redistest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rdb.Stop)
+	svc, err := harness.StartService(harness.ServiceConfig{Bin: e.bins.Service, RedisAddrs: rdb.Addrs(),
+		AdminToken: adminToken, SyncSecret: syncSecret, Args: sharedServiceArgs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Stop)
+	admin := harness.Admin{Base: svc.URL(), Token: adminToken}
+	gws := e.fleetOn(t, []string{svc.Addr()}, uniqueKey("rules"), 4, tierRules100, false, harness.Sync{})
 	n := len(gws)
 
 	ctx := ctxFor(t, time.Minute)

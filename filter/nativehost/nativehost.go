@@ -228,6 +228,7 @@ func (h *Host) Tick(w int) {
 	wk := h.workers[w]
 	wk.cur = nil
 	wk.p.OnTick()
+	h.settle(wk) // a tick may answer paused requests (the service was found down)
 }
 
 // TickPeriodMs is the period worker w asked for (0: none).

@@ -136,3 +136,234 @@ func TestFleetAdmitsTheLimit(t *testing.T) {
 		})
 	}
 }
+
+// A shadow rule on a gateway that syncs: its bucket starts without a lease, which for an
+// enforcing rule means an acquire. A shadow rule must neither pause the request for it
+// nor stay silent: the first 5 of 20 requests fit the 5/min bucket, the other 15 are
+// admitted and flagged, none is marked degraded, and no acquire is sent.
+func TestShadowRuleWithSync(t *testing.T) {
+	f := newFleet(t, 1, 2, `[{"id":"trial","limit":5,"window":"1m","shadow":true}]`)
+	f.tick(100)
+	flagged := 0
+	for i := 0; i < 20; i++ {
+		s := f.send(0, i%2, "k")
+		if !s.Admitted() {
+			t.Fatalf("request %d: a shadow rule refused (status %d)", i, s.Status())
+		}
+		if s.Header("x-ratelimit-policy") == "degraded" {
+			t.Fatalf("request %d marked degraded with the service up", i)
+		}
+		if got := s.Header("x-ratelimit-shadow") == "trial"; got != (i >= 5) {
+			t.Fatalf("request %d: x-ratelimit-shadow %q", i, s.Header("x-ratelimit-shadow"))
+		}
+		if s.Header("x-ratelimit-shadow") != "" {
+			flagged++
+		}
+	}
+	if n := f.gws[0].Metric("tollgate.acquires"); n != 0 {
+		t.Errorf("%d acquires for a shadow rule", n)
+	}
+	if n := f.gws[0].Metric("tollgate.requests_shadow_rejected"); n != int64(flagged) {
+		t.Errorf("requests_shadow_rejected %d, %d flagged", n, flagged)
+	}
+}
+
+// One of two service replicas is dead: the callout that reaches it fails at once (503,
+// connection failure). The same batch must be resent at once, not a backoff later, so
+// that a gateway behind a cluster with one dead replica never goes two intervals
+// without a success (which makes it degraded); once breaker_failures (3) failures are
+// in a row it must not be resent at once (a dead service is not hammered).
+func TestHardFailureResentAtOnce(t *testing.T) {
+	f := newFleet(t, 1, 2, `[{"id":"api","limit":100,"window":"1m"}]`)
+	f.tick(100)
+	h := f.gws[0]
+	for i := 0; i < 5; i++ {
+		f.send(0, i%2, "k") // buckets to report
+	}
+	f.now += 100_000
+	for w := range h.Workers() {
+		h.Tick(w)
+	}
+	calls := h.TakeCallouts()
+	if len(calls) != 1 || calls[0].Header(":path") != "/v1/sync" {
+		t.Fatalf("want one sync callout after the tick, got %d", len(calls))
+	}
+	first := calls[0]
+	h.Fail(first, false)
+	calls = h.TakeCallouts()
+	if len(calls) != 1 || calls[0].Header(":path") != "/v1/sync" {
+		t.Fatalf("after a connection failure: %d callouts, want the batch resent at once", len(calls))
+	}
+	if string(calls[0].Body) != string(first.Body) {
+		t.Fatal("the resent batch differs from the failed one: it must be resent unchanged")
+	}
+	h.Fail(calls[0], false)
+	if calls = h.TakeCallouts(); len(calls) != 1 {
+		t.Fatalf("after a second failure: %d callouts, want the batch resent at once", len(calls))
+	}
+	h.Fail(calls[0], false)
+	if calls = h.TakeCallouts(); len(calls) != 0 {
+		t.Fatalf("a third failure in a row (the breaker's threshold) was resent at once (%d callouts)", len(calls))
+	}
+}
+
+// A sync callout that gets no answer: at the next tick the batch goes out again on a
+// second callout (a hedge). When the first was merely lost, the hedge's answer keeps the
+// gateway healthy and the first one's late timeout changes nothing; when the service
+// hangs (neither is answered), every worker answers degraded within two intervals and a
+// quarter of the unanswered sync (RATIONALE.md §3: 250 ms at 100 ms intervals).
+func TestUnansweredSyncHedgedThenDegraded(t *testing.T) {
+	for _, hung := range []bool{false, true} {
+		t.Run(map[bool]string{false: "lost callout", true: "hung service"}[hung], func(t *testing.T) {
+			f := newFleet(t, 1, 2, `[{"id":"api","limit":1000,"window":"1m"}]`)
+			h := f.gws[0]
+			f.tick(100)
+			f.send(0, 0, "k")
+			tick := func() {
+				f.now += 100_000
+				for w := range h.Workers() {
+					h.Tick(w)
+				}
+			}
+			tick()
+			first := h.TakeCallouts()
+			if len(first) != 1 {
+				t.Fatalf("%d callouts after a tick, want the sync", len(first))
+			}
+			sentAt := f.now
+			tick()
+			hedge := h.TakeCallouts()
+			if len(hedge) != 1 || string(hedge[0].Body) != string(first[0].Body) {
+				t.Fatalf("at the next tick: %d callouts, want the same batch once more", len(hedge))
+			}
+			if !hung {
+				status, body := f.svc.Handle(hedge[0].Header(":path"), hedge[0].Body, f.now)
+				h.Respond(hedge[0], [][2]string{{":status", strconv.Itoa(status)}}, body)
+				h.Fail(first[0], true) // the lost one times out later
+				for w := range h.Workers() {
+					if s := f.send(0, w, "k"); s.Header("x-ratelimit-policy") == "degraded" {
+						t.Fatalf("worker %d degraded after the hedge was answered", w)
+					}
+				}
+				if n := h.Metric("tollgate.sync_failed"); n != 0 {
+					t.Fatalf("sync_failed %d: the lost callout's timeout must not count once the hedge answered", n)
+				}
+				return
+			}
+			// Neither answers. Within 2.25 intervals of the send every worker is degraded.
+			f.now = sentAt + 225_000
+			for w := range h.Workers() {
+				if s := f.send(0, w, "k"); s.Header("x-ratelimit-policy") != "degraded" {
+					t.Fatalf("worker %d not degraded %d ms after the unanswered sync", w, (f.now-sentAt)/1000)
+				}
+			}
+		})
+	}
+}
+
+// A sync reply that is slow while the service answers acquires is a busy service, not a
+// hung one: the gateway stays healthy past the point where an unanswered sync alone
+// makes it degraded.
+func TestSlowSyncWithAnsweredAcquiresStaysHealthy(t *testing.T) {
+	f := newFleet(t, 1, 2, `[{"id":"api","limit":1000,"window":"1m"}]`)
+	h := f.gws[0]
+	f.tick(100)
+	f.send(0, 0, "k")
+	f.now += 100_000
+	for w := range h.Workers() {
+		h.Tick(w)
+	}
+	pending := h.TakeCallouts() // the sync: left unanswered
+	if len(pending) != 1 {
+		t.Fatalf("%d callouts after a tick, want the sync", len(pending))
+	}
+	sentAt := f.now
+	for step := 1; step <= 3; step++ {
+		f.now = sentAt + int64(step)*75_000
+		// A fresh key acquires; the service answers it.
+		s := f.send(0, step%2, "fresh"+strconv.Itoa(step))
+		if s.Header("x-ratelimit-policy") == "degraded" {
+			t.Fatalf("%d ms after the sync was sent, with acquires answered: degraded", (f.now-sentAt)/1000)
+		}
+	}
+}
+
+// A request paused for an acquire whose callout reaches a dead replica (Envoy's 503 for
+// a connection failure): the checks are resent at once (twice at most), and the answer
+// of the live one decides the request — admitted, not degraded. A third failure decides
+// it degraded, and so does a 503 the service itself answered (it may have applied the
+// checks: resending could charge them twice).
+func TestAcquireResentOnceAfterConnectionFailure(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		failures int
+		service  bool // the 503 comes from the service, not from the connection
+	}{{"one connection failure", 1, false}, {"two connection failures", 2, false}, {"three connection failures", 3, false}, {"the service's 503", 1, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			failures := tc.failures
+			f := newFleet(t, 1, 2, `[{"id":"api","limit":1000,"window":"1m"}]`)
+			h := f.gws[0]
+			f.tick(100)
+			s := h.Request(0, [][2]string{{":method", "GET"}, {":path", "/api"}, {":authority", "a"}, {"x-api-key", "k"}}, nil)
+			for i := 0; i < failures; i++ {
+				calls := h.TakeCallouts()
+				if len(calls) != 1 || calls[0].Header(":path") != "/v1/check" {
+					t.Fatalf("callout %d: %d callouts, want one /v1/check", i+1, len(calls))
+				}
+				if tc.service {
+					h.Respond(calls[0], [][2]string{{":status", "503"}}, []byte("redis: shard unavailable\n"))
+				} else {
+					h.Fail(calls[0], false)
+				}
+			}
+			f.deliver()
+			if !s.Decided || !s.Admitted() {
+				t.Fatalf("request not admitted (decided %v, status %d)", s.Decided, s.Status())
+			}
+			if degraded, want := s.Header("x-ratelimit-policy") == "degraded", failures == 3 || tc.service; degraded != want {
+				t.Fatalf("degraded %v, want %v", degraded, want)
+			}
+		})
+	}
+}
+
+// A request paused for an acquire when the service hangs does not wait out its callout
+// timeout (250 ms): at the first tick where the gateway counts the service as down, it
+// is answered like every other request then — degraded — and the late answer of its
+// callout changes nothing.
+func TestPausedAcquireSettledWhenServiceHangs(t *testing.T) {
+	f := newFleet(t, 1, 2, `[{"id":"api","limit":1000,"window":"1m"}]`)
+	h := f.gws[0]
+	f.tick(100)
+	f.send(0, 0, "warm") // one success, then the service hangs: nothing is answered
+	tick := func() { // at the period the filter asked for: a quarter interval
+		f.now += int64(h.TickPeriodMs(0)) * 1000
+		for w := range h.Workers() {
+			h.Tick(w)
+		}
+	}
+	hungAt := f.now
+	s := f.gws[0].Request(1, [][2]string{{":method", "GET"}, {":path", "/api"}, {":authority", "a"}, {"x-api-key", "fresh"}}, nil)
+	if s.Decided {
+		t.Fatal("a fresh key's request was decided without an acquire")
+	}
+	var pending []*nativehost.Callout
+	for !s.Decided && f.now-hungAt < 250_000 {
+		tick()
+		pending = append(pending, h.TakeCallouts()...)
+	}
+	if !s.Decided {
+		t.Fatalf("still paused %d ms after the service hung, want an answer within 250 ms (before the callout times out)", (f.now-hungAt)/1000)
+	}
+	if !s.Admitted() || s.Header("x-ratelimit-policy") != "degraded" {
+		t.Fatalf("settled as status %d policy %q, want admitted and degraded", s.Status(), s.Header("x-ratelimit-policy"))
+	}
+	t.Logf("settled %d ms after the service hung", (f.now-hungAt)/1000)
+	for _, c := range pending { // the late answers: ignored
+		status, body := f.svc.Handle(c.Header(":path"), c.Body, f.now)
+		h.Respond(c, [][2]string{{":status", strconv.Itoa(status)}}, body)
+	}
+	if n := h.Metric("tollgate.requests_allowed"); n != 2 {
+		t.Fatalf("requests_allowed %d after the late answers, want 2 (each request answered once)", n)
+	}
+}

@@ -128,6 +128,18 @@ func (p *Plugin) decide(now int64, ops []bucketOp, commit, acquireFailed bool) v
 				p.m.inc(p.m.evictions)
 			}
 			op.next, op.dec = lease.DecideTo(op.nextBuf, op.s.rec, op.params, now, op.a.Cost, env)
+			if op.dec.Acquire && op.a.Rule.Shadow {
+				// A shadow rule never makes a request wait for the service, and never
+				// refuses: a bucket that would acquire decides on the gateway's own state
+				// instead, as if the acquire had failed (reported like a degraded
+				// decision, which the service charges only up to what the bucket holds).
+				// Its verdict is only the shadow flag, so the answer is not marked
+				// degraded.
+				shadow := env
+				shadow.AcquireFailed = true
+				op.next, op.dec = lease.DecideTo(op.nextBuf, op.s.rec, op.params, now, op.a.Cost, shadow)
+				op.dec.Degraded = false
+			}
 		}
 		for i := range ops {
 			op := &ops[i]

@@ -141,7 +141,11 @@ func (p *Plugin) OnPluginStart(data []byte) bool {
 	// VM) is newer than the plugin configuration: enforce it.
 	p.loadSharedRules()
 	if p.cfg.syncEnabled() {
-		if err := p.host.SetTickPeriod(uint32(s.IntervalMs)); err != nil {
+		// Ticks come four times per sync interval: the sync runs on every fourth, and
+		// the others only look at the shared health, so that a request paused for the
+		// service when it stops answering is answered within a quarter interval of the
+		// moment the gateway counts it down (RATIONALE.md §3), not at its callout timeout.
+		if err := p.host.SetTickPeriod(uint32(max(s.IntervalMs/4, 1))); err != nil {
 			p.host.Log(LogError, "tollgate: set tick period: "+err.Error())
 		}
 	}
@@ -190,7 +194,15 @@ func (p *Plugin) OnTick() {
 	now := p.host.NowUs()
 	p.loadSharedRules()
 	if p.cfg.syncEnabled() {
-		p.sync.tick(now)
+		if now-p.sync.lastTickUs >= p.sync.intervalUs()*7/8 {
+			p.sync.lastTickUs = now
+			p.sync.tick(now)
+		}
+		if len(p.streams) > 0 && !p.sync.healthy(now) {
+			for _, s := range p.streams { // paused requests only
+				s.settle(now)
+			}
+		}
 	}
 }
 
@@ -205,8 +217,8 @@ func (p *Plugin) OnHTTPCallResponse(token uint32, headers [][2]string, body []by
 	now := p.host.NowUs()
 	switch c.kind {
 	case callSync:
-		if p.sync.inflight && p.sync.token == token {
-			p.sync.onResponse(now, headers, body)
+		if p.sync.answers(token) {
+			p.sync.onResponse(now, token, headers, body)
 		}
 	case callRules:
 		p.fetching = false

@@ -37,6 +37,9 @@ type pausedState struct {
 	strict  []*rule.Applied  // strict rules, decided by the service
 	checks  []checkRef       // what each delta of the callout asks
 	done    map[int]struct{} // ops an acquire admitted (their cost is charged already)
+	body    []byte           // the callout's batch, kept for resends
+	resends uint8
+	settled bool // answered without the service (it was found down meanwhile)
 }
 
 // A paused request's decision counts its acquires among the buckets that admitted it.
@@ -248,11 +251,24 @@ func (s *Stream) pause(now int64, applied []rule.Applied) Action {
 			}
 			p.calls[token] = call{kind: callStrict, stream: s.id}
 			p.streams[s.id] = s
+			st.body = body
 			return Pause
 		}
 	}
 	p.host.Log(LogWarn, "tollgate: check: "+err.Error())
 	return s.unavailable(now)
+}
+
+// maxCheckResends bounds the resends of a paused request's checks after connection
+// failures.
+const maxCheckResends = 2
+
+// connectFailure reports whether a callout's 503 is Envoy's local reply for a
+// connection that could not be made (the request never left the proxy), as opposed to
+// the service's own 503 or a reset after the request was sent.
+func connectFailure(body []byte) bool {
+	const reason = "reset reason: connection failure"
+	return len(body) >= len(reason) && string(body[len(body)-len(reason):]) == reason
 }
 
 // checkDelta asks the service for one window of a applied rule (cost a.Cost).
@@ -280,15 +296,48 @@ func (s *Stream) unavailable(now int64) Action {
 	return s.answer(now, v, st.ops, nil)
 }
 
+// settle answers a paused request without waiting for its callout any longer: the
+// service was found down while it waited, and a request must not wait out the callout
+// timeout to learn what every other request of this gateway is already answered
+// (degraded, or 503 for a fail-closed strict rule). A late answer is then ignored.
+func (s *Stream) settle(now int64) {
+	p := s.p
+	if s.paused == nil || s.paused.settled {
+		return
+	}
+	if err := p.host.SetEffectiveContext(s.id); err != nil {
+		return
+	}
+	s.paused.settled = true
+	p.m.inc(p.m.checkFailed)
+	if s.unavailable(now) == Continue {
+		if err := p.host.ResumeRequest(); err != nil {
+			p.host.Log(LogError, "tollgate: resume: "+err.Error())
+		}
+	}
+}
+
 // onCheckResponse resumes or refuses a paused request.
 func (s *Stream) onCheckResponse(now int64, headers [][2]string, body []byte) {
 	p := s.p
-	if s.paused == nil {
+	if s.paused == nil || s.paused.settled {
 		return
 	}
 	if err := p.host.SetEffectiveContext(s.id); err != nil {
 		p.host.Log(LogError, "tollgate: resume: "+err.Error())
 		return
+	}
+	if headerValue(headers, ":status") == "503" && connectFailure(body) && s.paused.resends < maxCheckResends {
+		// The connection to the service failed: nothing reached it, so the same checks
+		// are sent again, at once. Behind a cluster of several replicas the resend goes
+		// to the next one (unless another callout of this worker took that turn, hence
+		// two), so a dead replica does not turn this request degraded. Any other failure
+		// may have been applied (checks are not recorded for replay): not resent.
+		s.paused.resends++
+		if token, err := p.host.HTTPCall(p.cfg.Sync.Cluster, p.callHeaders("/v1/check"), s.paused.body, uint32(p.cfg.Sync.TimeoutMs)); err == nil {
+			p.calls[token] = call{kind: callStrict, stream: s.id}
+			return
+		}
 	}
 	var reply wire.Reply
 	var act Action
@@ -296,6 +345,7 @@ func (s *Stream) onCheckResponse(now int64, headers [][2]string, body []byte) {
 		p.m.inc(p.m.checkFailed)
 		act = s.unavailable(now)
 	} else {
+		p.sync.answered(now)
 		act = s.decided(now, reply.States)
 	}
 	if act == Continue {

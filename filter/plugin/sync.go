@@ -27,11 +27,16 @@ type syncer struct {
 
 	// urgent holds the slots this worker's decisions made urgent since its last tick.
 	urgent []uint32
+	// lastTickUs is when tick last ran (the host ticks four times per interval).
+	lastTickUs int64
 
 	// leader only:
 	term     uint32
 	inflight bool
 	token    uint32
+	// hedge is a second callout carrying the batch in flight, sent when the first is
+	// still unanswered at the next tick (0: none); the first answer of the two counts.
+	hedge    uint32
 	batch    wire.Batch // the batch in flight (or to resend)
 	ids      []string   // bucket id of each delta of batch
 	carry    []uint32   // urgent slots a full batch left for the next one
@@ -88,14 +93,17 @@ func (s *syncer) healthy(now int64) bool {
 	return s.healthyNow(now)
 }
 
-// healthyNow: a failure the service or the connection reported makes the gateway
-// degraded once the last success is two intervals old (a service that stops answering
-// is noticed within about that); breaker_failures failures of any kind in a row do too,
-// and so does a sync still waiting after its callout timeout and one interval, or no
-// success for ten intervals and the timeout (no worker syncs).
+// healthyNow: once the last success is two intervals old, a failed sync or a sync still
+// unanswered an interval and a quarter after it was sent makes the gateway degraded — a
+// service that stops answering, whether it refuses connections or hangs, is noticed
+// within about two intervals (RATIONALE.md §3: 250 ms at the default 100 ms). A single
+// lost callout does not: the batch is resent on a second callout at the next tick (a
+// hedge), whose answer comes before the quarter interval is over. breaker_failures
+// failures in a row make it degraded too, and so does no success for ten intervals and
+// the timeout (no worker syncs).
 func (s *syncer) healthyNow(now int64) bool {
 	iv, to := s.intervalUs(), s.cfg().TimeoutMs*1000
-	return s.state.healthy(now, 2*iv, to+iv, 10*iv+to, uint32(max(1, s.cfg().BreakerFailures)))
+	return s.state.healthy(now, 2*iv, iv+iv/4, 10*iv+to, uint32(max(1, s.cfg().BreakerFailures)))
 }
 
 // queue asks for bucket slot n to be in the next batch.
@@ -225,7 +233,7 @@ func (s *syncer) lead(now int64) bool {
 // takeOver starts leading: a batch the previous leader left unacknowledged is resent
 // unchanged; the staleness scan starts over, so every bucket is seen within its bound.
 func (s *syncer) takeOver() {
-	s.inflight = false
+	s.inflight, s.hedge = false, 0
 	s.batch.Deltas = s.batch.Deltas[:0]
 	s.ids = s.ids[:0]
 	if !s.state.Unacked {
@@ -247,10 +255,13 @@ func (s *syncer) takeOver() {
 func (s *syncer) run(now int64) {
 	st := &s.state
 	if s.inflight {
+		if s.hedge == 0 && now-st.SentUs >= s.intervalUs()/2 {
+			s.sendHedge()
+		}
 		if now-st.SentUs <= s.cfg().TimeoutMs*1000+2*s.intervalUs() {
 			return
 		}
-		s.inflight = false // the host never answered: count it failed, resend
+		s.inflight, s.hedge = false, 0 // the host never answered: count it failed, resend
 		s.failed(now, false)
 	}
 	if st.Failures > 0 && now < st.OpenUntilUs {
@@ -392,11 +403,48 @@ func (s *syncer) send(now int64, body []byte) {
 		s.failed(now, true)
 		return
 	}
-	s.inflight, s.token = true, token
+	s.inflight, s.token, s.hedge = true, token, 0
 	p.calls[token] = call{kind: callSync}
 	s.setState(func(st *syncState) { st.SentUs = now })
 	p.m.inc(p.m.syncSent)
 	p.m.add(p.m.batchDeltas, int64(len(s.batch.Deltas)))
+}
+
+// sendHedge sends the batch in flight again on a second callout: the first is still
+// unanswered at the tick after it was sent, which a healthy service never does. If the
+// first was lost, the hedge's answer arrives before the gateway counts as degraded; if
+// both arrive, the service answers the second as a replay (same node and seq) and the
+// first answer is the one applied.
+func (s *syncer) sendHedge() {
+	p := s.p
+	cfg := s.cfg()
+	body, err := wire.AppendBatch(p.callBuf[:0], &s.batch)
+	if err != nil {
+		return
+	}
+	p.callBuf = body
+	token, err := p.host.HTTPCall(cfg.Cluster, p.callHeaders("/v1/sync"), body, uint32(cfg.TimeoutMs))
+	if err != nil {
+		return // the first callout is still waiting
+	}
+	s.hedge = token
+	p.calls[token] = call{kind: callSync}
+	p.m.inc(p.m.syncSent)
+}
+
+// answered records that the service just answered a check or an acquire: it is alive,
+// so a sync reply that is merely slow does not make the gateway degraded while other
+// callouts are answered (a hung service answers none).
+func (s *syncer) answered(now int64) {
+	if now-s.state.LastOkUs < s.intervalUs()/2 {
+		return // recent enough: spare the shared write
+	}
+	s.setState(func(st *syncState) { st.LastOkUs = max(st.LastOkUs, now) })
+}
+
+// answers reports whether token is a callout of the batch in flight.
+func (s *syncer) answers(token uint32) bool {
+	return s.inflight && (token == s.token || (s.hedge != 0 && token == s.hedge))
 }
 
 // setState applies f to syncKey (bounded CAS) and to this worker's copy.
@@ -422,9 +470,8 @@ func (s *syncer) setState(f func(*syncState)) {
 
 // failed counts a failed sync: the breaker backs off (one interval, doubling up to
 // breaker_open_ms) and the batch stays to be resent. hard is a failure the service (or
-// the connection) reported, as opposed to a call that timed out or was reset: one hard
-// failure makes the gateway degraded at once, timeouts only once they add up to
-// breaker_failures (a lost packet is not an outage).
+// the connection) reported, as opposed to a call that timed out or was reset (a lone
+// lost callout never gets here: its hedge answers first).
 func (s *syncer) failed(now int64, hard bool) {
 	s.p.m.inc(s.p.m.syncFailed)
 	iv := s.intervalUs()
@@ -438,12 +485,21 @@ func (s *syncer) failed(now int64, hard bool) {
 	s.gauge(now)
 }
 
-// onResponse handles the reply to the batch in flight.
-func (s *syncer) onResponse(now int64, headers [][2]string, body []byte) {
+// onResponse handles the reply to the batch in flight (to either of its callouts).
+func (s *syncer) onResponse(now int64, token uint32, headers [][2]string, body []byte) {
 	p := s.p
-	s.inflight = false
-	s.refresh(now, 0)
 	status := headerValue(headers, ":status")
+	if status != "200" && s.hedge != 0 {
+		// One of two callouts of the batch failed: the other may still bring the answer.
+		if token == s.hedge {
+			s.hedge = 0
+		} else {
+			s.token, s.hedge = s.hedge, 0
+		}
+		return
+	}
+	s.inflight, s.hedge = false, 0
+	s.refresh(now, 0)
 	switch {
 	case status == "200":
 	case len(status) == 3 && status[0] == '4' && status != "429" && status != "408":
@@ -458,7 +514,19 @@ func (s *syncer) onResponse(now int64, headers [][2]string, body []byte) {
 		return
 	default:
 		// Timeout (504), reset (no status), 5xx: keep the batch, resend the same seq.
-		s.failed(now, status != "" && status != "504")
+		hard := status != "" && status != "504"
+		s.failed(now, hard)
+		if hard && s.state.Failures < uint32(max(1, s.cfg().BreakerFailures)) {
+			// A failure the service or the connection reported is resent at once instead
+			// of after a backoff, until the breaker opens: behind a cluster of several
+			// replicas the resend goes to the next one (other callouts of this worker may
+			// have taken the next turn, hence more than one), so one dead replica costs a
+			// few milliseconds, not the two intervals without a success that make the
+			// gateway degraded. A dead service gets breaker_failures quick refusals, then
+			// the usual backoff.
+			s.setState(func(st *syncState) { st.OpenUntilUs = 0 })
+			s.run(now)
+		}
 		return
 	}
 	var reply wire.Reply

@@ -107,19 +107,17 @@ func (s *syncState) decode(b []byte) error {
 }
 
 // healthy reports whether decisions may rely on the service at now: the breaker is
-// closed (fewer than failures consecutive failed syncs), a failure the service or the
-// connection reported has not left the last success older than staleUs, no sync has waited longer than stuckUs for its reply,
-// and some worker has synced within deadUs (the syncing worker is alive). Only a closed
-// breaker counts: while probing, the service has not answered yet.
+// closed (fewer than failures consecutive failed syncs); once the last success is older
+// than staleUs, no sync has failed since and none has waited longer than stuckUs for its
+// reply; and some worker has synced within deadUs (the syncing worker is alive). Only a
+// closed breaker counts: while probing, the service has not answered yet.
 func (s *syncState) healthy(now, staleUs, stuckUs, deadUs int64, failures uint32) bool {
 	switch {
 	case s.LastOkUs == 0:
 		return s.Failures == 0 // nothing known yet: no failure either
 	case s.Failures >= failures:
 		return false
-	case s.Failures > 0 && s.Hard && now-s.LastOkUs > staleUs:
-		return false
-	case s.SentUs != 0 && now-s.SentUs > stuckUs:
+	case now-s.LastOkUs > staleUs && (s.Failures > 0 || (s.SentUs != 0 && now-s.SentUs > stuckUs)):
 		return false
 	}
 	return now-s.LastOkUs <= deadUs

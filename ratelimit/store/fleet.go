@@ -14,7 +14,7 @@ import (
 
 // fleet estimates how many gateways sync (Reply.Nodes, which sizes cold-start slices:
 // capacity/N). Every service instance records the gateways it hears from in a shared
-// sorted set (nodesKey, score: unix ms of the last sync) at most once per refreshEvery,
+// sorted set (NodesKey, score: unix ms of the last sync) at most once per refreshEvery,
 // in the background, and caches the set's size.
 //
 // Node ids are whatever a batch says, so the set only takes gateways that behave like
@@ -118,7 +118,7 @@ func (f *fleet) refresh(s *Store, now time.Time, admitted, candidates []string) 
 	for _, id := range candidates {
 		args = append(args, id)
 	}
-	keys := []string{nodesKey, nodesKey + ":joins:" + strconv.FormatInt(now.Unix(), 10)}
+	keys := []string{NodesKey, NodesKey + ":joins:" + strconv.FormatInt(now.Unix(), 10)}
 	start := time.Now()
 	res, err := f.script.Run(ctx, s.rdb, keys, args...).Int64Slice()
 	s.metrics.RoundTrip("fleet", time.Since(start), err)

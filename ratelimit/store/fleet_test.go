@@ -85,8 +85,8 @@ func TestFleetSize(t *testing.T) {
 		}
 		return heartbeat(a, "gw-0"), heartbeat(b, "gw-9")
 	})
-	if ttl := a.rdb.PTTL(ctx, nodesKey).Val(); ttl <= 0 || ttl > 2*window {
-		t.Fatalf("%s: PTTL %v, want (0, %v]", nodesKey, ttl, 2*window)
+	if ttl := a.rdb.PTTL(ctx, NodesKey).Val(); ttl <= 0 || ttl > 2*window {
+		t.Fatalf("%s: PTTL %v, want (0, %v]", NodesKey, ttl, 2*window)
 	}
 	waitFor("one gateway left", 1, func() (uint32, uint32) {
 		return heartbeat(a, "gw-0"), heartbeat(b, "gw-0")

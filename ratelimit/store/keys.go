@@ -43,10 +43,10 @@ func PenaltyKey(key string) string { return KeyPrefix(key) + ":p" }
 // idemKey is a gateway's idempotency hash on the Redis node that serves slot.
 func idemKey(slot int, node string) string { return "tg:{" + slotTag(slot) + "}:q:" + node }
 
-// nodesKey is the sorted set of gateways by last sync (unix ms), for the fleet size;
-// the counter of this second's joins is nodesKey + ":joins:<unix s>" (same hash tag, so
+// NodesKey is the sorted set of gateways by last sync (unix ms), for the fleet size;
+// the counter of this second's joins is NodesKey + ":joins:<unix s>" (same hash tag, so
 // the fleet script's two keys share a slot on a cluster).
-const nodesKey = "tg:{fleet}:nodes"
+const NodesKey = "tg:{fleet}:nodes"
 
 // paramsKey is the hash of every (rule, window, tier) the service has seen with its
 // algorithm parameters: usage and reset of a caller key look its buckets up from it

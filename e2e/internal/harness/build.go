@@ -95,3 +95,40 @@ func goBuild(root string, env []string, args ...string) error {
 	}
 	return nil
 }
+
+// BuildFilterAt compiles the filter as it was at commit of this repository (git archive
+// into a temporary directory, then the recipe of `make wasm`): the gateway of an earlier
+// release, for the rolling-upgrade scenario. It needs the repository's git history (a
+// shallow clone without that commit fails with git's message).
+func BuildFilterAt(commit string) ([]byte, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "tollgate-e2e-old-")
+	if err != nil {
+		return nil, fmt.Errorf("temp dir: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	archive := exec.Command("git", "-C", root, "archive", "--format=tar", commit)
+	var errOut bytes.Buffer
+	archive.Stderr = &errOut
+	tarball, err := archive.Output()
+	if err != nil {
+		return nil, fmt.Errorf("git archive %s: %w: %s", commit, err, errOut.Bytes())
+	}
+	untar := exec.Command("tar", "-x", "-C", dir)
+	untar.Stdin = bytes.NewReader(tarball)
+	if out, err := untar.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("extract %s: %w: %s", commit, err, out)
+	}
+	wasmPath := filepath.Join(dir, "filter.wasm")
+	if err := goBuild(dir, []string{"GOOS=wasip1", "GOARCH=wasm"}, "-buildmode=c-shared", "-o", wasmPath, "./filter"); err != nil {
+		return nil, fmt.Errorf("filter at %s: %w", commit, err)
+	}
+	wasm, err := os.ReadFile(wasmPath)
+	if err != nil {
+		return nil, fmt.Errorf("read %q: %w", wasmPath, err)
+	}
+	return wasm, nil
+}

@@ -22,7 +22,7 @@ const SyncCluster = "tollgate_ratelimit"
 type Sync struct {
 	IntervalMs      int // 100
 	TimeoutMs       int // 250
-	LeaseTTLMs      int // 1000
+	LeaseTTLMs      int // the filter's default (60000)
 	ExpectedNodes   int // 1
 	BreakerFailures int // 3
 	BreakerOpenMs   int // 1000
@@ -36,7 +36,6 @@ func (s Sync) withDefaults() Sync {
 	}
 	def(&s.IntervalMs, 100)
 	def(&s.TimeoutMs, 250)
-	def(&s.LeaseTTLMs, 1000)
 	def(&s.ExpectedNodes, 1)
 	def(&s.BreakerFailures, 3)
 	def(&s.BreakerOpenMs, 1000)
@@ -48,6 +47,14 @@ type GatewayConfig struct {
 	Wasm    []byte
 	Workers int    // default 2
 	NodeID  string // sync.node and the node.id property
+	// Name names the gateway in tables and errors (default NodeID).
+	Name string
+	// Plugin, when set, is the whole plugin configuration, handed to the filter as is:
+	// Rules, Pin, Secret, Sync and NodeID's sync.node are ignored (a shipped manifest's
+	// configuration, deploy.CheckEnvoy). The sync cluster still lists Services.
+	Plugin []byte
+	// Properties are extra host properties by dotted path (node.metadata.NAME, ...).
+	Properties map[string]string
 	// Rules is the rule document (shared/rule/SCHEMA.md) without "sync": the harness
 	// adds the sync section.
 	Rules []byte
@@ -66,6 +73,9 @@ type GatewayConfig struct {
 
 // PluginConfig returns the plugin configuration the gateway's filter receives.
 func (c GatewayConfig) PluginConfig() ([]byte, error) {
+	if c.Plugin != nil {
+		return c.Plugin, nil
+	}
 	dec := json.NewDecoder(bytes.NewReader(c.Rules))
 	dec.UseNumber()
 	var doc map[string]any
@@ -79,9 +89,12 @@ func (c GatewayConfig) PluginConfig() ([]byte, error) {
 		s := c.Sync.withDefaults()
 		doc["sync"] = map[string]any{
 			"cluster": SyncCluster, "authority": "ratelimit", "secret": c.Secret, "node": c.NodeID,
-			"interval_ms": s.IntervalMs, "timeout_ms": s.TimeoutMs, "lease_ttl_ms": s.LeaseTTLMs,
+			"interval_ms": s.IntervalMs, "timeout_ms": s.TimeoutMs,
 			"expected_nodes": s.ExpectedNodes, "breaker_failures": s.BreakerFailures,
 			"breaker_open_ms": s.BreakerOpenMs,
+		}
+		if s.LeaseTTLMs > 0 {
+			doc["sync"].(map[string]any)["lease_ttl_ms"] = s.LeaseTTLMs
 		}
 	}
 	return json.Marshal(doc)
@@ -122,6 +135,7 @@ func StartGateway(cfg GatewayConfig) (*Gateway, error) {
 		RootID:       "tollgate",
 		PluginName:   "tollgate",
 		NodeID:       cfg.NodeID,
+		Properties:   cfg.Properties,
 		Clusters:     clusters,
 		Upstream:     upstream,
 		LogLevel:     host.LogInfo,
@@ -137,7 +151,10 @@ func StartGateway(cfg GatewayConfig) (*Gateway, error) {
 		_ = h.Close()
 		return nil, fmt.Errorf("gateway %q: listen: %w", cfg.NodeID, err)
 	}
-	g := &Gateway{Name: cfg.NodeID, URL: "http://" + ln.Addr().String(), host: h, done: make(chan struct{})}
+	if cfg.Name == "" {
+		cfg.Name = cfg.NodeID
+	}
+	g := &Gateway{Name: cfg.Name, URL: "http://" + ln.Addr().String(), host: h, done: make(chan struct{})}
 	g.srv = &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
 	go func() {
 		defer close(g.done)
@@ -161,6 +178,33 @@ func (g *Gateway) Reconfigure(cfg GatewayConfig) error {
 		return err
 	}
 	return g.host.Reconfigure(pc)
+}
+
+// WorkerClient returns a client whose connections to g all land on worker w: the
+// gateway picks a connection's worker from the client's address (as Envoy keeps a
+// connection on one worker), so the client dials until a connection maps to w
+// (bounded; 2 workers need ~2 dials on average).
+func (g *Gateway) WorkerClient(w int) *Client {
+	var d net.Dialer
+	tr := &http.Transport{
+		MaxIdleConnsPerHost: 8,
+		IdleConnTimeout:     30 * time.Second,
+		DisableCompression:  true,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			for attempt := 0; attempt < 256; attempt++ {
+				c, err := d.DialContext(ctx, network, addr)
+				if err != nil {
+					return nil, err
+				}
+				if g.host.PickWorker(c.LocalAddr().String()) == w {
+					return c, nil
+				}
+				_ = c.Close()
+			}
+			return nil, fmt.Errorf("no connection to %s landed on worker %d in 256 dials", addr, w)
+		},
+	}
+	return &Client{hc: &http.Client{Transport: tr, Timeout: 15 * time.Second}}
 }
 
 // Close stops the listener and the host. Safe to call twice.

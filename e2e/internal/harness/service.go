@@ -214,6 +214,26 @@ func (s *Service) Running() bool {
 // until it is gone.
 func (s *Service) Kill() error { return s.signal(syscall.SIGKILL, 10*time.Second) }
 
+// Pause stops the process with SIGSTOP: the kernel still accepts connections on its
+// port and takes in requests, but nothing answers them — a hung service. Resume ends it.
+func (s *Service) Pause() error { return s.send(syscall.SIGSTOP) }
+
+// Resume continues a paused process (SIGCONT).
+func (s *Service) Resume() error { return s.send(syscall.SIGCONT) }
+
+func (s *Service) send(sig syscall.Signal) error {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd == nil || !s.Running() {
+		return fmt.Errorf("service %s is not running", s.addr)
+	}
+	if err := cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("signal %v to service %s: %w", sig, s.addr, err)
+	}
+	return nil
+}
+
 // Restart starts a stopped or killed service again on the same address.
 func (s *Service) Restart() error {
 	if s.Running() {
@@ -257,6 +277,7 @@ func (s *Service) signal(sig syscall.Signal, wait time.Duration) error {
 	default:
 	}
 	_ = cmd.Process.Signal(sig)
+	_ = cmd.Process.Signal(syscall.SIGCONT) // a paused process acts on the signal only once continued
 	select {
 	case <-done:
 		return nil

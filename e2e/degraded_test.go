@@ -1,0 +1,221 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgate-rl/tollgate/e2e/internal/harness"
+)
+
+// degradedBound is the product's bound on how long after the sync service stops
+// answering every worker marks its answers degraded (RATIONALE.md §3).
+const degradedBound = 250 * time.Millisecond
+
+// workerProbe sends one request every probeEvery through one worker of a gateway and
+// keeps what a trial needs: since when the worker answers healthy, and its first degraded
+// answer after the trial stopped the service.
+type workerProbe struct {
+	mu            sync.Mutex
+	okSince       time.Time // arrival of the first answer of the current run of healthy answers
+	armedAt       time.Time // when the service was stopped (zero between trials)
+	firstDegraded time.Time // first degraded answer arriving at or after armedAt
+	sent, failed  int       // requests, and those not answered 200 (a fail-open rule never refuses)
+	lastFailure   string
+}
+
+const probeEvery = 5 * time.Millisecond
+
+func (p *workerProbe) record(a *harness.Answer) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sent++
+	if a.Err != nil || a.Status != http.StatusOK {
+		p.failed++
+		p.lastFailure = fmt.Sprintf("status %d, err %v, body %q", a.Status, a.Err, a.Body)
+		return
+	}
+	at := arrival(a)
+	if a.Degraded() {
+		p.okSince = time.Time{}
+		if !p.armedAt.IsZero() && p.firstDegraded.IsZero() && !at.Before(p.armedAt) {
+			p.firstDegraded = at
+		}
+		return
+	}
+	if p.okSince.IsZero() {
+		p.okSince = at
+	}
+}
+
+// run probes until ctx ends, over a client whose connections all land on one worker.
+func (p *workerProbe) run(ctx context.Context, c *harness.Client, url, key string) {
+	next := time.Now()
+	for ctx.Err() == nil {
+		a := c.Get(ctx, url, "/deg", key)
+		if ctx.Err() != nil {
+			return
+		}
+		p.record(&a)
+		next = next.Add(probeEvery)
+		if d := time.Until(next); d > 0 {
+			time.Sleep(d) // the probe's pace
+		} else {
+			next = time.Now()
+		}
+	}
+}
+
+// TestDegradedMarker measures, over 20 trials for each way a service stops answering,
+// the time from the stop to the first answer carrying the degraded marker
+// (X-RateLimit-Policy: degraded) on each worker of a gateway (2 workers, the shipped
+// sync settings: interval 100 ms, timeout 250 ms, breaker_failures 3). A stopped service
+// (SIGKILL: its port refuses connections) and a hung one (SIGSTOP: the kernel accepts
+// connections and requests, nothing answers) are both "the service stops answering";
+// the product bounds the marker's delay by 250 ms at the 99th percentile. Between
+// trials the service is restarted (or continued) and both workers must answer healthy
+// again, so each trial starts from a healthy gateway. A fail-open rule never refuses or
+// fails a request meanwhile.
+func TestDegradedMarker(t *testing.T) {
+	e := sharedEnv(t)
+	const trials = 20
+	modes := []struct {
+		name          string
+		stop, restore func(*harness.Service) error
+	}{
+		{"stopped", (*harness.Service).Kill, (*harness.Service).Restart},
+		{"hung", (*harness.Service).Pause, (*harness.Service).Resume},
+	}
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			svc, err := harness.StartService(e.serviceConfig(sharedServiceArgs...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(svc.Stop)
+			gw, err := harness.StartGateway(harness.GatewayConfig{
+				Wasm: e.bins.Wasm, Workers: 2, NodeID: uniqueKey("degraded-" + m.name),
+				Rules: []byte(`{"rules":[{"id":"deg","match":{"prefix":"/deg"},"limit":1000000,"window":"1m"}]}`),
+				Pin:   pinned, Services: []string{svc.Addr()}, Secret: syncSecret, Upstream: e.upstream.URL,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(gw.Close)
+
+			ctx, cancel := context.WithCancel(ctxFor(t, 3*time.Minute))
+			probes := make([]*workerProbe, gw.Host().Workers())
+			var wg sync.WaitGroup
+			for w := range probes {
+				probes[w] = &workerProbe{}
+				c := gw.WorkerClient(w)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer c.Close()
+					probes[w].run(ctx, c, gw.URL, uniqueKey("deg"))
+				}()
+			}
+			stopProbes := sync.OnceFunc(func() { cancel(); wg.Wait() })
+			defer stopProbes()
+
+			// healthy: every worker has answered healthy for the last 300 ms.
+			healthy := func() (bool, error) {
+				for _, p := range probes {
+					p.mu.Lock()
+					since := p.okSince
+					p.mu.Unlock()
+					if since.IsZero() || time.Since(since) < 300*time.Millisecond {
+						return false, nil
+					}
+				}
+				return true, nil
+			}
+			var samples []time.Duration
+			var rows [][]string
+			for trial := 1; trial <= trials; trial++ {
+				if err := harness.Poll(15*time.Second, 5*time.Millisecond, healthy); err != nil {
+					t.Fatalf("trial %d: the gateway did not answer healthy on every worker: %v", trial, err)
+				}
+				stopAt := time.Now()
+				for _, p := range probes {
+					p.mu.Lock()
+					p.armedAt, p.firstDegraded = stopAt, time.Time{}
+					p.mu.Unlock()
+				}
+				if err := m.stop(svc); err != nil {
+					t.Fatal(err)
+				}
+				lat := make([]time.Duration, len(probes))
+				err := harness.Poll(5*time.Second, 2*time.Millisecond, func() (bool, error) {
+					for w, p := range probes {
+						p.mu.Lock()
+						first := p.firstDegraded
+						p.mu.Unlock()
+						if first.IsZero() {
+							return false, nil
+						}
+						lat[w] = first.Sub(stopAt)
+					}
+					return true, nil
+				})
+				for _, p := range probes {
+					p.mu.Lock()
+					p.armedAt = time.Time{}
+					p.mu.Unlock()
+				}
+				if rerr := m.restore(svc); rerr != nil {
+					t.Fatalf("trial %d: restore the service: %v", trial, rerr)
+				}
+				if err != nil {
+					t.Fatalf("trial %d: not every worker answered degraded after the service %s: %v", trial, m.name, err)
+				}
+				row := []string{fmt.Sprint(trial)}
+				for _, d := range lat {
+					samples = append(samples, d)
+					row = append(row, d.Round(time.Millisecond).String())
+				}
+				rows = append(rows, row)
+			}
+			stopProbes()
+
+			sort.Slice(samples, func(i, j int) bool { return samples[i] < samples[j] })
+			pct := func(q float64) time.Duration { // nearest rank
+				return samples[max(0, int(math.Ceil(q*float64(len(samples))))-1)]
+			}
+			p99 := pct(0.99)
+			var sent, failed int
+			var lastFailure string
+			for _, p := range probes {
+				sent, failed = sent+p.sent, failed+p.failed
+				if p.lastFailure != "" {
+					lastFailure = p.lastFailure
+				}
+			}
+			header := []string{"trial"}
+			for w := range probes {
+				header = append(header, fmt.Sprintf("worker %d: stop → first degraded", w))
+			}
+			logTable(t, fmt.Sprintf("degraded marker, service %s: %d trials", m.name, trials), harness.Table(header, rows))
+			logTable(t, fmt.Sprintf("degraded marker, service %s: summary", m.name), harness.KV(
+				"samples (trials × workers)", fmt.Sprint(len(samples)),
+				"min / p50 / p99 / max", fmt.Sprintf("%v / %v / %v / %v", samples[0].Round(time.Millisecond),
+					pct(0.5).Round(time.Millisecond), p99.Round(time.Millisecond), samples[len(samples)-1].Round(time.Millisecond)),
+				"bound (p99)", degradedBound.String(),
+				"probe requests / not 200", fmt.Sprintf("%d / %d", sent, failed),
+			))
+			if p99 > degradedBound {
+				t.Errorf("service %s: p99 from the stop to the degraded marker is %v over %d samples, bound %v",
+					m.name, p99.Round(time.Millisecond), len(samples), degradedBound)
+			}
+			if failed > 0 {
+				t.Errorf("%d of %d requests on a fail-open rule were not answered 200 (last: %s)", failed, sent, lastFailure)
+			}
+		})
+	}
+}
