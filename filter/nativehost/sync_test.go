@@ -336,7 +336,7 @@ func TestPausedAcquireSettledWhenServiceHangs(t *testing.T) {
 	h := f.gws[0]
 	f.tick(100)
 	f.send(0, 0, "warm") // one success, then the service hangs: nothing is answered
-	tick := func() { // at the period the filter asked for: a quarter interval
+	tick := func() {     // at the period the filter asked for: a quarter interval
 		f.now += int64(h.TickPeriodMs(0)) * 1000
 		for w := range h.Workers() {
 			h.Tick(w)
