@@ -442,8 +442,9 @@ func (r *report) writeLoad(w io.Writer, charts string) {
 	fmt.Fprintln(w, "Load generator (8 goroutines, one keep-alive HTTP/1.1 connection each) → a gateway front")
 	fmt.Fprintln(w, "like `e2e/cmd/tollgate-gateway` (net/http server → `host.Serve` on the worker the connection")
 	fmt.Fprintln(w, "maps to; for redis_rate, `Allow` first, then the pass-through module) → an upstream HTTP")
-	fmt.Fprintln(w, "server answering 200 with an 11-byte body, via `host.ProxyUpstream`. Same keys, limits,")
-	fmt.Fprintln(w, "durations and Redis as above; latency is the client's.")
+	fmt.Fprintln(w, "server answering 200 with an 11-byte body, via `host.ProxyUpstream`. Same keys, limits and")
+	fmt.Fprintln(w, "Redis as above, but a 12 s warm-up, so every key has its lease before the 5 s measured;")
+	fmt.Fprintln(w, "latency is the client's.")
 	fmt.Fprintln(w)
 	table(w, loadHeader, [][]string{
 		loadRow("pass-through (no limiter)", l["http pass-through"], false),
