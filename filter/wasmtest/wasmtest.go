@@ -9,11 +9,6 @@
 package wasmtest
 
 import (
-	"errors"
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -30,10 +25,6 @@ type build struct {
 var (
 	buildsMu sync.Mutex
 	builds   = map[string]*build{}
-
-	rootOnce sync.Once
-	rootDir  string
-	rootErr  error
 )
 
 // BuildWasm builds pkg (an import path, or a path relative to the repository root such
@@ -79,25 +70,3 @@ func EmulatorWasm(t testing.TB, pkg string) []byte {
 	t.Helper()
 	return BuildWasmTags(t, pkg, "tollgate_proxytest")
 }
-
-// RepoRoot returns the directory of the repository's go.mod.
-func RepoRoot() (string, error) {
-	rootOnce.Do(func() {
-		out, err := exec.Command(goBin(), "env", "GOMOD").Output()
-		if err != nil {
-			rootErr = fmt.Errorf("go env GOMOD: %w", err)
-			return
-		}
-		mod := strings.TrimSpace(string(out))
-		if mod == "" || mod == os.DevNull {
-			rootErr = errors.New("go env GOMOD: not inside a module")
-			return
-		}
-		rootDir = filepath.Dir(mod)
-	})
-	return rootDir, rootErr
-}
-
-// goBin is the go command. go test puts its own toolchain's bin first in the test
-// binary's PATH, so this builds with the toolchain running the tests.
-func goBin() string { return "go" }

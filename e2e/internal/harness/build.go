@@ -10,13 +10,11 @@ package harness
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 
 	"github.com/tollgate-rl/tollgate/filter/wasmbuild"
 )
@@ -35,29 +33,8 @@ func (b *Binaries) Remove() {
 	}
 }
 
-var (
-	rootOnce sync.Once
-	rootDir  string
-	rootErr  error
-)
-
 // RepoRoot is the directory of Tollgate's go.mod (the go command's view of the module).
-func RepoRoot() (string, error) {
-	rootOnce.Do(func() {
-		out, err := exec.Command("go", "env", "GOMOD").Output()
-		if err != nil {
-			rootErr = fmt.Errorf("go env GOMOD: %w", err)
-			return
-		}
-		mod := strings.TrimSpace(string(out))
-		if mod == "" || mod == os.DevNull {
-			rootErr = errors.New("go env GOMOD: not inside the Tollgate module")
-			return
-		}
-		rootDir = filepath.Dir(mod)
-	})
-	return rootDir, rootErr
-}
+func RepoRoot() (string, error) { return wasmbuild.RepoRoot() }
 
 // Build compiles the sync service and the filter with the recipes of the Makefile
 // (`make build`, `make wasm`) into a new temporary directory. Building here rather than
