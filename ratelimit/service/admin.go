@@ -304,6 +304,6 @@ func (s *Service) handleReset(w http.ResponseWriter, r *http.Request) {
 		s.redisError(w, err)
 		return
 	}
-	s.audit(r, "reset", "key", key, "deleted", n)
+	s.audit(r, "reset", "key_hash", KeyHash(key), "deleted", n)
 	writeJSON(w, http.StatusOK, map[string]any{"key": key, "deleted": n})
 }

@@ -250,7 +250,10 @@ func usageAndReset(t *testing.T, mode store.Mode) {
 		t.Fatalf("usage after reset: %s", out)
 	}
 	logs := in.log.String()
-	if !strings.Contains(logs, `"action":"reset"`) || !strings.Contains(logs, `"by":"bob"`) || !strings.Contains(logs, key) {
-		t.Fatalf("no audit line for the reset:\n%s", logs)
+	if !strings.Contains(logs, `"action":"reset"`) || !strings.Contains(logs, `"by":"bob"`) || !strings.Contains(logs, `"key_hash":"`+KeyHash(key)+`"`) {
+		t.Fatalf("no audit line for the reset naming the key's hash:\n%s", logs)
+	}
+	if strings.Contains(logs, key) {
+		t.Fatalf("the raw caller key is in the service's log:\n%s", logs)
 	}
 }
