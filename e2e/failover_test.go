@@ -232,7 +232,7 @@ func TestRedisPrimaryKilled(t *testing.T) {
 		[]string{"gateway", "kill → first degraded answer", "degraded answers", "promotion → first healthy answer after the last degraded"}, rows))
 	logTable(t, "scenario 3: totals", harness.KV(
 		"killed primary", primary,
-		"kill → first degraded answer (any gateway)", fmt.Sprintf("%s (issue target %v)", since(killAt, firstDegradedAny), degradedTarget),
+		"kill → first degraded answer (any gateway)", fmt.Sprintf("%s (target %v)", since(killAt, firstDegradedAny), degradedTarget),
 		"kill → replica promoted / cluster ok", fmt.Sprintf("%v / %v", promotedAt.Sub(killAt).Round(time.Millisecond), healthyAt.Sub(killAt).Round(time.Millisecond)),
 		"kill → every breaker closed", breakersClosedAt.Sub(killAt).Round(time.Millisecond).String(),
 		"hot key statuses", statusHistogram(hot),

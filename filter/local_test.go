@@ -11,7 +11,7 @@ import (
 	"github.com/tollgate-rl/tollgate/filter/wasmtest"
 )
 
-// The trading bot of DESIGN.md: 500 requests within a second against 100/min. Exactly the
+// A trading bot: 500 requests within a second against 100/min. Exactly the
 // bucket's capacity is admitted (the refill over the run is far below one token), the rest
 // get 429 with Retry-After, and every answer carries the rate-limit headers.
 func TestTradingBotBurst(t *testing.T) {

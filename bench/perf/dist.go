@@ -13,7 +13,7 @@ type Distribution struct {
 	Keys     func(*rand.Rand) func() int
 }
 
-// Distributions are the three shapes of issue 7: one hot key far above its limit,
+// Distributions are three shapes of traffic: one hot key far above its limit,
 // Zipf-distributed keys, and uniform keys from a space so large that nearly every
 // request is a key the gateway has not seen (cold).
 var Distributions = []Distribution{

@@ -19,7 +19,7 @@ var benchModules = []struct {
 	{"filter", FilterPkg, LocalConfig("token_bucket", 1_000_000)},
 }
 
-// BenchmarkDecision is the decision cost of issue 3 under go test: one request through
+// BenchmarkDecision is the decision cost under go test: one request through
 // proxy_on_request_headers and proxy_on_response_headers, context create and delete
 // included, in wazero's compiler via the host's direct Exchange path.
 func BenchmarkDecision(b *testing.B) {

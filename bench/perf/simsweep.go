@@ -72,7 +72,7 @@ func SweepInterval(intervals []time.Duration) []SimPoint {
 	return out
 }
 
-// The mesh sweep (issue-level bounds of RATIONALE.md §3): MeshKeys callers behind
+// The mesh sweep (the bounds of RATIONALE.md §3 at mesh scale): MeshKeys callers behind
 // 1 to 1,000 gateways, each caller through MeshSpread of them, a rule of MeshLimit per
 // minute, most callers slow (MeshLoad of their limit rate) and MeshAdversarial of them at
 // 10× their limit, for MeshDuration (two windows: the worst 1-minute window is measured).

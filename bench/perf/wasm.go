@@ -4,7 +4,7 @@ import (
 	"github.com/tollgate-rl/tollgate/filter/wasmbuild"
 )
 
-// Module packages measured for the decision cost (issue 3): a pass-through filter, the
+// Module packages measured for the decision cost: a pass-through filter, the
 // floor of one single-rule decision (its unavoidable host calls and no logic) and the
 // Tollgate filter.
 const (

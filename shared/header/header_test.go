@@ -455,7 +455,7 @@ func TestBodiesGolden(t *testing.T) {
 	}
 }
 
-// The 429 body is the documented one (DESIGN.md, plus the rule id).
+// The 429 body is the documented one (README.md, plus the rule id).
 func TestBody429Literal(t *testing.T) {
 	got := string(Body429(&Exceeded{Limit: 100, WindowSeconds: 60, RetryAfterSeconds: 36, ResetUnix: now + 60, Rule: "search"}))
 	want := `{"error":{"code":"RATE_LIMIT_EXCEEDED","message":"Rate limit of 100 requests per 60 seconds exceeded",` +

@@ -522,7 +522,7 @@ func (r *report) writeDists(w io.Writer, charts string) {
 	fmt.Fprintln(w, "Round trips follow time, not requests: each worker sends at most one batch per tick (10/s)")
 	fmt.Fprintln(w, "plus early flushes when a bucket is new or its lease ran out, and a batch is one pipeline")
 	fmt.Fprintln(w, "on a standalone Redis. The hot key is answered locally: the closed-loop client ignores")
-	fmt.Fprintln(w, "`Retry-After`, so after its first burst the progressive penalty (a growing cooldown, DESIGN.md)")
+	fmt.Fprintln(w, "`Retry-After`, so after its first burst the progressive penalty (a growing cooldown, RATIONALE.md §3)")
 	fmt.Fprintln(w, "refuses it outright (the penalized column) and the few deltas left carry the rejection counts.")
 	fmt.Fprintln(w, "With Zipf keys the head keys are above their limit and penalized the same way while the tail")
 	fmt.Fprintln(w, "is admitted. Uniform cold keys make every request a new bucket (an early flush and a delta")
