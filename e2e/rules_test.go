@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tollgate-rl/tollgate/e2e/internal/harness"
 	"github.com/tollgate-rl/tollgate/internal/redistest"
 )
@@ -153,4 +155,33 @@ func TestRuleChangePropagates(t *testing.T) {
 			t.Errorf("%s: a fresh key got %d of 150 admitted: the 500/min limit is not enforced", g.Name, admitted[i])
 		}
 	}
+
+	// Redis wiped (FLUSHALL: a restore from nothing, a new cluster), then a rule set
+	// pushed: its version is newer than what the gateways enforce (versions follow the
+	// writer's clock), so every gateway takes it within a second; a counter starting
+	// over at 1 would have looked older and been ignored.
+	wipe := redis.NewClient(&redis.Options{Addr: rdb.Addrs()[0]})
+	defer wipe.Close()
+	if err := wipe.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	wipedAt := time.Now()
+	v3, err := admin.PutRules([]byte(tierRules100))
+	if err != nil {
+		t.Fatalf("rule set after the wipe: %v", err)
+	}
+	if v3 <= v2 {
+		t.Fatalf("version %d after the wipe, not above %d", v3, v2)
+	}
+	if err := harness.Poll(time.Second, 10*time.Millisecond, func() (bool, error) {
+		for _, g := range gws {
+			if g.Metric("tollgate.rules_version") != int64(v3) {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatalf("after the wipe, not every gateway enforces version %d within 1 s: %v", v3, err)
+	}
+	t.Logf("after FLUSHALL and a new rule set: every gateway on version %d in %v", v3, time.Since(wipedAt).Round(time.Millisecond))
 }

@@ -9,17 +9,26 @@
 -- ARGV[3]  version record (JSON)
 -- ARGV[4]  pub/sub channel
 -- ARGV[5]  number of log records kept
+-- ARGV[6]  the new version n (> ARGV[1]; rules.NextVersion)
 --
--- Returns {1, n} on success, {0, current version} on conflict.
+-- Returns {1, n} on success, {0, current version} on conflict. The bodies of versions
+-- whose records fall off the log are deleted (they can no longer be rolled back to);
+-- their keys share the {rl:rules} tag, so they live on this node of a cluster.
 
 local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
 if cur ~= tonumber(ARGV[1]) then
   return {0, cur}
 end
-local n = string.format('%d', cur + 1)
+local keep = tonumber(ARGV[5])
 redis.call('SET', KEYS[3], ARGV[2])
-redis.call('SET', KEYS[1], n)
+redis.call('SET', KEYS[1], ARGV[6])
 redis.call('LPUSH', KEYS[2], ARGV[3])
-redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[5]) - 1)
-redis.call('PUBLISH', ARGV[4], n)
-return {1, cur + 1}
+for _, rec in ipairs(redis.call('LRANGE', KEYS[2], keep, -1)) do
+  local ok, r = pcall(cjson.decode, rec)
+  if ok and type(r) == 'table' and type(r.version) == 'number' then
+    redis.call('DEL', '{rl:rules}:v:' .. string.format('%d', r.version))
+  end
+end
+redis.call('LTRIM', KEYS[2], 0, keep - 1)
+redis.call('PUBLISH', ARGV[4], ARGV[6])
+return {1, tonumber(ARGV[6])}

@@ -12,7 +12,11 @@
 //	channel rl:rules     PUBLISH <n> when n becomes current
 //
 // Versions only grow: a rollback writes the old body again as a new version, so
-// "newer than mine" is all a gateway or instance has to check.
+// "newer than mine" is all a gateway or instance has to check. A new version is the
+// larger of the current one plus one and the writer's clock in Unix milliseconds, so
+// versions keep growing across a wipe of Redis (FLUSHALL, a new cluster): a rule set
+// written afterwards is newer than anything a gateway enforces, and a stale one can
+// never look current.
 package rules
 
 import (
@@ -126,10 +130,16 @@ func WithVersion(body []byte, v uint64) ([]byte, error) {
 	return json.Marshal(m)
 }
 
-// Put makes body (a validated JSON rule set) version base+1 if base is still current,
-// and announces it. It returns ErrConflict otherwise.
+// NextVersion is the version a rule set written on top of base at now gets: base+1, or
+// the Unix millisecond of now when that is larger (versions survive a wipe of Redis).
+func NextVersion(base uint64, now time.Time) uint64 {
+	return max(base+1, uint64(max(now.UnixMilli(), 0)))
+}
+
+// Put makes body (a validated JSON rule set) the next version (NextVersion) if base is
+// still current, and announces it. It returns ErrConflict otherwise.
 func (s *Store) Put(ctx context.Context, base uint64, body []byte, rec Record) (uint64, error) {
-	v := base + 1
+	v := NextVersion(base, time.Now())
 	body, err := WithVersion(body, v)
 	if err != nil {
 		return 0, err
@@ -143,7 +153,7 @@ func (s *Store) Put(ctx context.Context, base uint64, body []byte, rec Record) (
 		return 0, fmt.Errorf("rules: record: %w", err)
 	}
 	res, err := putScript.Run(ctx, s.rdb, []string{currentKey, logKey, bodyKey(v)},
-		base, body, entry, Channel, Keep).Int64Slice()
+		base, body, entry, Channel, Keep, v).Int64Slice()
 	if err != nil {
 		return 0, fmt.Errorf("rules: put version %d: %w", v, err)
 	}
@@ -152,9 +162,6 @@ func (s *Store) Put(ctx context.Context, base uint64, body []byte, rec Record) (
 	}
 	if res[0] != 1 {
 		return uint64(res[1]), fmt.Errorf("%w: base %d, current %d", ErrConflict, base, res[1])
-	}
-	if v > Keep {
-		_ = s.rdb.Del(ctx, bodyKey(v-Keep)).Err() // best effort: older versions expire from rollback
 	}
 	return v, nil
 }

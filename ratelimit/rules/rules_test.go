@@ -65,9 +65,10 @@ func TestPutConflictAndVersions(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			s := New(rdb)
-			v, err := s.Put(ctx, 0, []byte(`{"rules":[]}`), Record{By: "t", Action: "put"})
-			if err != nil || v != 1 {
-				t.Fatalf("first put: %d, %v", v, err)
+			before := uint64(time.Now().UnixMilli())
+			v1, err := s.Put(ctx, 0, []byte(`{"rules":[]}`), Record{By: "t", Action: "put"})
+			if err != nil || v1 < before || v1 > uint64(time.Now().UnixMilli()) {
+				t.Fatalf("first put: %d, %v; want the writer's clock in ms (%d…)", v1, err, before)
 			}
 			if _, err := s.Put(ctx, 0, []byte(`{}`), Record{}); !errors.Is(err, ErrConflict) {
 				t.Fatalf("put on a stale base: %v, want ErrConflict", err)
@@ -77,22 +78,75 @@ func TestPutConflictAndVersions(t *testing.T) {
 				t.Fatal(err)
 			}
 			var body map[string]any
-			if err := json.Unmarshal(set.Body, &body); err != nil || body["version"] != float64(1) {
-				t.Fatalf("stored body %s", set.Body)
+			if err := json.Unmarshal(set.Body, &body); err != nil || body["version"] != float64(v1) {
+				t.Fatalf("stored body %s, want version %d", set.Body, v1)
 			}
-			v, err = s.Update(ctx, Record{Action: "put"}, func(cur *Set) ([]byte, error) { return cur.Body, nil })
-			if err != nil || v != 2 {
-				t.Fatalf("update: %d %v", v, err)
+			v2, err := s.Update(ctx, Record{Action: "put"}, func(cur *Set) ([]byte, error) { return cur.Body, nil })
+			if err != nil || v2 <= v1 {
+				t.Fatalf("update: %d %v, want a version above %d", v2, err, v1)
 			}
 			recs, err := s.Versions(ctx)
-			if err != nil || len(recs) != 2 || recs[0].Version != 2 {
+			if err != nil || len(recs) != 2 || recs[0].Version != v2 || recs[1].Version != v1 {
 				t.Fatalf("versions %+v %v", recs, err)
 			}
 			if _, err := s.Get(ctx, 77); !errors.Is(err, ErrNotFound) {
 				t.Fatalf("missing version: %v", err)
 			}
-			if _, err := s.Put(ctx, 2, []byte(`[1]`), Record{}); err == nil {
+			if _, err := s.Put(ctx, v2, []byte(`[1]`), Record{}); err == nil {
 				t.Fatal("a non-object body was stored")
+			}
+		})
+	}
+}
+
+// TestVersionsSurviveWipe: after FLUSHALL a new rule set is newer than every version
+// written before it, so gateways and service instances that still enforce an old one
+// take it (a counter restarting at 1 would look older).
+func TestVersionsSurviveWipe(t *testing.T) {
+	for name, rdb := range clients(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			s := New(rdb)
+			old, err := s.Update(ctx, Record{Action: "put"}, func(*Set) ([]byte, error) { return []byte(`{"rules":[]}`), nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := flushAll(ctx, rdb); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(2 * time.Millisecond)
+			v, err := s.Put(ctx, 0, []byte(`{"rules":[]}`), Record{Action: "put"})
+			if err != nil || v <= old {
+				t.Fatalf("after the wipe: version %d (%v), want above %d", v, err, old)
+			}
+		})
+	}
+}
+
+// TestOldBodiesDeleted: the bodies of versions whose records fall off the log are
+// deleted, whatever their numbers.
+func TestOldBodiesDeleted(t *testing.T) {
+	for name, rdb := range clients(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			s := New(rdb)
+			var vs []uint64
+			for range Keep + 3 {
+				v, err := s.Update(ctx, Record{Action: "put"}, func(*Set) ([]byte, error) { return []byte(`{"rules":[]}`), nil })
+				if err != nil {
+					t.Fatal(err)
+				}
+				vs = append(vs, v)
+			}
+			recs, err := s.Versions(ctx)
+			if err != nil || len(recs) != Keep {
+				t.Fatalf("%d records (%v), want %d", len(recs), err, Keep)
+			}
+			for i, v := range vs {
+				_, err := s.Get(ctx, v)
+				if gone := errors.Is(err, ErrNotFound); gone != (i < len(vs)-Keep) {
+					t.Fatalf("version %d (#%d): Get = %v, want it gone only if it fell off the log", v, i, err)
+				}
 			}
 		})
 	}
@@ -162,4 +216,12 @@ func TestWithVersion(t *testing.T) {
 	if _, err := WithVersion([]byte(`[]`), 1); err == nil {
 		t.Fatal("array accepted")
 	}
+}
+
+// flushAll wipes every primary of rdb (a cluster's too).
+func flushAll(ctx context.Context, rdb redis.UniversalClient) error {
+	if c, ok := rdb.(*redis.ClusterClient); ok {
+		return c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return n.FlushAll(ctx).Err() })
+	}
+	return rdb.FlushAll(ctx).Err()
 }

@@ -90,6 +90,16 @@ func TestRulesAPI(t *testing.T) {
 		return code, out
 	}
 
+	// current is the version the rules API says is current. Versions are the writer's
+	// clock in ms (rules.NextVersion): each write's is read back, not predicted.
+	current := func(t *testing.T) uint64 {
+		t.Helper()
+		_, _, out := a.do(t, http.MethodGet, "/v1/rules/versions", adminToken, nil)
+		var vs struct{ Current uint64 }
+		decodeJSON(t, out, &vs)
+		return vs.Current
+	}
+	var v1, v2 uint64
 	t.Run("put json", func(t *testing.T) {
 		code, out := put(t, rulesV1, "application/json")
 		if code != http.StatusOK {
@@ -97,16 +107,19 @@ func TestRulesAPI(t *testing.T) {
 		}
 		var res struct{ Version uint64 }
 		decodeJSON(t, out, &res)
-		if res.Version != 1 {
-			t.Fatalf("first version %d", res.Version)
+		if v1 = res.Version; v1 == 0 || v1 != current(t) {
+			t.Fatalf("first version %d, current %d", res.Version, current(t))
 		}
-		seenBy(t, b, 1)
+		seenBy(t, b, v1)
 	})
 	t.Run("put yaml", func(t *testing.T) {
 		if code, out := put(t, rulesYAML, "application/yaml"); code != http.StatusOK {
 			t.Fatalf("%d %s", code, out)
 		}
-		seenBy(t, b, 2)
+		if v2 = current(t); v2 <= v1 {
+			t.Fatalf("version %d after %d", v2, v1)
+		}
+		seenBy(t, b, v2)
 		_, _, body := a.do(t, http.MethodGet, "/v1/rules", adminToken, nil)
 		if _, ids := parsedRules(t, body); len(ids) != 1 || ids[0] != "users" {
 			t.Fatalf("rules after YAML put: %v", ids)
@@ -123,7 +136,7 @@ func TestRulesAPI(t *testing.T) {
 			t.Fatalf("error body %+v, want field rules[0].limit", eb)
 		}
 		code, hdr, body := a.do(t, http.MethodGet, "/v1/rules", adminToken, nil)
-		if v, _ := parsedRules(t, body); code != http.StatusOK || v != 2 || hdr.Get(RulesVersionHeader) != "2" {
+		if v, _ := parsedRules(t, body); code != http.StatusOK || v != v2 || hdr.Get(RulesVersionHeader) != strconv.FormatUint(v2, 10) {
 			t.Fatalf("after a rejected put: %d, version %d", code, v)
 		}
 		if code, out := put(t, "rules: [unclosed", "application/yaml"); code != http.StatusUnprocessableEntity {
@@ -141,14 +154,18 @@ func TestRulesAPI(t *testing.T) {
 			}
 		}
 		decodeJSON(t, out, &vs)
-		if vs.Current != 2 || len(vs.Versions) != 2 || vs.Versions[0].Version != 2 || vs.Versions[0].By != "alice" {
+		if vs.Current != v2 || len(vs.Versions) != 2 || vs.Versions[0].Version != v2 || vs.Versions[1].Version != v1 || vs.Versions[0].By != "alice" {
 			t.Fatalf("versions: %s", out)
 		}
-		code, _, out := a.do(t, http.MethodPost, "/v1/rules/rollback/1", adminToken, nil)
+		code, _, out := a.do(t, http.MethodPost, "/v1/rules/rollback/"+strconv.FormatUint(v1, 10), adminToken, nil)
 		if code != http.StatusOK {
 			t.Fatalf("rollback: %d %s", code, out)
 		}
-		seenBy(t, b, 3)
+		v3 := current(t)
+		if v3 <= v2 {
+			t.Fatalf("version %d after a rollback from %d", v3, v2)
+		}
+		seenBy(t, b, v3)
 		_, _, body := b.do(t, http.MethodGet, "/v1/sync/rules", syncSecret, nil)
 		if _, ids := parsedRules(t, body); len(ids) != 1 || ids[0] != "search" {
 			t.Fatalf("rolled back to v1 but serving rules %v", ids)
@@ -165,7 +182,7 @@ func TestRulesAPI(t *testing.T) {
 		if code != http.StatusOK {
 			t.Fatalf("add: %d %s", code, out)
 		}
-		seenBy(t, b, 4)
+		seenBy(t, b, current(t))
 		_, _, body := b.do(t, http.MethodGet, "/v1/sync/rules", syncSecret, nil)
 		c, err := rule.Parse(body)
 		if err != nil || len(c.Deny) != 2 || len(c.Rules) != 1 {
@@ -187,13 +204,13 @@ func TestRulesAPI(t *testing.T) {
 			Entries []string
 		}
 		decodeJSON(t, out, &l)
-		if l.Version != 5 || len(l.Entries) != 1 || l.Entries[0] != "10.9.0.0/16" {
+		if l.Version != current(t) || len(l.Entries) != 1 || l.Entries[0] != "10.9.0.0/16" {
 			t.Fatalf("deny list after removal: %s", out)
 		}
 		if code, _, _ := a.do(t, http.MethodGet, "/v1/lists/grey", adminToken, nil); code != http.StatusNotFound {
 			t.Fatalf("unknown list: %d", code)
 		}
-		seenBy(t, b, 5)
+		seenBy(t, b, l.Version)
 	})
 	if !strings.Contains(a.log.String(), `"msg":"audit"`) || !strings.Contains(a.log.String(), `"by":"alice"`) {
 		t.Fatalf("no audit log lines:\n%s", a.log.String())
