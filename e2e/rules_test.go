@@ -184,4 +184,34 @@ func TestRuleChangePropagates(t *testing.T) {
 		t.Fatalf("after the wipe, not every gateway enforces version %d within 1 s: %v", v3, err)
 	}
 	t.Logf("after FLUSHALL and a new rule set: every gateway on version %d in %v", v3, time.Since(wipedAt).Round(time.Millisecond))
+
+	// An empty rule set does not strand the gateways: with nothing to enforce and
+	// nothing to report they still ask every interval (heartbeats), so a real rule set
+	// pushed after it is enforced within 300 ms.
+	onAll := func(v uint64, within time.Duration) error {
+		return harness.Poll(within, 5*time.Millisecond, func() (bool, error) {
+			for _, g := range gws {
+				if g.Metric("tollgate.rules_version") != int64(v) {
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+	}
+	v4, err := admin.PutRules([]byte(`{"rules":[]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := onAll(v4, 2*time.Second); err != nil {
+		t.Fatalf("the empty rule set (version %d) did not reach every gateway: %v", v4, err)
+	}
+	realAt := time.Now()
+	v5, err := admin.PutRules([]byte(tierRules500))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := onAll(v5, 300*time.Millisecond); err != nil {
+		t.Fatalf("after an empty rule set, version %d not on every gateway within 300 ms: %v", v5, err)
+	}
+	t.Logf("after an empty rule set: every gateway on version %d in %v", v5, time.Since(realAt).Round(time.Millisecond))
 }
