@@ -15,12 +15,11 @@ import (
 // fleet is gateways of the filter, natively, against an in-memory sync service, on one
 // virtual clock. Callouts are answered instantly (or failed) when deliver runs.
 type fleet struct {
-	t     *testing.T
-	now   int64
-	svc   *memservice.Service
-	gws   []*nativehost.Host
-	down  bool // the service refuses connections
-	later []*nativehost.Stream
+	t    *testing.T
+	now  int64
+	svc  *memservice.Service
+	gws  []*nativehost.Host
+	down bool // the service refuses connections
 }
 
 func newFleet(t *testing.T, gateways, workers int, rules string) *fleet {

@@ -41,6 +41,10 @@ func (m *slotMap) get(ctx context.Context, cc *redis.ClusterClient) (*slotTable,
 	if m.table != nil && time.Since(m.at) < slotMapMaxAge {
 		return m.table, nil
 	}
+	// CLUSTER SLOTS answers on every Redis 7 release (its replacement, CLUSTER SHARDS,
+	// is 7.0 too but announces endpoints by hostname preference) and names the same
+	// addresses go-redis dials, which is what the grouping by node needs.
+	//lint:ignore SA1019 see above
 	slots, err := cc.ClusterSlots(ctx).Result()
 	if err != nil {
 		if m.table != nil {

@@ -200,13 +200,6 @@ func admit(dst algo.State, r Record, p algo.Params, now, cost int64, d Decision)
 	return r, d
 }
 
-func admitted(r Record, res algo.Result, d Decision) (Record, Decision) {
-	d.Allowed = true
-	d.Remaining = max(0, res.Remaining)
-	d.ResetUs = res.ResetUs
-	return r, d
-}
-
 func decideLocal(dst algo.State, r Record, p algo.Params, now, cost int64, d Decision) (Record, Decision) {
 	res := algo.DecideTo(dst, p, r.Local, now, cost)
 	d.ResetUs = res.ResetUs
