@@ -233,10 +233,12 @@ func run(ctx context.Context, out, errw io.Writer, keep bool) error {
 	fmt.Fprintf(out, "  %s got 403 from the deny list; %s bypassed the limit (allow list).\n", deniedKey, allowedKey)
 	fmt.Fprintf(out, "  The upstream saw %d requests: refused ones never reach it.\n", s.upstream.Requests())
 	if charged >= 0 {
-		fmt.Fprintf(out, "  Redis (GET /v1/usage/%s): %d charged, %d more leased to the gateway, %d left. The gateway decided\n", demoKey, charged, outstanding, remaining)
-		fmt.Fprintln(out, "  every request locally and reported what it consumed to the sync service in the background.")
+		fmt.Fprintf(out, "  Redis (GET /v1/usage/%s): %d in use (what was charged, less what has refilled since), %d more\n", demoKey, charged, outstanding)
+		fmt.Fprintf(out, "  leased to the gateway, %d left.\n", remaining)
 	}
 	m := s.gw.Host().Metrics()
+	fmt.Fprintf(out, "  The gateway asked the sync service %d times while a request waited (acquires: a bucket without a\n", m["tollgate.acquires"])
+	fmt.Fprintln(out, "  usable lease); every other request was decided locally, and what it consumed was reported in the background.")
 	fmt.Fprintf(out, "  Gateway metrics: requests_allowed %d, requests_rejected %d, requests_denied_by_list %d, requests_bypassed %d, sync_sent %d\n",
 		m["tollgate.requests_allowed"], m["tollgate.requests_rejected"], m["tollgate.requests_denied_by_list"], m["tollgate.requests_bypassed"], m["tollgate.sync_sent"])
 	fmt.Fprintln(out)
