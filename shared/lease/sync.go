@@ -54,7 +54,7 @@ type SyncConfig struct {
 
 // DefaultSyncConfig is the service's default configuration.
 var DefaultSyncConfig = SyncConfig{
-	EpochMs: 20_000, HorizonMs: 10_000, MaxShare: 4, RenewMs: 500, MinElapsedMs: 100,
+	EpochMs: 20_000, HorizonMs: 10_000, MaxShare: 2, RenewMs: 500, MinElapsedMs: 100,
 	ValidMarginMs: 1_000, PenaltyBaseUs: 1_000_000, PenaltyMaxUs: 60_000_000,
 }
 
