@@ -6,7 +6,7 @@
 //
 // Servers run as child processes of the caller (never daemonized) so a test that dies
 // takes them with it, and so this package can reap them: a stopped redis-server lingers as
-// a zombie in some containers and `kill -0` would call it alive (see REDIS.md), so liveness
+// a zombie in some containers and `kill -0` would call it alive, so liveness
 // is read from /proc/PID/stat and state Z counts as dead.
 package redistest
 

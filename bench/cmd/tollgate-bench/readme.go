@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-
-	"github.com/tollgate-rl/tollgate/bench/perf"
 )
 
 // The README's measured table lives between these markers; `make bench` rewrites it from
@@ -22,20 +20,8 @@ func (r *report) readmeRows() [][]string {
 	tg, rr := l["steady tollgate"], l["steady redis_rate"]
 	hot, hotRR := l["steady tollgate 100 keys"], l["steady redis_rate 100 keys"]
 	floor, real := r.cost(1), r.cost(2)
-	worst1, worst16 := int64(0), int64(0)
-	for _, rm := range r.redisMem {
-		if rm.Nodes == 1 {
-			worst1 = max(worst1, rm.Bytes)
-		}
-		if rm.Nodes == 16 {
-			worst16 = max(worst16, rm.Bytes)
-		}
-	}
-	meshOver, meshFalse := 0.0, 0.0
-	for _, p := range r.simMesh {
-		meshOver = max(meshOver, p.Result.OverAdmissionPct)
-		meshFalse = max(meshFalse, p.Result.CalmFalsePct)
-	}
+	worst1, worst16 := r.worstRedisMem(1, true), r.worstRedisMem(16, true)
+	meshOver, meshFalse, _, _ := r.meshWorst()
 	hp, ht := l["http pass-through"], l["http tollgate"]
 	rows := [][]string{
 		{"Redis CPU per check vs a per-request Redis limiter (go-redis/redis_rate), 10,000 keys, steady state",
@@ -49,12 +35,7 @@ func (r *report) readmeRows() [][]string {
 	if d := r.diff; d != nil {
 		rows = append(rows, []string{"decisions vs redis_rate's GCRA (same Redis)", fmt.Sprintf("%d of %d differ off a boundary; retry-after within %.1f µs", d.Flips-d.BoundaryFlips, d.Steps, d.MaxRetryDiffUs)})
 	}
-	for _, ms := range r.moduleSizes {
-		if ms.pkg == perf.FilterPkg {
-			rows = append(rows, []string{"module size", fmt.Sprintf("%.2f MB", float64(ms.bytes)/1e6)})
-		}
-	}
-	return rows
+	return append(rows, []string{"module size", r.filterSize()})
 }
 
 // writeReadme replaces the measured table of the README at path.

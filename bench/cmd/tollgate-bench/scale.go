@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 
 	"github.com/tollgate-rl/tollgate/bench/perf"
@@ -12,6 +13,30 @@ import (
 // and acquires (one delta each).
 func deltasPerCheck(x perf.LoadResult) float64 {
 	return ratio(float64(x.Metrics["tollgate.sync_deltas_sent"]+x.Metrics["tollgate.acquires"]), float64(x.Checks))
+}
+
+// worstRedisMem is the largest MEMORY USAGE per key measured with gateways gateways, the
+// sliding-window log included or not (its state grows with report times by design).
+func (r *report) worstRedisMem(gateways int, withLog bool) int64 {
+	var worst int64
+	for _, rm := range r.redisMem {
+		if rm.Nodes == gateways && (withLog || rm.Algo != "sliding_window_log") {
+			worst = max(worst, rm.Bytes)
+		}
+	}
+	return worst
+}
+
+// meshWorst is the mesh sweep's worst over-admission and false rejections (%) and the
+// range of its state per key (bytes) over the fleet sizes.
+func (r *report) meshWorst() (over, falseRej, stateLo, stateHi float64) {
+	stateLo = math.Inf(1)
+	for _, p := range r.simMesh {
+		over = max(over, p.Result.OverAdmissionPct)
+		falseRej = max(falseRej, p.Result.CalmFalsePct)
+		stateLo, stateHi = min(stateLo, p.Result.StateBytes), max(stateHi, p.Result.StateBytes)
+	}
+	return over, falseRej, stateLo, stateHi
 }
 
 // writeScale is the sync's cost at mesh scale: Redis work per check in steady state,
@@ -36,25 +61,12 @@ func (r *report) writeScale(w io.Writer, charts string) {
 	fmt.Fprintf(w, "work included (%s ms per second with the service running and no load).\n", fmtF(r.redisIdleMsPerSec, 1))
 	fmt.Fprintln(w)
 
-	worst1, worst16, worst16NoLog := int64(0), int64(0), int64(0)
-	for _, rm := range r.redisMem {
-		switch {
-		case rm.Nodes == 1:
-			worst1 = max(worst1, rm.Bytes)
-		case rm.Nodes == 16:
-			worst16 = max(worst16, rm.Bytes)
-			if rm.Algo != "sliding_window_log" {
-				worst16NoLog = max(worst16NoLog, rm.Bytes)
-			}
-		}
-	}
+	worst1, worst16, worst16NoLog := r.worstRedisMem(1, true), r.worstRedisMem(16, true), r.worstRedisMem(16, false)
 	callouts := "not run"
 	calloutsOK := len(r.callouts) > 0
-	maxSyncs := 0.0
 	for i, c := range r.callouts {
 		secs := c.res.Elapsed.Seconds()
 		syncs := ratio(float64(c.res.Metrics["tollgate.sync_sent"]), secs)
-		maxSyncs = max(maxSyncs, syncs)
 		if i == 0 {
 			callouts = ""
 		} else {
@@ -63,12 +75,7 @@ func (r *report) writeScale(w io.Writer, charts string) {
 		callouts += fmt.Sprintf("%d workers %s", c.workers, fmtF(syncs, 1))
 		calloutsOK = calloutsOK && syncs <= 10.5
 	}
-	meshOver, meshFalse, stateLo, stateHi := 0.0, 0.0, 1e18, 0.0
-	for _, p := range r.simMesh {
-		meshOver = max(meshOver, p.Result.OverAdmissionPct)
-		meshFalse = max(meshFalse, p.Result.CalmFalsePct)
-		stateLo, stateHi = min(stateLo, p.Result.StateBytes), max(stateHi, p.Result.StateBytes)
-	}
+	meshOver, meshFalse, stateLo, stateHi := r.meshWorst()
 	meshOK := len(r.simMesh) > 0 && meshOver <= 2 && meshFalse < 0.1 && stateHi-stateLo <= 2
 	table(w, []string{"target", "measured", ""}, [][]string{
 		{"Redis CPU per check, 10,000 uniform keys each below 10 % of its limit: ≤ 1/10 of redis_rate's",
