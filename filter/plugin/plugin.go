@@ -192,16 +192,20 @@ func (p *Plugin) nodeID(configured string) string {
 // other workers fetched.
 func (p *Plugin) OnTick() {
 	now := p.host.NowUs()
-	p.loadSharedRules()
-	if p.cfg.syncEnabled() {
-		if now-p.sync.lastTickUs >= p.sync.intervalUs()*7/8 {
-			p.sync.lastTickUs = now
-			p.sync.tick(now)
-		}
-		if len(p.streams) > 0 && !p.sync.healthy(now) {
-			for _, s := range p.streams { // paused requests only
-				s.settle(now)
-			}
+	if !p.cfg.syncEnabled() {
+		p.loadSharedRules()
+		return
+	}
+	// The host ticks four times per interval (OnConfigure): the interval's work runs on
+	// every fourth tick, the others only settle paused requests once the service is down.
+	if now-p.sync.lastTickUs >= p.sync.intervalUs()*7/8 {
+		p.sync.lastTickUs = now
+		p.loadSharedRules()
+		p.sync.tick(now)
+	}
+	if len(p.streams) > 0 && !p.sync.healthy(now) {
+		for _, s := range p.streams { // paused requests only
+			s.settle(now)
 		}
 	}
 }
