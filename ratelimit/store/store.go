@@ -295,7 +295,7 @@ func Refusal(d *wire.Delta) string {
 		return "rule: empty"
 	}
 	if err := lease.ParamsOf(d).Validate(); err != nil {
-		return truncate("params: "+strings.TrimPrefix(err.Error(), algo.ErrInvalid.Error()+": "), wire.MaxTagLen)
+		return truncate("params: "+err.Error(), wire.MaxTagLen)
 	}
 	return ""
 }

@@ -76,9 +76,9 @@ func TestRefusals(t *testing.T) {
 	}{
 		{"empty key", func(d wire.Delta) wire.Delta { d.Key = ""; return d }, nil, "key: empty"},
 		{"empty rule", func(d wire.Delta) wire.Delta { d.Rule = ""; return d }, nil, "rule: empty"},
-		{"limit 0", func(d wire.Delta) wire.Delta { d.Rule, d.Limit = "other", 0; return d }, nil, "limit 0 not in"},
+		{"limit 0", func(d wire.Delta) wire.Delta { d.Rule, d.Limit = "other", 0; return d }, nil, "limit: must be in [1, "},
 		{"unknown algorithm", func(d wire.Delta) wire.Delta { d.Rule, d.Algo = "other", 9; return d }, nil, "unknown algorithm 9"},
-		{"window 0", func(d wire.Delta) wire.Delta { d.Rule, d.WindowMs = "other", 0; return d }, nil, "window 0 µs"},
+		{"window 0", func(d wire.Delta) wire.Delta { d.Rule, d.WindowMs = "other", 0; return d }, nil, "window: must be in [1000, "},
 		{"more than one permit per µs", func(d wire.Delta) wire.Delta { d.Rule, d.Limit, d.WindowMs = "other", 1001, 1; return d }, nil, "more than one permit per µs"},
 		{"bucket twice in the batch", func(d wire.Delta) wire.Delta { return d }, nil, "appears twice"},
 		{"Options.Refuse", func(d wire.Delta) wire.Delta { d.Rule = "banned"; return d }, refuseBanned, "unknown rule"},

@@ -10,7 +10,6 @@ package algo
 
 import (
 	"errors"
-	"fmt"
 	"strconv"
 )
 
@@ -69,8 +68,13 @@ type Result struct {
 // each bound.
 const (
 	MaxLimit = 1_000_000
+	// MaxLogLimit bounds SlidingWindowLog's limit: its exact log is O(Limit) bytes and
+	// every decision decodes all of it.
+	MaxLogLimit = MaxLimit
 	// MaxBurst bounds TokenBucket/GCRA capacity.
 	MaxBurst = 1_000_000
+	// MaxCost bounds the permits one request may take.
+	MaxCost = 1_000_000
 	// MinWindowUs is 1 ms: the wire protocol carries windows in milliseconds. A window
 	// must also be at least Limit µs long (at most one permit per µs, 10^6/s per key).
 	MinWindowUs = 1_000
@@ -93,6 +97,22 @@ const (
 
 // ErrInvalid is wrapped by every error Validate returns.
 var ErrInvalid = errors.New("invalid rate-limit parameters")
+
+// ParamError is the error Validate returns: which parameter is out of bounds and why, so
+// a configuration loader can name the field in its own terms (a JSON path).
+type ParamError struct {
+	Field string // "algorithm", "limit", "window" or "burst"
+	Msg   string
+}
+
+func (e *ParamError) Error() string { return e.Field + ": " + e.Msg }
+
+// Unwrap makes errors.Is(err, ErrInvalid) hold.
+func (e *ParamError) Unwrap() error { return ErrInvalid }
+
+func paramErr(field, msg string) error { return &ParamError{Field: field, Msg: msg} }
+
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }
 
 var kindNames = [...]string{
 	TokenBucket:          "token_bucket",
@@ -130,19 +150,23 @@ func (p Params) Capacity() int64 { return p.norm().capa }
 // not mean what its author wrote, so configuration loaders reject it.
 func (p Params) Validate() error {
 	if int(p.Kind) >= len(kindNames) {
-		return fmt.Errorf("%w: unknown algorithm %d", ErrInvalid, p.Kind)
+		return paramErr("algorithm", "unknown algorithm "+itoa(int64(p.Kind)))
 	}
-	if p.Limit < 1 || p.Limit > MaxLimit {
-		return fmt.Errorf("%w: limit %d not in [1, %d]", ErrInvalid, p.Limit, MaxLimit)
+	maxLimit := int64(MaxLimit)
+	if p.Kind == SlidingWindowLog {
+		maxLimit = MaxLogLimit
+	}
+	if p.Limit < 1 || p.Limit > maxLimit {
+		return paramErr("limit", "must be in [1, "+itoa(maxLimit)+"], got "+itoa(p.Limit))
 	}
 	if p.WindowUs < MinWindowUs || p.WindowUs > MaxWindowUs {
-		return fmt.Errorf("%w: window %d µs not in [%d, %d]", ErrInvalid, p.WindowUs, int64(MinWindowUs), int64(MaxWindowUs))
+		return paramErr("window", "must be in ["+itoa(MinWindowUs)+", "+itoa(MaxWindowUs)+"] µs, got "+itoa(p.WindowUs))
 	}
 	if p.WindowUs < p.Limit {
-		return fmt.Errorf("%w: limit %d per %d µs is more than one permit per µs", ErrInvalid, p.Limit, p.WindowUs)
+		return paramErr("limit", itoa(p.Limit)+" per "+itoa(p.WindowUs)+" µs is more than one permit per µs")
 	}
 	if p.Burst < 0 || p.Burst > MaxBurst {
-		return fmt.Errorf("%w: burst %d not in [0, %d]", ErrInvalid, p.Burst, MaxBurst)
+		return paramErr("burst", "must be in [0, "+itoa(MaxBurst)+"], got "+itoa(p.Burst))
 	}
 	if p.Kind == TokenBucket || p.Kind == GCRA {
 		c := p.Limit
@@ -150,7 +174,7 @@ func (p Params) Validate() error {
 			c = p.Burst
 		}
 		if m := mulDiv(MaxRefillUs, p.Limit, p.WindowUs); c > m {
-			return fmt.Errorf("%w: capacity %d at %d per %d µs takes longer than %d µs to refill", ErrInvalid, c, p.Limit, p.WindowUs, int64(MaxRefillUs))
+			return paramErr("burst", "capacity "+itoa(c)+" at "+itoa(p.Limit)+" per "+itoa(p.WindowUs)+" µs takes longer than "+itoa(MaxRefillUs)+" µs to refill")
 		}
 	}
 	return nil
