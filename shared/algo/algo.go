@@ -65,21 +65,25 @@ type Result struct {
 // Bounds. Params outside them are rejected by Validate and clamped by every function
 // (so no input can overflow the arithmetic or divide by zero). Together they keep every
 // intermediate value of the Lua twins an exact integer below 2^53; ENCODING.md derives
-// each bound.
+// each bound. The Lua copies (ratelimit/store/scripts/algo_common.lua) are checked
+// against these by the differential tests.
 const (
-	MaxLimit = 1_000_000
-	// MaxLogLimit bounds SlidingWindowLog's limit: its exact log is O(Limit) bytes and
-	// every decision decodes all of it.
-	MaxLogLimit = MaxLimit
-	// MaxBurst bounds TokenBucket/GCRA capacity.
-	MaxBurst = 1_000_000
+	// MaxLimit bounds the permits per window: a 1,000,000,000-token monthly budget fits,
+	// and so do the wire's uint32 counts.
+	MaxLimit = 1_000_000_000
+	// MaxLogLimit bounds SlidingWindowLog's limit: its exact log is O(Limit) bytes (up
+	// to 12 a run) and every decision decodes all of it, in Redis too.
+	MaxLogLimit = 10_000
+	// MaxBurst bounds TokenBucket/GCRA capacity (and MaxRefillUs bounds it further).
+	MaxBurst = 1_000_000_000
 	// MaxCost bounds the permits one request may take.
 	MaxCost = 1_000_000
 	// MinWindowUs is 1 ms: the wire protocol carries windows in milliseconds. A window
 	// must also be at least Limit µs long (at most one permit per µs, 10^6/s per key).
 	MinWindowUs = 1_000
-	// MaxWindowUs is 24 h.
-	MaxWindowUs = 86_400_000_000
+	// MaxWindowUs is 31 days, the longest calendar month (below 2^42 µs, which the Lua
+	// long division needs).
+	MaxWindowUs = 31 * 86_400_000_000
 	// MaxRefillUs bounds how long an empty TokenBucket/GCRA takes to refill
 	// (Capacity × Window / Limit, about 17.8 years).
 	MaxRefillUs = 1 << 49
@@ -152,10 +156,7 @@ func (p Params) Validate() error {
 	if int(p.Kind) >= len(kindNames) {
 		return paramErr("algorithm", "unknown algorithm "+itoa(int64(p.Kind)))
 	}
-	maxLimit := int64(MaxLimit)
-	if p.Kind == SlidingWindowLog {
-		maxLimit = MaxLogLimit
-	}
+	maxLimit := maxLimitOf(p.Kind)
 	if p.Limit < 1 || p.Limit > maxLimit {
 		return paramErr("limit", "must be in [1, "+itoa(maxLimit)+"], got "+itoa(p.Limit))
 	}
@@ -301,7 +302,7 @@ func RetryAfter(p Params, s State, now, cost int64) int64 {
 }
 
 // MaxStateLen is the largest State p's algorithm can encode: MaxStateSize for all but
-// SlidingWindowLog, whose log of at most Limit+LogSlack runs takes up to 11 bytes a run.
+// SlidingWindowLog, whose log of at most Limit+LogSlack runs takes up to 12 bytes a run.
 func (p Params) MaxStateLen() int {
 	n := p.norm()
 	if n.kind != SlidingWindowLog {

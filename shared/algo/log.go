@@ -12,7 +12,7 @@ package algo
 
 const (
 	logHeaderLen = 9  // tag, time of the first run (int64)
-	logMaxRunLen = 11 // uvarint delta (≤ 2W < 2^42: 6 bytes) + uvarint count (≤ 5 bytes)
+	logMaxRunLen = 12 // uvarint delta (< 2W < 2^43: 7 bytes) + uvarint count (≤ 5 bytes)
 	logVarintMax = 8  // longest uvarint accepted (56 bits; anything ≥ 2^53 is malformed)
 )
 

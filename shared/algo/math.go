@@ -26,7 +26,7 @@ func (p Params) norm() norm {
 	if int(k) >= len(kindNames) {
 		k = TokenBucket
 	}
-	l := clamp(p.Limit, 1, MaxLimit)
+	l := clamp(p.Limit, 1, maxLimitOf(k))
 	w := clamp(p.WindowUs, MinWindowUs, MaxWindowUs)
 	w = max(w, l)
 	c := l
@@ -39,11 +39,20 @@ func (p Params) norm() norm {
 	return norm{kind: k, lim: l, win: w, capa: c}
 }
 
+// maxLimitOf is the largest limit of kind k: MaxLogLimit for the log, MaxLimit otherwise.
+func maxLimitOf(k Kind) int64 {
+	if k == SlidingWindowLog {
+		return MaxLogLimit
+	}
+	return MaxLimit
+}
+
 func clamp(v, lo, hi int64) int64 { return min(max(v, lo), hi) }
 
 // mulDivRem returns floor(a·b/c) and a·b mod c for a, b ≥ 0 and c > 0 without
-// overflowing the product. Callers keep the quotient below 2^53, which is what the Lua
-// twin (algo_muldivrem, long division in base 2^15) needs to be exact too.
+// overflowing the product. Callers keep the quotient below 2^53 and c below 2^42, which
+// is what the Lua twin (algo__muldivrem, long division in base 2^10) needs to be exact
+// too.
 func mulDivRem(a, b, c int64) (q, r int64) {
 	if a <= 0 || b <= 0 || c <= 0 {
 		return 0, 0

@@ -2,23 +2,40 @@
 -- algorithm, so the store puts it before every fragment (see buildScripts); it defines
 -- local functions only.
 
--- algo__muldivrem(a, b, c) = floor(a*b/c), a*b mod c for integers a, b >= 0, 1 <= c < 2^37
--- and a quotient below 2^53: long division of a*b by c in base 2^15.
+-- The bounds of shared/algo (algo.go); the differential tests check every copy against
+-- the Go constants, so the two cannot drift.
+local algo__MAX_LIMIT = 1000000000        -- algo.MaxLimit
+local algo__MAX_LOG_LIMIT = 10000         -- algo.MaxLogLimit
+local algo__MAX_BURST = 1000000000        -- algo.MaxBurst
+local algo__MIN_WINDOW = 1000             -- algo.MinWindowUs
+local algo__MAX_WINDOW = 2678400000000    -- algo.MaxWindowUs (31 days)
+local algo__MAX_REFILL = 562949953421312  -- algo.MaxRefillUs (2^49)
+local algo__MAX_AHEAD = 1125899906842624  -- algo.MaxAheadUs (2^50)
+local algo__MAX_COUNT = 4294967295        -- algo.MaxCount
+local algo__SLACK = 64                    -- algo.LogSlack
+local algo__EXACT = 9007199254740992      -- 2^53
+
+-- algo__muldivrem(a, b, c) = floor(a*b/c), a*b mod c for integers 0 <= a, b < 2^53,
+-- 1 <= c < 2^42 and a quotient below 2^53 (Go's mulDivRem). a = q*c + r with r < c, so
+-- a*b/c = q*b + r*b/c; r*b/c is long division of r*b by c, b's digits in base 2^10 from
+-- the top: each partial dividend hr*2^10 + r*d (hr, r < c, d < 2^10) stays below
+-- c*2^11 < 2^53, so every step is exact. Base 2^10 is the largest that keeps divisors up
+-- to MaxWindowUs (31 days < 2^42 µs) exact.
+local algo__DIGIT = 1024
 local function algo__muldivrem(a, b, c)
   if a <= 0 or b <= 0 or c <= 0 then return 0, 0 end
   local q = math.floor(a / c)
   local r = a - q * c
-  local d3 = math.floor(b / 35184372088832) -- 2^45
-  local rest = b - d3 * 35184372088832
-  local d2 = math.floor(rest / 1073741824)  -- 2^30
-  rest = rest - d2 * 1073741824
-  local d1 = math.floor(rest / 32768)
-  local d0 = rest - d1 * 32768
-  local hq, hr, t, qt = 0, 0, 0, 0
-  t = r * d3; qt = math.floor(t / c); hr = t - qt * c; hq = qt
-  t = hr * 32768 + r * d2; qt = math.floor(t / c); hr = t - qt * c; hq = hq * 32768 + qt
-  t = hr * 32768 + r * d1; qt = math.floor(t / c); hr = t - qt * c; hq = hq * 32768 + qt
-  t = hr * 32768 + r * d0; qt = math.floor(t / c); hr = t - qt * c; hq = hq * 32768 + qt
+  local hq, hr, rest, place = 0, 0, b, 1125899906842624 -- 2^50: b < 2^53 has 6 digits
+  for _ = 1, 6 do
+    local d = math.floor(rest / place)
+    rest = rest - d * place
+    local t = hr * algo__DIGIT + r * d
+    local qt = math.floor(t / c)
+    hr = t - qt * c
+    hq = hq * algo__DIGIT + qt
+    place = place / algo__DIGIT
+  end
   return q * b + hq, hr
 end
 

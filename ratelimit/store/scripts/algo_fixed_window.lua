@@ -14,8 +14,6 @@
 -- Every value stays an exact integer below 2^53.
 
 local algo__TAG = 0x14
-local algo__MAX_COUNT = 4294967295   -- algo.MaxCount
-local algo__EXACT = 9007199254740992 -- 2^53
 -- include: window.lua
 
 -- algo__load: start, count, moved (whether they differ from st).

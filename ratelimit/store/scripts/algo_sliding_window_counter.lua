@@ -20,8 +20,6 @@
 -- algo__muldivrem.
 
 local algo__TAG = 0x13
-local algo__MAX_COUNT = 4294967295   -- algo.MaxCount
-local algo__EXACT = 9007199254740992 -- 2^53
 -- include: window.lua
 
 -- algo__load: start, curr, prev, moved (whether they differ from st).

@@ -18,9 +18,6 @@
 -- Every value stays an exact integer below 2^53.
 
 local algo__TAG = 0x12
-local algo__MAX_COUNT = 4294967295   -- algo.MaxCount
-local algo__SLACK = 64               -- algo.LogSlack
-local algo__EXACT = 9007199254740992 -- 2^53
 -- include: window.lua
 
 -- algo__uvarint reads a base-128 varint of at most 8 bytes at i: value, next i (nil on

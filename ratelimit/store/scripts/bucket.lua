@@ -3,19 +3,16 @@
 -- two algorithms share it exactly as in Go; only the state tag algo__TAG, which the
 -- including fragment defines first, differs.
 local algo__BUCKET = true
-local algo__MAX_AHEAD = 1125899906842624 -- 2^50 µs: debt horizon (algo.MaxAheadUs)
-local algo__MAX_REFILL = 562949953421312 -- 2^49 µs (algo.MaxRefillUs)
-local algo__EXACT = 9007199254740992     -- 2^53
 
 -- algo__norm clamps p exactly as Go's Params.norm: limit, window, capacity.
 local function algo__norm(p)
-  local l = algo__clamp(math.floor(tonumber(p.limit) or 0), 1, 1000000)
-  local w = algo__clamp(math.floor(tonumber(p.window_us) or 0), 1000, 86400000000)
+  local l = algo__clamp(math.floor(tonumber(p.limit) or 0), 1, algo__MAX_LIMIT)
+  local w = algo__clamp(math.floor(tonumber(p.window_us) or 0), algo__MIN_WINDOW, algo__MAX_WINDOW)
   if w < l then w = l end
   local c = l
   if algo__BUCKET then
     local b = math.floor(tonumber(p.burst) or 0)
-    if b > 0 then c = math.min(b, 1000000) end
+    if b > 0 then c = math.min(b, algo__MAX_BURST) end
     local m = algo__muldivrem(algo__MAX_REFILL, l, w)
     if c > m then c = m end
   end

@@ -1,11 +1,15 @@
 -- window.lua: what the window algorithms (fixed_window, sliding_window_counter,
 -- sliding_window_log) share, included by their fragments after they define algo__TAG
--- and algo__EXACT (the store expands "-- include:" lines).
+-- (the store expands "-- include:" lines).
+
+-- the largest limit: the log's state is O(limit), so it has a bound of its own
+local algo__LIMIT_CAP = algo__MAX_LIMIT
+if algo__TAG == 0x12 then algo__LIMIT_CAP = algo__MAX_LOG_LIMIT end
 
 -- algo__norm clamps p exactly as Go's Params.norm: limit, window.
 local function algo__norm(p)
-  local l = algo__clamp(math.floor(tonumber(p.limit) or 0), 1, 1000000)
-  local w = algo__clamp(math.floor(tonumber(p.window_us) or 0), 1000, 86400000000)
+  local l = algo__clamp(math.floor(tonumber(p.limit) or 0), 1, algo__LIMIT_CAP)
+  local w = algo__clamp(math.floor(tonumber(p.window_us) or 0), algo__MIN_WINDOW, algo__MAX_WINDOW)
   if w < l then w = l end
   return l, w
 end
