@@ -50,45 +50,87 @@ func TestValidate(t *testing.T) {
 	tests := []struct {
 		name string
 		p    Params
-		ok   bool
+		// field is the ParamError's Field, "" for valid params.
+		field string
 	}{
-		{"default_token_bucket", Params{Limit: 100, WindowUs: minute}, true},
-		{"gcra_with_burst", Params{Kind: GCRA, Limit: 10, WindowUs: second, Burst: 50}, true},
-		{"million_per_second", Params{Kind: FixedWindow, Limit: 1_000_000, WindowUs: second}, true},
-		{"max_limit_per_second", Params{Kind: FixedWindow, Limit: MaxLimit, WindowUs: second}, false},
-		{"max_limit_at_one_per_us", Params{Kind: GCRA, Limit: MaxLimit, WindowUs: MaxLimit}, true},
-		{"max_limit_per_day", Params{Kind: SlidingWindowCounter, Limit: MaxLimit, WindowUs: 24 * hour}, true},
-		{"max_limit_per_month", Params{Kind: FixedWindow, Limit: MaxLimit, WindowUs: MaxWindowUs}, true},
-		{"max_bucket_per_month", Params{Kind: TokenBucket, Limit: MaxLimit, WindowUs: MaxWindowUs, Burst: MaxBurst}, true},
-		{"five_million_per_day", Params{Kind: TokenBucket, Limit: 5_000_000, WindowUs: 24 * hour}, true},
-		{"max_log_limit", Params{Kind: SlidingWindowLog, Limit: MaxLogLimit, WindowUs: MaxWindowUs}, true},
-		{"log_limit_too_large", Params{Kind: SlidingWindowLog, Limit: MaxLogLimit + 1, WindowUs: MaxWindowUs}, false},
-		{"zero_limit", Params{Limit: 0, WindowUs: minute}, false},
-		{"negative_limit", Params{Limit: -1, WindowUs: minute}, false},
-		{"limit_too_large", Params{Limit: MaxLimit + 1, WindowUs: hour}, false},
-		{"window_too_short", Params{Limit: 1, WindowUs: 999}, false},
-		{"window_too_long", Params{Limit: 1, WindowUs: MaxWindowUs + 1}, false},
-		{"more_than_one_permit_per_us", Params{Limit: 5000, WindowUs: 4000}, false},
-		{"negative_burst", Params{Limit: 1, WindowUs: second, Burst: -1}, false},
-		{"burst_too_large", Params{Limit: 1, WindowUs: second, Burst: MaxBurst + 1}, false},
-		{"burst_refill_too_slow", Params{Limit: 1, WindowUs: MaxWindowUs, Burst: 300}, false},
-		{"burst_refill_at_bound", Params{Limit: 1, WindowUs: MaxWindowUs, Burst: MaxRefillUs / MaxWindowUs}, true},
-		{"burst_ignored_by_windows", Params{Kind: FixedWindow, Limit: 1, WindowUs: MaxWindowUs, Burst: 10_000}, true},
-		{"unknown_kind", Params{Kind: 5, Limit: 1, WindowUs: second}, false},
+		{"default_token_bucket", Params{Limit: 100, WindowUs: minute}, ""},
+		{"gcra_with_burst", Params{Kind: GCRA, Limit: 10, WindowUs: second, Burst: 50}, ""},
+		{"million_per_second", Params{Kind: FixedWindow, Limit: 1_000_000, WindowUs: second}, ""},
+		{"max_limit_per_second", Params{Kind: FixedWindow, Limit: MaxLimit, WindowUs: second}, "limit"},
+		{"max_limit_at_one_per_us", Params{Kind: GCRA, Limit: MaxLimit, WindowUs: MaxLimit}, ""},
+		{"max_limit_per_day", Params{Kind: SlidingWindowCounter, Limit: MaxLimit, WindowUs: 24 * hour}, ""},
+		{"max_limit_per_month", Params{Kind: FixedWindow, Limit: MaxLimit, WindowUs: MaxWindowUs}, ""},
+		{"max_bucket_per_month", Params{Kind: TokenBucket, Limit: MaxLimit, WindowUs: MaxWindowUs, Burst: MaxBurst}, ""},
+		{"five_million_per_day", Params{Kind: TokenBucket, Limit: 5_000_000, WindowUs: 24 * hour}, ""},
+		{"max_log_limit", Params{Kind: SlidingWindowLog, Limit: MaxLogLimit, WindowUs: MaxWindowUs}, ""},
+		{"log_limit_too_large", Params{Kind: SlidingWindowLog, Limit: MaxLogLimit + 1, WindowUs: MaxWindowUs}, "limit"},
+		{"zero_limit", Params{Limit: 0, WindowUs: minute}, "limit"},
+		{"negative_limit", Params{Limit: -1, WindowUs: minute}, "limit"},
+		{"limit_too_large", Params{Limit: MaxLimit + 1, WindowUs: hour}, "limit"},
+		{"window_too_short", Params{Limit: 1, WindowUs: 999}, "window"},
+		{"window_too_long", Params{Limit: 1, WindowUs: MaxWindowUs + 1}, "window"},
+		{"more_than_one_permit_per_us", Params{Limit: 5000, WindowUs: 4000}, "limit"},
+		{"negative_burst", Params{Limit: 1, WindowUs: second, Burst: -1}, "burst"},
+		{"burst_too_large", Params{Limit: 1, WindowUs: second, Burst: MaxBurst + 1}, "burst"},
+		{"burst_refill_too_slow", Params{Limit: 1, WindowUs: MaxWindowUs, Burst: 300}, "burst"},
+		{"burst_refill_at_bound", Params{Limit: 1, WindowUs: MaxWindowUs, Burst: MaxRefillUs / MaxWindowUs}, ""},
+		{"burst_ignored_by_windows", Params{Kind: FixedWindow, Limit: 1, WindowUs: MaxWindowUs, Burst: 10_000}, ""},
+		{"unknown_kind", Params{Kind: 5, Limit: 1, WindowUs: second}, "algorithm"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.p.Validate()
-			if (err == nil) != tt.ok {
-				t.Fatalf("Validate() = %v, want ok=%v", err, tt.ok)
+			if (err == nil) != (tt.field == "") {
+				t.Fatalf("Validate() = %v, want field %q", err, tt.field)
 			}
-			if err != nil && !errors.Is(err, ErrInvalid) {
-				t.Errorf("error %v does not wrap ErrInvalid", err)
+			if err == nil {
+				if n := tt.p.norm(); n != literal(tt.p) {
+					t.Errorf("valid params %+v are changed by clamping: %+v", tt.p, n)
+				}
+				return
 			}
-			if err == nil && tt.p.norm() != (norm{kind: tt.p.Kind, lim: tt.p.Limit, win: tt.p.WindowUs, capa: tt.p.Capacity()}) {
-				t.Errorf("valid params %+v are changed by clamping: %+v", tt.p, tt.p.norm())
+			var pe *ParamError
+			if !errors.As(err, &pe) || pe.Field != tt.field || !errors.Is(err, ErrInvalid) {
+				t.Errorf("error %v: want a ParamError on %q wrapping ErrInvalid", err, tt.field)
 			}
 		})
+	}
+}
+
+// literal is what p means as written, before any clamping.
+func literal(p Params) norm {
+	c := p.Limit
+	if (p.Kind == TokenBucket || p.Kind == GCRA) && p.Burst > 0 {
+		c = p.Burst
+	}
+	return norm{kind: p.Kind, lim: p.Limit, win: p.WindowUs, capa: c}
+}
+
+// TestValidateMatchesNorm: on parameters drawn at and around every bound, Validate
+// accepts exactly the parameters the functions use unchanged (norm clamps nothing), so
+// a rule that passes is enforced as written and one that would be clamped is refused.
+func TestValidateMatchesNorm(t *testing.T) {
+	rng := rand.New(rand.NewSource(7))
+	near := func(bound int64) int64 { return bound + rng.Int63n(3) - 1 }
+	pick := func(vals ...int64) int64 { return vals[rng.Intn(len(vals))] }
+	for i := range 200_000 {
+		k := Kind(rng.Intn(len(kindNames)))
+		p := Params{Kind: k}
+		p.Limit = pick(near(1), near(MaxLimit), near(MaxLogLimit), 1+rng.Int63n(MaxLimit+10), near(1_000_000))
+		p.WindowUs = pick(near(MinWindowUs), near(MaxWindowUs), near(p.Limit), MinWindowUs+rng.Int63n(MaxWindowUs), near(24*hour))
+		p.Burst = pick(0, near(MaxBurst), rng.Int63n(MaxBurst+2), near(p.Limit))
+		if p.WindowUs > 0 && p.Limit > 0 {
+			// Near the refill bound: the largest capacity that refills within MaxRefillUs.
+			p.Burst = pick(p.Burst, near(mulDiv(MaxRefillUs, p.Limit, p.WindowUs)))
+		}
+		valid := p.Validate() == nil
+		unchanged := p.norm() == literal(p)
+		if valid && !unchanged {
+			t.Fatalf("case %d: valid %+v is clamped to %+v", i, p, p.norm())
+		}
+		if !valid && unchanged && p.Burst >= 0 && p.Burst <= MaxBurst {
+			t.Fatalf("case %d: %+v refused (%v) though nothing is clamped", i, p, p.Validate())
+		}
 	}
 }
 
