@@ -105,7 +105,7 @@ func startRedis(t *testing.T) *redis.Client {
 // randParams mixes valid rules (small and extreme) with out-of-range ones, which both
 // sides must clamp identically.
 func randParams(rng *rand.Rand, k algo.Kind) algo.Params {
-	limits := []int64{1, 2, 3, 7, 10, 100, 999, 12_345, algo.MaxLimit}
+	limits := []int64{1, 2, 3, 7, 10, 100, 999, algo.MaxLogLimit, 12_345, 5_000_000, algo.MaxLimit}
 	windows := []int64{algo.MinWindowUs, 7_919, 1_000_000, 60_000_000, 3_600_000_000, algo.MaxWindowUs}
 	p := algo.Params{Kind: k, Limit: limits[rng.Intn(len(limits))], WindowUs: windows[rng.Intn(len(windows))]}
 	if rng.Intn(3) == 0 {

@@ -117,8 +117,11 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 		"r1":  {kind, 20, 1000, 0},
 		"r2":  {(kind + 1) % algo.Kind(numKinds), 50, 10_000, 80},
 		"r:3": {(kind + 3) % algo.Kind(numKinds), 7, 2000, 3},
+		// At the bounds: the largest limit and burst, and windows of half the longest
+		// (window 0) and the longest (window 1, twice as long).
+		"r4": {kind, uint32(maxLimitOf(kind)), algo.MaxWindowUs / 2000, algo.MaxBurst},
 	}
-	ruleIDs := []string{"r1", "r2", "r:3"}
+	ruleIDs := []string{"r1", "r2", "r:3", "r4"}
 	tiers := []string{"", "", "pro"}
 	nodes := []string{prefix + "-n1", prefix + "-n2", prefix + "-n:3"}
 	seqs := map[string]uint64{}
@@ -255,6 +258,14 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 			t.Errorf("no %s in the random sequence: the comparison did not cover them", name)
 		}
 	}
+}
+
+// maxLimitOf is the largest limit algo.Params.Validate accepts for kind k.
+func maxLimitOf(k algo.Kind) int64 {
+	if k == algo.SlidingWindowLog {
+		return algo.MaxLogLimit
+	}
+	return algo.MaxLimit
 }
 
 func b2i(b bool) int {
