@@ -432,37 +432,54 @@ func (r *Record) Idle(now, idleUs int64) bool {
 // LastSeen is the last time anything happened to r (for least-recently-used eviction).
 func (r *Record) LastSeen() int64 { return max(r.SyncedUs, r.AnnouncedUs, r.UsedUs) }
 
-// Encoding: a fixed 55-byte header, six uvarints (LowWater and the pending counts), then
+// Encoding: a fixed 61-byte header, six uvarints (LowWater and the pending counts), then
 // the algorithm state (13 or 17 bytes for every algorithm but the sliding window log):
 //
-//	0      version (3)
+//	0      version (4)
 //	1      flags (bit 0 synced, 1 used, 3 urgent, 4 pending degraded)
 //	2      penalty level
 //	3..11  base (int64 µs): UsedUs, or the earliest time set when never used; the
 //	       times below are relative to it
-//	11..35 SyncedUs, ResetUs, RetryUs, PenaltyUntilUs, AnnouncedUs, LeaseUntilUs:
-//	       int32 milliseconds relative to base, rounded up so a deadline is never brought
-//	       forward (SyncedUs and LeaseUntilUs rounded down: a lease never looks younger
-//	       or longer); ±24 days is far beyond any lease or retry
-//	35..39 LeaseLeft, 39..43 GlobalRemaining (int32, saturated)
-//	43..47 ServerMs, 47..51 LeaseEpoch, 51..55 CutSeq (uint32)
-//	55..   uvarints LowWater, Pending.Leased, Over, Returned, Rejected, Early; then the
+//	11..41 SyncedUs, ResetUs, RetryUs, PenaltyUntilUs, AnnouncedUs, LeaseUntilUs:
+//	       40-bit signed milliseconds relative to base (±17 years), rounded up so a
+//	       deadline is never brought forward (SyncedUs and LeaseUntilUs rounded down: a
+//	       lease never looks younger or longer). The service's reset and retry times
+//	       reach the wire's uint32 milliseconds (49 days), beyond a month's window; a
+//	       local token bucket's (up to algo.MaxRefillUs, 17.8 years) saturate at 17 years.
+//	41..45 LeaseLeft, 45..49 GlobalRemaining (int32, saturated; a bucket holds at most
+//	       algo.MaxBurst, below 2^31)
+//	49..53 ServerMs, 53..57 LeaseEpoch, 57..61 CutSeq (uint32)
+//	61..   uvarints LowWater, Pending.Leased, Over, Returned, Rejected, Early; then the
 //	       algorithm state (the rest of the value)
 //
-// Reset times of calendar windows beyond 24 days saturate: the headers then say "at
-// least 24 days", and the service's answer is used again at the next reply.
+// Version 3 (the same with 32-bit relative times, ±24 days, and a 55-byte header) still
+// decodes, so records written before an upgrade keep their leases and pending counts.
 const (
-	recordVersion = 3
-	headerSize    = 55
+	recordVersion = 4
+	headerSize    = 61
+	relSize       = 5 // bytes of one relative time
 	flagSynced    = 1
 	flagUsed      = 2
 	flagUrgent    = 8
 	flagDegraded  = 16
+
+	recordVersion3 = 3
+	headerSize3    = 55
 )
 
-// MaxRecordSize bounds the encoded size for the fixed-size algorithms with counts below
-// 2^21.
-const MaxRecordSize = headerSize + 6*3 + algo.MaxStateSize
+// recordLayout is where a version's header keeps the fields after base.
+type recordLayout struct {
+	header, relSize, rel, leaseLeft, global, serverMs, leaseEpoch, cutSeq int
+}
+
+var (
+	layout4 = recordLayout{header: headerSize, relSize: relSize, rel: 11, leaseLeft: 41, global: 45, serverMs: 49, leaseEpoch: 53, cutSeq: 57}
+	layout3 = recordLayout{header: headerSize3, relSize: 4, rel: 11, leaseLeft: 35, global: 39, serverMs: 43, leaseEpoch: 47, cutSeq: 51}
+)
+
+// MaxRecordSize bounds the encoded size for the fixed-size algorithms (counts below
+// 2^35, so five bytes a uvarint).
+const MaxRecordSize = headerSize + 6*5 + algo.MaxStateSize
 
 // ErrRecord reports an undecodable record.
 var ErrRecord = errors.New("lease: malformed record")
@@ -493,17 +510,18 @@ func AppendRecord(dst []byte, r *Record) []byte {
 	}
 	h[2] = r.PenaltyLevel
 	binary.LittleEndian.PutUint64(h[3:], uint64(base))
-	putRel(h[11:], r.SyncedUs, base, false)
-	putRel(h[15:], r.ResetUs, base, true)
-	putRel(h[19:], r.RetryUs, base, true)
-	putRel(h[23:], r.PenaltyUntilUs, base, true)
-	putRel(h[27:], r.AnnouncedUs, base, true)
-	putRel(h[31:], r.LeaseUntilUs, base, false)
-	putI32(h[35:], r.LeaseLeft)
-	putI32(h[39:], r.GlobalRemaining)
-	binary.LittleEndian.PutUint32(h[43:], r.ServerMs)
-	binary.LittleEndian.PutUint32(h[47:], r.LeaseEpoch)
-	binary.LittleEndian.PutUint32(h[51:], r.CutSeq)
+	l := &layout4
+	for i, rel := range [...]struct {
+		t  int64
+		up bool
+	}{{r.SyncedUs, false}, {r.ResetUs, true}, {r.RetryUs, true}, {r.PenaltyUntilUs, true}, {r.AnnouncedUs, true}, {r.LeaseUntilUs, false}} {
+		putRel(h[l.rel+i*relSize:], rel.t, base, rel.up)
+	}
+	putI32(h[l.leaseLeft:], r.LeaseLeft)
+	putI32(h[l.global:], r.GlobalRemaining)
+	binary.LittleEndian.PutUint32(h[l.serverMs:], r.ServerMs)
+	binary.LittleEndian.PutUint32(h[l.leaseEpoch:], r.LeaseEpoch)
+	binary.LittleEndian.PutUint32(h[l.cutSeq:], r.CutSeq)
 	dst = append(dst, h[:]...)
 	for _, v := range [...]int64{r.LowWater, r.Pending.Leased, r.Pending.Over, r.Pending.Returned, r.Pending.Rejected, r.Pending.Early} {
 		dst = binary.AppendUvarint(dst, uint64(max(v, 0)))
@@ -513,11 +531,17 @@ func AppendRecord(dst []byte, r *Record) []byte {
 
 // DecodeRecord decodes data into r, reusing r.Local's capacity.
 func DecodeRecord(data []byte, r *Record) error {
-	if len(data) < headerSize || data[0] != recordVersion {
+	var l *recordLayout
+	switch {
+	case len(data) >= headerSize && data[0] == recordVersion:
+		l = &layout4
+	case len(data) >= headerSize3 && data[0] == recordVersion3:
+		l = &layout3
+	default:
 		return ErrRecord
 	}
 	var vals [6]int64
-	i := headerSize
+	i := l.header
 	for n := range vals {
 		v, k := binary.Uvarint(data[i:])
 		if k <= 0 || v > 1<<62 {
@@ -533,20 +557,21 @@ func DecodeRecord(data []byte, r *Record) error {
 		r.UsedUs = base
 	}
 	r.PenaltyLevel = data[2]
+	rel := func(i int) int64 { return getRel(data[l.rel+i*l.relSize:], l.relSize, base) }
 	r.SyncedUs = 0
 	if f&flagSynced != 0 {
-		r.SyncedUs = getRel(data[11:], base)
+		r.SyncedUs = rel(0)
 	}
-	r.ResetUs = getRel(data[15:], base)
-	r.RetryUs = getRel(data[19:], base)
-	r.PenaltyUntilUs = getRel(data[23:], base)
-	r.AnnouncedUs = getRel(data[27:], base)
-	r.LeaseUntilUs = getRel(data[31:], base)
-	r.LeaseLeft = getI32(data[35:])
-	r.GlobalRemaining = getI32(data[39:])
-	r.ServerMs = binary.LittleEndian.Uint32(data[43:])
-	r.LeaseEpoch = binary.LittleEndian.Uint32(data[47:])
-	r.CutSeq = binary.LittleEndian.Uint32(data[51:])
+	r.ResetUs = rel(1)
+	r.RetryUs = rel(2)
+	r.PenaltyUntilUs = rel(3)
+	r.AnnouncedUs = rel(4)
+	r.LeaseUntilUs = rel(5)
+	r.LeaseLeft = getI32(data[l.leaseLeft:])
+	r.GlobalRemaining = getI32(data[l.global:])
+	r.ServerMs = binary.LittleEndian.Uint32(data[l.serverMs:])
+	r.LeaseEpoch = binary.LittleEndian.Uint32(data[l.leaseEpoch:])
+	r.CutSeq = binary.LittleEndian.Uint32(data[l.cutSeq:])
 	r.Urgent = f&flagUrgent != 0
 	r.LowWater = vals[0]
 	r.Pending = Pending{Leased: vals[1], Over: vals[2], Returned: vals[3], Rejected: vals[4], Early: vals[5], Degraded: f&flagDegraded != 0}
@@ -554,26 +579,38 @@ func DecodeRecord(data []byte, r *Record) error {
 	return nil
 }
 
-const relNone = -1 << 31 // marks a zero (unset) time
+// relMin and relMax bound a 40-bit relative time; relMin itself marks a zero (unset)
+// time.
+const (
+	relMin = -1 << 39
+	relMax = 1<<39 - 1
+)
 
 func putRel(b []byte, t, base int64, up bool) {
-	v := int64(relNone)
+	v := int64(relMin)
 	if t != 0 {
 		if up {
-			v = clampI32(ceilDiv(t-base, 1000))
+			v = ceilDiv(t-base, 1000)
 		} else {
-			v = clampI32(floorDiv(t-base, 1000))
+			v = floorDiv(t-base, 1000)
 		}
-		if v == relNone {
-			v++
-		}
+		v = min(max(v, relMin+1), relMax)
 	}
-	binary.LittleEndian.PutUint32(b, uint32(int32(v)))
+	u := uint64(v)
+	for i := range relSize {
+		b[i] = byte(u >> (8 * i))
+	}
 }
 
-func getRel(b []byte, base int64) int64 {
-	v := int64(int32(binary.LittleEndian.Uint32(b)))
-	if v == relNone {
+// getRel reads a relative time of size bytes (5, or 4 in version 3 records).
+func getRel(b []byte, size int, base int64) int64 {
+	var u uint64
+	for i := range size {
+		u |= uint64(b[i]) << (8 * i)
+	}
+	shift := 64 - 8*size
+	v := int64(u<<shift) >> shift // sign-extend
+	if v == -1<<(8*size-1) {
 		return 0
 	}
 	return base + v*1000

@@ -1,0 +1,149 @@
+package lease
+
+import (
+	"encoding/binary"
+	"reflect"
+	"testing"
+
+	"github.com/tollgate-rl/tollgate/shared/algo"
+	"github.com/tollgate-rl/tollgate/shared/wire"
+)
+
+const (
+	msUs  = int64(1_000)
+	dayUs = 86_400_000_000
+)
+
+// TestRecordRoundTrip: a record decodes to what was encoded at the sizes a rule may
+// have: windows up to algo.MaxWindowUs (reset and retry times a month away, and the
+// 49 days the wire's uint32 milliseconds can say), leases and debts of algo.MaxBurst.
+func TestRecordRoundTrip(t *testing.T) {
+	const now = 1_700_000_000_000_000
+	tb := algo.Params{Limit: algo.MaxLimit, WindowUs: algo.MaxWindowUs, Burst: algo.MaxBurst}
+	tests := []struct {
+		name string
+		r    Record
+	}{
+		{"fresh", Record{}},
+		{"used_only", Record{UsedUs: now}},
+		{"month_window", Record{
+			Local: algo.Take(tb, nil, now, algo.MaxBurst), LeaseLeft: algo.MaxBurst / 2, LeaseEpoch: 1<<32 - 1,
+			LeaseUntilUs: now + 40*msUs, LowWater: algo.MaxBurst / 4, GlobalRemaining: -algo.MaxBurst,
+			SyncedUs: now - 31*dayUs, ServerMs: 1<<32 - 1, ResetUs: now + algo.MaxWindowUs, RetryUs: now + algo.MaxWindowUs - msUs,
+			PenaltyUntilUs: now + 60*1000*msUs, AnnouncedUs: now + 30*dayUs, UsedUs: now, PenaltyLevel: 62, CutSeq: 7,
+			Pending: Pending{Leased: algo.MaxLimit, Over: algo.MaxLimit, Returned: algo.MaxBurst, Rejected: 1 << 34, Early: 3, Degraded: true},
+			Urgent:  true,
+		}},
+		{"wire_maximum", Record{UsedUs: now, ResetUs: now + (1<<32-1)*msUs, RetryUs: now + (1<<32-1)*msUs, SyncedUs: now}},
+		{"never_used", Record{SyncedUs: now, ResetUs: now + algo.MaxWindowUs, LeaseUntilUs: now + msUs}},
+		{"decade", Record{UsedUs: now, AnnouncedUs: now + 10*365*dayUs, SyncedUs: now - 10*365*dayUs}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := AppendRecord(nil, &tt.r)
+			if len(tt.r.Local) <= algo.MaxStateSize && len(b) > MaxRecordSize {
+				t.Errorf("%d bytes, above MaxRecordSize %d", len(b), MaxRecordSize)
+			}
+			var got Record
+			if err := DecodeRecord(b, &got); err != nil {
+				t.Fatalf("decode: %v", err)
+			}
+			if len(got.Local) == 0 && len(tt.r.Local) == 0 {
+				got.Local = tt.r.Local
+			}
+			if !reflect.DeepEqual(got, tt.r) {
+				t.Errorf("decoded\n%+v\nwant\n%+v", got, tt.r)
+			}
+		})
+	}
+}
+
+// TestRecordTimesRounding: times between milliseconds round so that a deadline is never
+// brought forward and a lease never looks longer; beyond ±2^39 ms they saturate.
+func TestRecordTimesRounding(t *testing.T) {
+	const base = 1_700_000_000_000_000
+	far := int64(1<<39) * msUs
+	tests := []struct {
+		name             string
+		in               Record
+		reset, leaseTill int64
+	}{
+		{"round_up_and_down", Record{UsedUs: base, ResetUs: base + 1_500, LeaseUntilUs: base + 1_500}, base + 2_000, base + 1_000},
+		{"before_base", Record{UsedUs: base, ResetUs: base - 1_500, LeaseUntilUs: base - 1_500}, base - 1_000, base - 2_000},
+		{"month_exact", Record{UsedUs: base, ResetUs: base + algo.MaxWindowUs + 1, LeaseUntilUs: base + algo.MaxWindowUs + 1}, base + algo.MaxWindowUs + msUs, base + algo.MaxWindowUs},
+		{"saturated", Record{UsedUs: base, ResetUs: base + 2*far, LeaseUntilUs: base - 2*far}, base + far - msUs, base - far + msUs},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got Record
+			if err := DecodeRecord(AppendRecord(nil, &tt.in), &got); err != nil {
+				t.Fatal(err)
+			}
+			if got.ResetUs != tt.reset || got.LeaseUntilUs != tt.leaseTill {
+				t.Errorf("reset %d, lease until %d; want %d, %d", got.ResetUs, got.LeaseUntilUs, tt.reset, tt.leaseTill)
+			}
+		})
+	}
+}
+
+// TestRecordMonthReplyKept: the service's answer for a month-long window (reset in 31
+// days, retry in 30) survives the record's trip through shared data, so the headers and
+// the gateway's refusals keep the real times instead of a saturated one.
+func TestRecordMonthReplyKept(t *testing.T) {
+	const now = 1_700_000_000_000_000
+	st := wire.State{ResetInMs: uint32(algo.MaxWindowUs / msUs), RetryInMs: uint32(30 * dayUs / msUs), ServerMs: 5}
+	r, _ := ApplyReply(Record{UsedUs: now}, &st, &wire.Delta{}, 0, now)
+	var got Record
+	if err := DecodeRecord(AppendRecord(nil, &r), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.ResetUs != now+algo.MaxWindowUs || got.RetryUs != now+30*dayUs {
+		t.Errorf("reset in %d µs, retry in %d µs after the round trip; want %d, %d", got.ResetUs-now, got.RetryUs-now, algo.MaxWindowUs, 30*dayUs)
+	}
+}
+
+// appendRecordV3 writes r in version 3 of the layout (32-bit relative milliseconds), as
+// gateways did before the 40-bit times.
+func appendRecordV3(r *Record) []byte {
+	b := AppendRecord(nil, r)
+	h := make([]byte, headerSize3, headerSize3+len(b))
+	h[0], h[1], h[2] = recordVersion3, b[1], b[2]
+	copy(h[3:11], b[3:11])
+	for i := range 6 {
+		v := int64(int32(binary.LittleEndian.Uint32(b[11+i*relSize:]))) // the low 32 bits: small offsets only
+		if getRel(b[11+i*relSize:], relSize, 0) == 0 {
+			v = -1 << 31
+		}
+		binary.LittleEndian.PutUint32(h[11+i*4:], uint32(int32(v)))
+	}
+	copy(h[35:55], b[41:61])
+	return append(h, b[61:]...)
+}
+
+// TestRecordVersion3Decodes: records written in version 3 decode with every field, so
+// a gateway upgraded in place keeps its leases and unreported consumption.
+func TestRecordVersion3Decodes(t *testing.T) {
+	const now = 1_700_000_000_000_000
+	r := Record{
+		Local: algo.Take(algo.Params{Kind: algo.FixedWindow, Limit: 10, WindowUs: 1_000_000}, nil, now, 3), LeaseLeft: 12, LeaseEpoch: 9,
+		LeaseUntilUs: now + 20_000*msUs, LowWater: 3, GlobalRemaining: -4, SyncedUs: now - 5*msUs, ServerMs: 77,
+		ResetUs: now + 20*dayUs, RetryUs: now + 7*msUs, AnnouncedUs: now - 3*dayUs, UsedUs: now, PenaltyLevel: 2, CutSeq: 5,
+		Pending: Pending{Leased: 4, Over: 2, Rejected: 1, Degraded: true}, Urgent: true,
+	}
+	v3 := appendRecordV3(&r)
+	if len(v3) != len(AppendRecord(nil, &r))-(headerSize-headerSize3) {
+		t.Fatalf("version 3 record of %d bytes", len(v3))
+	}
+	var got Record
+	if err := DecodeRecord(v3, &got); err != nil {
+		t.Fatalf("decode: %v", err)
+	}
+	if !reflect.DeepEqual(got, r) {
+		t.Errorf("decoded\n%+v\nwant\n%+v", got, r)
+	}
+	for _, bad := range [][]byte{nil, v3[:headerSize3-1], append([]byte{2}, v3[1:]...), append([]byte{recordVersion}, v3[1:headerSize3]...)} {
+		if err := DecodeRecord(bad, &got); err == nil {
+			t.Errorf("%x decoded", bad)
+		}
+	}
+}
