@@ -1,8 +1,6 @@
 package rule
 
 import (
-	"time"
-
 	"github.com/tidwall/gjson"
 
 	"github.com/tollgate-rl/tollgate/shared/wire"
@@ -10,22 +8,20 @@ import (
 
 // Caps on a rule set. They keep the filter's per-request work and memory bounded no
 // matter what an operator (or a compromised control plane) sends, and they keep every
-// value inside what the sync protocol can carry (wire's uint32 limits and 256-byte
-// strings).
+// value inside what the sync protocol can carry (256-byte strings). The bounds of the
+// numbers that reach the algorithms (limit, window, burst, cost) are shared/algo's
+// (algo.MaxLimit, algo.MaxWindowUs, ...), and every window is checked with
+// algo.Params.Validate: a rule set that parses is one every algorithm enforces as
+// written, in the filter and at the sync service alike.
 const (
-	MaxConfigSize  = 4 << 20       // bytes of JSON
-	MaxRules       = 1000          // rules per config
-	MaxWindows     = 8             // windows per rule, tier or override
-	MaxCosts       = 64            // costs entries per rule
-	MaxOverrides   = 1000          // overrides per rule
-	MaxListEntries = 10000         // allow or deny entries
-	MaxTiers       = 64            // tier definitions
-	MaxTierEntries = 1000          // keys or values per tier definition
-	MaxLimit       = 1_000_000_000 // limit and burst (fits wire's uint32)
-	MaxCost        = 1_000_000     // cost per request
-	MaxLogLimit    = 10000         // sliding_window_log limit: its state is O(limit)
-	MaxWindow      = 24 * time.Hour
-	MinWindow      = time.Millisecond
+	MaxConfigSize  = 4 << 20           // bytes of JSON
+	MaxRules       = 1000              // rules per config
+	MaxWindows     = 8                 // windows per rule, tier or override
+	MaxCosts       = 64                // costs entries per rule
+	MaxOverrides   = 1000              // overrides per rule
+	MaxListEntries = 10000             // allow or deny entries
+	MaxTiers       = 64                // tier definitions
+	MaxTierEntries = 1000              // keys or values per tier definition
 	MaxKeyLen      = wire.MaxStringLen // longer caller keys are shortened, see KeySource.Extract
 	MaxIDLen       = 64                // rule id and tier name
 
@@ -40,64 +36,56 @@ const (
 	maxShownValue  = 64 // bytes of an offending value quoted in an error
 )
 
-// Parse parses and validates a JSON rule set (schema in SCHEMA.md). Every error is a
-// *FieldError naming the JSON path. Defaults are filled in: Sync settings, the default
-// key source, rule cost 1, token_bucket, fail open.
+// Parse parses and validates a JSON rule set (schema in SCHEMA.md). An invalid one is
+// refused with an *Errors listing every problem found (each a *FieldError naming the
+// JSON path; errors.As finds the first). Defaults are filled in: Sync settings, the
+// default key source, rule cost 1, token_bucket, fail open.
 func Parse(data []byte) (*Config, error) {
 	if len(data) > MaxConfigSize {
-		return nil, fieldErrorf("", "configuration is %d bytes, more than the %d allowed", len(data), MaxConfigSize)
+		return nil, &Errors{List: []*FieldError{fieldError("", "configuration is "+itoa(len(data))+" bytes, more than the "+itoa(MaxConfigSize)+" allowed")}}
 	}
-	if depth := jsonDepth(data); depth > maxNesting {
-		return nil, fieldErrorf("", "invalid JSON: nested deeper than %d levels", maxNesting)
+	if fe := checkSyntax(data); fe != nil {
+		return nil, &Errors{List: []*FieldError{fe}}
 	}
-	if !gjson.ValidBytes(data) {
-		return nil, fieldErrorf("", "invalid JSON")
-	}
+	var errs errList
 	root, err := parseObject("", gjson.ParseBytes(data),
 		"version", "retry_jitter_ms", "trusted_hops", "sync", "key", "allow", "deny", "tiers", "rules")
-	if err != nil {
-		return nil, err
+	if errs.add(err) {
+		return nil, errs.err()
 	}
 	c := &Config{RetryJitterMs: 1000}
 	if v := root.get("version"); v.Exists() {
-		if c.Version, err = parseUint(root.at("version"), v); err != nil {
-			return nil, err
-		}
+		c.Version, err = parseUint(root.at("version"), v)
+		errs.add(err)
 	}
 	if v := root.get("retry_jitter_ms"); v.Exists() {
-		if c.RetryJitterMs, err = parseInt(root.at("retry_jitter_ms"), v, 0, 60000); err != nil {
-			return nil, err
-		}
+		c.RetryJitterMs, err = parseInt(root.at("retry_jitter_ms"), v, 0, 60000)
+		errs.add(err)
 	}
-	if c.Sync, err = parseSync(root.at("sync"), root.get("sync")); err != nil {
-		return nil, err
-	}
+	c.Sync, err = parseSync(root.at("sync"), root.get("sync"))
+	errs.add(err)
+	c.DefaultKey = builtinDefaultKey()
 	if v := root.get("key"); v.Exists() {
-		if c.DefaultKey, err = parseKeySource(root.at("key"), v, 1); err != nil {
-			return nil, err
-		}
-	} else {
-		c.DefaultKey = builtinDefaultKey()
+		c.DefaultKey, err = parseKeySource(root.at("key"), v, 1)
+		errs.add(err)
 	}
 	if v := root.get("trusted_hops"); v.Exists() {
 		n, err := parseInt(root.at("trusted_hops"), v, 0, maxTrustedHops)
-		if err != nil {
-			return nil, err
-		}
+		errs.add(err)
 		c.TrustedHops = int(n)
 	} else if ip := firstIPSource(&c.DefaultKey, 0); ip != nil {
 		c.TrustedHops = ip.TrustedHops
 	}
-	if c.Allow, err = parseList(root.at("allow"), root.get("allow")); err != nil {
-		return nil, err
-	}
-	if c.Deny, err = parseList(root.at("deny"), root.get("deny")); err != nil {
-		return nil, err
-	}
-	if c.Tiers, err = parseTiers(root.at("tiers"), root.get("tiers")); err != nil {
-		return nil, err
-	}
-	if c.Rules, err = parseRules(root.at("rules"), root.get("rules"), c.Tiers); err != nil {
+	c.Allow, err = parseList(root.at("allow"), root.get("allow"))
+	errs.add(err)
+	c.Deny, err = parseList(root.at("deny"), root.get("deny"))
+	errs.add(err)
+	c.Tiers, err = parseTiers(root.at("tiers"), root.get("tiers"))
+	// With a broken tier definition, a rule's use of that tier is not a second mistake.
+	tiersOK := !errs.add(err)
+	c.Rules, err = parseRules(root.at("rules"), root.get("rules"), c.Tiers, tiersOK)
+	errs.add(err)
+	if err := errs.err(); err != nil {
 		return nil, err
 	}
 	c.buildIndexes()
@@ -123,38 +111,4 @@ func firstIPSource(k *KeySource, depth int) *KeySource {
 		}
 	}
 	return firstIPSource(k.Fallback, depth+1)
-}
-
-// jsonDepth returns the deepest bracket nesting of data (strings skipped), stopping
-// early past maxNesting: gjson's validator recurses per level, so absurd nesting is
-// refused before it is handed over.
-func jsonDepth(data []byte) int {
-	depth, deepest := 0, 0
-	inString, escaped := false, false
-	for _, b := range data {
-		switch {
-		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case b == '\\':
-				escaped = true
-			case b == '"':
-				inString = false
-			}
-		case b == '"':
-			inString = true
-		case b == '{' || b == '[':
-			depth++
-			if depth > deepest {
-				deepest = depth
-				if deepest > maxNesting {
-					return deepest
-				}
-			}
-		case b == '}' || b == ']':
-			depth--
-		}
-	}
-	return deepest
 }

@@ -24,11 +24,11 @@ func parseObject(path string, v gjson.Result, allowed ...string) (*object, error
 	v.ForEach(func(k, val gjson.Result) bool {
 		name := k.String()
 		if !contains(allowed, name) {
-			err = fieldErrorf(joinPath(path, name), "unknown field")
+			err = fieldError(joinPath(path, name), "unknown field")
 			return false
 		}
 		if _, dup := o.fields[name]; dup {
-			err = fieldErrorf(joinPath(path, name), "duplicate field")
+			err = fieldError(joinPath(path, name), "duplicate field")
 			return false
 		}
 		o.fields[name] = val
@@ -99,6 +99,11 @@ func parseBool(path string, v gjson.Result) (bool, error) {
 // parseInt reads an integer in [lo, hi]. JSON numbers are read from their raw text,
 // never through float64, so 1.5 and 1e3 are refused instead of rounded.
 func parseInt(path string, v gjson.Result, lo, hi int64) (int64, error) {
+	return parseIntWhy(path, v, lo, hi, "")
+}
+
+// parseIntWhy is parseInt whose "too large" error says why after the bound (" for ...").
+func parseIntWhy(path string, v gjson.Result, lo, hi int64, why string) (int64, error) {
 	if v.Type != gjson.Number {
 		return 0, typeError(path, "an integer", v)
 	}
@@ -111,13 +116,13 @@ func parseInt(path string, v gjson.Result, lo, hi int64) (int64, error) {
 		if strings.HasPrefix(v.Raw, "-") {
 			return 0, rangeError(path, lo, v.Raw)
 		}
-		return 0, fieldErrorf(path, "must be <= %d, got %s", hi, show(v))
+		return 0, fieldError(path, "must be <= "+itoa(hi)+why+", got "+show(v))
 	}
 	if n < lo {
 		return 0, rangeError(path, lo, v.Raw)
 	}
 	if n > hi {
-		return 0, fieldErrorf(path, "must be <= %d, got %s", hi, show(v))
+		return 0, fieldError(path, "must be <= "+itoa(hi)+why+", got "+show(v))
 	}
 	return n, nil
 }
@@ -129,12 +134,12 @@ func parseUint(path string, v gjson.Result) (uint64, error) {
 	n, err := strconv.ParseUint(v.Raw, 10, 64)
 	if err != nil {
 		if strings.HasPrefix(v.Raw, "-") {
-			return 0, fieldErrorf(path, "must be >= 0, got %s", show(v))
+			return 0, fieldError(path, "must be >= 0, got "+show(v))
 		}
 		if strings.ContainsAny(v.Raw, ".eE") {
 			return 0, typeError(path, "a non-negative integer", v)
 		}
-		return 0, fieldErrorf(path, "must be < 2^64, got %s", show(v))
+		return 0, fieldError(path, "must be < 2^64, got "+show(v))
 	}
 	return n, nil
 }
@@ -147,7 +152,7 @@ func parseArray(path string, v gjson.Result, max int) ([]gjson.Result, error) {
 	n := 0
 	v.ForEach(func(_, _ gjson.Result) bool { n++; return n <= max })
 	if n > max {
-		return nil, fieldErrorf(path, "has more than %d entries", max)
+		return nil, fieldError(path, "has more than "+itoa(max)+" entries")
 	}
 	return v.Array(), nil
 }

@@ -1,6 +1,7 @@
 package rule
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -11,14 +12,14 @@ import (
 func parseKeySource(path string, v gjson.Result, depth int) (KeySource, error) {
 	var k KeySource
 	if depth > maxKeyDepth {
-		return k, fieldErrorf(path, "key sources nested deeper than %d levels", maxKeyDepth)
+		return k, fieldError(path, "key sources nested deeper than "+itoa(maxKeyDepth)+" levels")
 	}
 	o, err := parseObject(path, v, "source", "name", "claim", "header", "trusted_hops", "parts", "fallback")
 	if err != nil {
 		return k, err
 	}
 	if !o.has("source") {
-		return k, fieldErrorf(o.at("source"), "required (header, jwt, ip, route or composite)")
+		return k, fieldError(o.at("source"), "required (header, jwt, ip, route or composite)")
 	}
 	src, err := parseString(o.at("source"), o.get("source"))
 	if err != nil {
@@ -37,7 +38,7 @@ func parseKeySource(path string, v gjson.Result, depth int) (KeySource, error) {
 	case "composite":
 		k.Kind, allowed = KeyComposite, []string{"parts"}
 	default:
-		return k, fieldErrorf(o.at("source"), "unknown key source %s (want header, jwt, ip, route or composite)", quoteShort(src))
+		return k, fieldError(o.at("source"), "unknown key source "+quoteShort(src)+" (want header, jwt, ip, route or composite)")
 	}
 	// Fields of another source are errors in document order, like unknown fields.
 	var bad string
@@ -50,19 +51,19 @@ func parseKeySource(path string, v gjson.Result, depth int) (KeySource, error) {
 		return true
 	})
 	if bad != "" {
-		return k, fieldErrorf(o.at(bad), "unknown field for source %q", src)
+		return k, fieldError(o.at(bad), "unknown field for source "+strconv.Quote(src))
 	}
 	switch k.Kind {
 	case KeyHeader:
 		if !o.has("name") {
-			return k, fieldErrorf(o.at("name"), "required for source \"header\"")
+			return k, fieldError(o.at("name"), "required for source \"header\"")
 		}
 		if k.Header, err = parseHeaderName(o.at("name"), o.get("name")); err != nil {
 			return k, err
 		}
 	case KeyJWTClaim:
 		if !o.has("claim") {
-			return k, fieldErrorf(o.at("claim"), "required for source \"jwt\"")
+			return k, fieldError(o.at("claim"), "required for source \"jwt\"")
 		}
 		if k.Claim, err = parseClaim(o.at("claim"), o.get("claim")); err != nil {
 			return k, err
@@ -83,14 +84,14 @@ func parseKeySource(path string, v gjson.Result, depth int) (KeySource, error) {
 		}
 	case KeyComposite:
 		if !o.has("parts") {
-			return k, fieldErrorf(o.at("parts"), "required for source \"composite\"")
+			return k, fieldError(o.at("parts"), "required for source \"composite\"")
 		}
 		elems, err := parseArray(o.at("parts"), o.get("parts"), maxParts)
 		if err != nil {
 			return k, err
 		}
 		if len(elems) < 2 {
-			return k, fieldErrorf(o.at("parts"), "needs at least 2 parts, got %d", len(elems))
+			return k, fieldError(o.at("parts"), "needs at least 2 parts, got "+itoa(len(elems)))
 		}
 		k.Parts = make([]KeySource, len(elems))
 		for i, e := range elems {
@@ -124,7 +125,7 @@ func parseClaim(path string, v gjson.Result) (string, error) {
 		ok = b > ' ' && b < 0x7f && strings.IndexByte(`@#|*?()!=<>%,[]{}"`, b) < 0
 	}
 	if !ok {
-		return "", fieldErrorf(path, "invalid claim path %s: want names separated by \".\" (no wildcards, queries or modifiers)", quoteShort(s))
+		return "", fieldError(path, "invalid claim path "+quoteShort(s)+": want names separated by \".\" (no wildcards, queries or modifiers)")
 	}
 	return s, nil
 }

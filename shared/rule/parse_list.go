@@ -1,7 +1,6 @@
 package rule
 
 import (
-	"fmt"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -14,14 +13,14 @@ func parseGlob(path string, v gjson.Result) (string, error) {
 		return "", err
 	}
 	if s == "" {
-		return "", fieldErrorf(path, "must not be empty")
+		return "", fieldError(path, "must not be empty")
 	}
 	if len(s) > maxPatternLen {
-		return "", fieldErrorf(path, "must be at most %d bytes, got %d", maxPatternLen, len(s))
+		return "", fieldError(path, "must be at most "+itoa(maxPatternLen)+" bytes, got "+itoa(len(s)))
 	}
 	for i := 0; i < len(s); i++ {
 		if s[i] < ' ' || s[i] == 0x7f {
-			return "", fieldErrorf(path, "invalid glob %s: control character", quoteShort(s))
+			return "", fieldError(path, "invalid glob "+quoteShort(s)+": control character")
 		}
 	}
 	return s, nil
@@ -35,15 +34,15 @@ func parseList(path string, v gjson.Result) ([]Pattern, error) {
 	if err != nil {
 		return nil, err
 	}
+	var errs errList
 	out := make([]Pattern, 0, len(elems))
 	for i, e := range elems {
 		p, err := parsePattern(indexPath(path, i), e)
-		if err != nil {
-			return nil, err
+		if !errs.add(err) {
+			out = append(out, p)
 		}
-		out = append(out, p)
 	}
-	return out, nil
+	return out, errs.err()
 }
 
 // parsePattern classifies an allow/deny entry. An entry that parses as an IP address
@@ -59,14 +58,14 @@ func parsePattern(path string, v gjson.Result) (Pattern, error) {
 	if looksLikeCIDR(s) {
 		n, err := parseCIDR(s)
 		if err != nil {
-			return p, &FieldError{Field: path, Msg: fmt.Sprintf("invalid CIDR %s: %v", quoteShort(s), err), Err: err}
+			return p, &FieldError{Field: path, Msg: "invalid CIDR " + quoteShort(s) + ": " + err.Error(), Err: err}
 		}
 		p.CIDR = n
 		return p, nil
 	}
 	if n, err := parseIPNet(s); n != nil || err != nil {
 		if err != nil {
-			return p, &FieldError{Field: path, Msg: fmt.Sprintf("invalid IP %s: %v", quoteShort(s), err), Err: err}
+			return p, &FieldError{Field: path, Msg: "invalid IP " + quoteShort(s) + ": " + err.Error(), Err: err}
 		}
 		p.CIDR = n
 		return p, nil

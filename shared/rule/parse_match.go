@@ -1,7 +1,6 @@
 package rule
 
 import (
-	"fmt"
 	"regexp"
 	"strings"
 
@@ -27,13 +26,13 @@ func parseHost(path string, v gjson.Result) (string, error) {
 		case b >= 'a' && b <= 'z' || b >= '0' && b <= '9' || b == '-' || b == '.' || b == '_' || b == '*' || b == '?':
 		case b == ':' && v6:
 		case b == ':':
-			return "", fieldErrorf(path, "host %s must not include a port (write IPv6 addresses in brackets)", quoteShort(s))
+			return "", fieldError(path, "host "+quoteShort(s)+" must not include a port (write IPv6 addresses in brackets)")
 		default:
-			return "", fieldErrorf(path, "invalid host %s", quoteShort(s))
+			return "", fieldError(path, "invalid host "+quoteShort(s))
 		}
 	}
 	if h == "" {
-		return "", fieldErrorf(path, "invalid host %s", quoteShort(s))
+		return "", fieldError(path, "invalid host "+quoteShort(s))
 	}
 	return h, nil
 }
@@ -44,14 +43,14 @@ func parseRegex(path string, v gjson.Result) (*regexp.Regexp, error) {
 		return nil, err
 	}
 	if s == "" {
-		return nil, fieldErrorf(path, "must not be empty")
+		return nil, fieldError(path, "must not be empty")
 	}
 	if len(s) > maxRegexLen {
-		return nil, fieldErrorf(path, "must be at most %d bytes, got %d", maxRegexLen, len(s))
+		return nil, fieldError(path, "must be at most "+itoa(maxRegexLen)+" bytes, got "+itoa(len(s)))
 	}
 	re, err := regexp.Compile(s)
 	if err != nil {
-		return nil, &FieldError{Field: path, Msg: fmt.Sprintf("invalid regex %s: %v", quoteShort(s), err), Err: err}
+		return nil, &FieldError{Field: path, Msg: "invalid regex " + quoteShort(s) + ": " + err.Error(), Err: err}
 	}
 	return re, nil
 }
@@ -64,17 +63,17 @@ func parsePrefix(path string, v gjson.Result) (string, error) {
 		return "", err
 	}
 	if !strings.HasPrefix(s, "/") {
-		return "", fieldErrorf(path, "must start with \"/\", got %s", quoteShort(s))
+		return "", fieldError(path, "must start with \"/\", got "+quoteShort(s))
 	}
 	if len(s) > 1024 {
-		return "", fieldErrorf(path, "must be at most 1024 bytes, got %d", len(s))
+		return "", fieldError(path, "must be at most 1024 bytes, got "+itoa(len(s)))
 	}
 	if strings.ContainsAny(s, "?#") {
-		return "", fieldErrorf(path, "must not contain a query or fragment, got %s", quoteShort(s))
+		return "", fieldError(path, "must not contain a query or fragment, got "+quoteShort(s))
 	}
 	for i := 0; i < len(s); i++ {
 		if s[i] <= ' ' || s[i] >= 0x7f {
-			return "", fieldErrorf(path, "invalid path %s: use percent-encoding for spaces and non-ASCII", quoteShort(s))
+			return "", fieldError(path, "invalid path "+quoteShort(s)+": use percent-encoding for spaces and non-ASCII")
 		}
 	}
 	return NormalizePath(s), nil
@@ -110,7 +109,7 @@ func parseMatch(path string, v gjson.Result) (Match, error) {
 				ok = isTchar(s[j])
 			}
 			if !ok {
-				return m, fieldErrorf(indexPath(o.at("methods"), i), "invalid method %s", quoteShort(s))
+				return m, fieldError(indexPath(o.at("methods"), i), "invalid method "+quoteShort(s))
 			}
 			methods[i] = strings.ToUpper(s)
 		}

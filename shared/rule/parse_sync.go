@@ -66,10 +66,10 @@ func parseSync(path string, v gjson.Result) (Sync, error) {
 	// A lease that expires before the next tick could ever renew it would make every
 	// node drop its lease between syncs.
 	if s.LeaseTTLMs < s.IntervalMs {
-		return s, fieldErrorf(o.at("lease_ttl_ms"), "must be >= sync.interval_ms (%d), got %d", s.IntervalMs, s.LeaseTTLMs)
+		return s, fieldError(o.at("lease_ttl_ms"), "must be >= sync.interval_ms ("+itoa(s.IntervalMs)+"), got "+itoa(s.LeaseTTLMs))
 	}
 	if s.StaleMs < s.IntervalMs {
-		return s, fieldErrorf(o.at("stale_ms"), "must be >= sync.interval_ms (%d), got %d", s.IntervalMs, s.StaleMs)
+		return s, fieldError(o.at("stale_ms"), "must be >= sync.interval_ms ("+itoa(s.IntervalMs)+"), got "+itoa(s.StaleMs))
 	}
 	return s, nil
 }

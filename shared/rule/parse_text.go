@@ -30,7 +30,7 @@ func parseID(path string, v gjson.Result, what string) (string, error) {
 		return "", err
 	}
 	if !validID(s) {
-		return "", fieldErrorf(path, "invalid %s %s: must match [A-Za-z0-9_.-]{1,%d}", what, quoteShort(s), MaxIDLen)
+		return "", fieldError(path, "invalid "+what+" "+quoteShort(s)+": must match [A-Za-z0-9_.-]{1,"+itoa(MaxIDLen)+"}")
 	}
 	return s, nil
 }
@@ -56,7 +56,7 @@ func parseHeaderName(path string, v gjson.Result) (string, error) {
 		ok = isTchar(name[i])
 	}
 	if !ok {
-		return "", fieldErrorf(path, "invalid header name %s", quoteShort(s))
+		return "", fieldError(path, "invalid header name "+quoteShort(s))
 	}
 	return strings.ToLower(s), nil
 }
@@ -84,10 +84,10 @@ func parseToken(path string, v gjson.Result, max int) (string, error) {
 		return "", nil
 	}
 	if len(s) > max {
-		return "", fieldErrorf(path, "must be at most %d bytes, got %d", max, len(s))
+		return "", fieldError(path, "must be at most "+itoa(max)+" bytes, got "+itoa(len(s)))
 	}
 	if !printable(s) {
-		return "", fieldErrorf(path, "must be visible ASCII without spaces, got %s", quoteShort(s))
+		return "", fieldError(path, "must be visible ASCII without spaces, got "+quoteShort(s))
 	}
 	return s, nil
 }
