@@ -1,8 +1,8 @@
 package rule
 
 import (
-	"encoding/json"
 	"encoding/base64"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
