@@ -1,6 +1,7 @@
 package service
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,9 +39,14 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	return b, true
 }
 
-// toJSON accepts JSON, or YAML (converted with sigs.k8s.io/yaml).
-func toJSON(body []byte, contentType string) ([]byte, error) {
-	if !strings.Contains(contentType, "yaml") && json.Valid(body) {
+// RuleSetJSON turns a rule-set document as an operator writes it into the JSON that
+// rule.Parse reads: JSON as is, YAML (a content type or file name saying yaml, or a
+// document that does not start with "{") converted with sigs.k8s.io/yaml. A document
+// that starts with "{" is JSON even when broken, so the parser's error names the byte
+// where it breaks instead of a YAML reader's complaint. The admin API and the
+// `rules validate` command share it, so both accept the same documents.
+func RuleSetJSON(body []byte, yamlHint bool) ([]byte, error) {
+	if !yamlHint && (json.Valid(body) || bytes.HasPrefix(bytes.TrimLeft(body, " \t\r\n"), []byte("{"))) {
 		return body, nil
 	}
 	j, err := yaml.YAMLToJSON(body)
@@ -48,6 +54,11 @@ func toJSON(body []byte, contentType string) ([]byte, error) {
 		return nil, fmt.Errorf("neither JSON nor YAML: %w", err)
 	}
 	return j, nil
+}
+
+// toJSON is RuleSetJSON for an admin request's body.
+func toJSON(body []byte, contentType string) ([]byte, error) {
+	return RuleSetJSON(body, strings.Contains(contentType, "yaml"))
 }
 
 // fieldProblem is one error of an invalid rule set.

@@ -224,6 +224,10 @@ func parseDuration(s string) (int64, bool) {
 	return total, true
 }
 
+// FormatWindow writes a window the way a rule file would ("31d", "1d12h", "1m30s",
+// "1ms"), which parses back to the same window.
+func FormatWindow(windowUs int64) string { return formatUs(windowUs) }
+
 // formatUs writes a duration of whole microseconds the way a rule file would ("31d",
 // "1d12h", "1m30s", "1ms"; "1500us" below a millisecond's precision).
 func formatUs(us int64) string {
