@@ -29,6 +29,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-rl/tollgate/shared/rule"
 )
 
 // Redis names.
@@ -74,6 +76,11 @@ func New(rdb redis.UniversalClient) *Store { return &Store{rdb: rdb} }
 
 // ErrConflict: the current version moved while a change was being prepared.
 var ErrConflict = errors.New("rules: version changed concurrently")
+
+// ErrInvalid is wrapped, with the *rule.Errors that says why, by Put (and so Update)
+// when a body is not a valid rule set: whoever writes, nothing a gateway could not
+// enforce becomes a version.
+var ErrInvalid = errors.New("rules: invalid rule set")
 
 // ErrNotFound: no such version (never written, or older than Keep versions).
 var ErrNotFound = errors.New("rules: version not found")
@@ -136,9 +143,15 @@ func NextVersion(base uint64, now time.Time) uint64 {
 	return max(base+1, uint64(max(now.UnixMilli(), 0)))
 }
 
-// Put makes body (a validated JSON rule set) the next version (NextVersion) if base is
-// still current, and announces it. It returns ErrConflict otherwise.
+// Put makes body (a JSON rule set) the next version (NextVersion) if base is still
+// current, and announces it. It returns ErrConflict otherwise, and an error wrapping
+// ErrInvalid and the parser's *rule.Errors when body is not a rule set rule.Parse
+// accepts (the one definition of a valid rule set: the filter and the service's sync
+// path parse each version with it too).
 func (s *Store) Put(ctx context.Context, base uint64, body []byte, rec Record) (uint64, error) {
+	if _, err := rule.Parse(body); err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
 	v := NextVersion(base, time.Now())
 	body, err := WithVersion(body, v)
 	if err != nil {

@@ -6,12 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate-rl/tollgate/internal/redistest"
+	"github.com/tollgate-rl/tollgate/shared/algo"
+	"github.com/tollgate-rl/tollgate/shared/rule"
 )
 
 var (
@@ -224,4 +228,41 @@ func flushAll(ctx context.Context, rdb redis.UniversalClient) error {
 		return c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return n.FlushAll(ctx).Err() })
 	}
 	return rdb.FlushAll(ctx).Err()
+}
+
+// TestPutRefusesInvalid: the store itself refuses a body rule.Parse refuses, whoever
+// writes it (the admin API, a rollback, a list edit), naming the field, and the version
+// that was current stays current.
+func TestPutRefusesInvalid(t *testing.T) {
+	ctx := context.Background()
+	over := strconv.FormatInt(algo.MaxLimit+1, 10)
+	tests := []struct {
+		name, body, field string
+	}{
+		{"limit above the algorithms' maximum", `{"rules":[{"id":"a","limit":` + over + `,"window":"31d"}]}`, "rules[0].limit"},
+		{"window longer than the maximum", `{"rules":[{"id":"a","limit":1,"window":` + strconv.FormatInt(algo.MaxWindowUs/1000+1, 10) + `}]}`, "rules[0].window"},
+		{"more than one permit per microsecond", `{"rules":[{"id":"a","algorithm":"gcra","limit":1001,"window":"1ms"}]}`, "rules[0].limit"},
+		{"not JSON", `{"rules":[`, ""},
+	}
+	for mode, rdb := range clients(t) {
+		t.Run(mode, func(t *testing.T) {
+			s := New(rdb)
+			good := []byte(`{"rules":[{"id":"a","limit":1,"window":"1s"}]}`)
+			v, err := s.Put(ctx, 0, good, Record{Action: "put"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, tt := range tests {
+				_, err := s.Put(ctx, v, []byte(tt.body), Record{Action: "put"})
+				all := rule.All(err)
+				if !errors.Is(err, ErrInvalid) || len(all) == 0 || all[0].Field != tt.field {
+					t.Fatalf("%s: Put = %v, want ErrInvalid naming %q", tt.name, err, tt.field)
+				}
+				cur, err := s.Current(ctx)
+				if err != nil || cur.Version != v || !strings.Contains(string(cur.Body), `"limit":1,`) {
+					t.Fatalf("%s: current is %v %s, want version %d", tt.name, err, cur.Body, v)
+				}
+			}
+		})
+	}
 }

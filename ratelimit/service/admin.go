@@ -1,6 +1,7 @@
 package service
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,9 +39,14 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	return b, true
 }
 
-// toJSON accepts JSON, or YAML (converted with sigs.k8s.io/yaml).
-func toJSON(body []byte, contentType string) ([]byte, error) {
-	if !strings.Contains(contentType, "yaml") && json.Valid(body) {
+// RuleSetJSON turns a rule-set document as an operator writes it into the JSON that
+// rule.Parse reads: JSON as is, YAML (a content type or file name saying yaml, or a
+// document that does not start with "{") converted with sigs.k8s.io/yaml. A document
+// that starts with "{" is JSON even when broken, so the parser's error names the byte
+// where it breaks instead of a YAML reader's complaint. The admin API and the
+// `rules validate` command share it, so both accept the same documents.
+func RuleSetJSON(body []byte, yamlHint bool) ([]byte, error) {
+	if !yamlHint && (json.Valid(body) || bytes.HasPrefix(bytes.TrimLeft(body, " \t\r\n"), []byte("{"))) {
 		return body, nil
 	}
 	j, err := yaml.YAMLToJSON(body)
@@ -50,18 +56,46 @@ func toJSON(body []byte, contentType string) ([]byte, error) {
 	return j, nil
 }
 
-// validate parses a rule set; on failure it answers 422 naming the field.
-func (s *Service) validate(w http.ResponseWriter, body []byte) bool {
-	if _, err := rule.Parse(body); err != nil {
-		s.m.error("rules_invalid")
-		eb := errorBody{Error: err.Error()}
-		var fe *rule.FieldError
-		if errors.As(err, &fe) {
-			eb.Field = fe.Field
-		}
-		writeJSON(w, http.StatusUnprocessableEntity, eb)
+// toJSON is RuleSetJSON for an admin request's body.
+func toJSON(body []byte, contentType string) ([]byte, error) {
+	return RuleSetJSON(body, strings.Contains(contentType, "yaml"))
+}
+
+// fieldProblem is one error of an invalid rule set.
+type fieldProblem struct {
+	Field string `json:"field"`
+	Error string `json:"error"`
+}
+
+// invalidBody is the 422 answer to a rule set the parser refuses: Error and Field are
+// those of the first problem (what older clients read), Errors lists every one.
+type invalidBody struct {
+	Error  string         `json:"error"`
+	Field  string         `json:"field"`
+	Errors []fieldProblem `json:"errors"`
+}
+
+// refuseInvalid answers 422 when err says a rule set was refused (rules.ErrInvalid),
+// naming every field; it reports whether it answered. The rules store refuses what
+// rule.Parse refuses, so the version that was current keeps serving.
+func (s *Service) refuseInvalid(w http.ResponseWriter, err error) bool {
+	if !errors.Is(err, rules.ErrInvalid) {
 		return false
 	}
+	s.m.error("rules_invalid")
+	all := rule.All(err)
+	var es *rule.Errors
+	body := invalidBody{Error: err.Error()}
+	if errors.As(err, &es) {
+		body.Error = es.Error()
+	}
+	for _, fe := range all {
+		body.Errors = append(body.Errors, fieldProblem{Field: fe.Field, Error: fe.Error()})
+	}
+	if len(all) > 0 {
+		body.Field = all[0].Field
+	}
+	writeJSON(w, http.StatusUnprocessableEntity, body)
 	return true
 }
 
@@ -87,10 +121,10 @@ func (s *Service) handlePutRules(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusUnprocessableEntity, errorBody{Error: err.Error()})
 		return
 	}
-	if !s.validate(w, js) {
+	v, err := s.rules.Update(r.Context(), rules.Record{By: actor(r), Action: "put"}, func(*rules.Set) ([]byte, error) { return js, nil })
+	if s.refuseInvalid(w, err) {
 		return
 	}
-	v, err := s.rules.Update(r.Context(), rules.Record{By: actor(r), Action: "put"}, func(*rules.Set) ([]byte, error) { return js, nil })
 	if err != nil {
 		s.redisError(w, err)
 		return
@@ -130,10 +164,10 @@ func (s *Service) handleRollback(w http.ResponseWriter, r *http.Request) {
 		s.redisError(w, err)
 		return
 	}
-	if !s.validate(w, old.Body) {
+	v, err := s.rules.Update(r.Context(), rules.Record{By: actor(r), Action: "rollback", From: from}, func(*rules.Set) ([]byte, error) { return old.Body, nil })
+	if s.refuseInvalid(w, err) {
 		return
 	}
-	v, err := s.rules.Update(r.Context(), rules.Record{By: actor(r), Action: "rollback", From: from}, func(*rules.Set) ([]byte, error) { return old.Body, nil })
 	if err != nil {
 		s.redisError(w, err)
 		return
@@ -214,7 +248,6 @@ func (s *Service) handleEditList(add bool) http.HandlerFunc {
 			}
 		}
 		replace := add && r.URL.Query().Get("replace") == "true"
-		var invalid *errorBody
 		var changed int
 		v, err := s.rules.Update(r.Context(), rules.Record{By: actor(r), Action: list}, func(cur *rules.Set) ([]byte, error) {
 			m, entries, err := listOf(cur.Body, list)
@@ -242,24 +275,9 @@ func (s *Service) handleEditList(add bool) http.HandlerFunc {
 				return nil, err
 			}
 			m[list] = raw
-			out, err := json.Marshal(m)
-			if err != nil {
-				return nil, err
-			}
-			if _, err := rule.Parse(out); err != nil {
-				eb := errorBody{Error: err.Error()}
-				var fe *rule.FieldError
-				if errors.As(err, &fe) {
-					eb.Field = fe.Field
-				}
-				invalid = &eb
-				return nil, err
-			}
-			return out, nil
+			return json.Marshal(m)
 		})
-		if invalid != nil {
-			s.m.error("rules_invalid")
-			writeJSON(w, http.StatusUnprocessableEntity, invalid)
+		if s.refuseInvalid(w, err) {
 			return
 		}
 		if err != nil {

@@ -2,6 +2,7 @@ package rule
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -51,7 +52,7 @@ func checkInvariants(t testing.TB, c *Config) {
 			t.Fatalf("bad or duplicate id %q", r.ID)
 		}
 		ids[r.ID] = true
-		if AlgorithmName(r.Algo) == "" || r.Cost < 1 || r.Cost > MaxCost || len(r.Costs) > MaxCosts || len(r.Overrides) > MaxOverrides {
+		if AlgorithmName(r.Algo) == "" || r.Cost < 1 || r.Cost > algo.MaxCost || len(r.Costs) > MaxCosts || len(r.Overrides) > MaxOverrides {
 			t.Fatalf("rule %q: algo %d cost %d", r.ID, r.Algo, r.Cost)
 		}
 		checkWindows(t, r.ID, r.Algo, r.Windows)
@@ -68,7 +69,7 @@ func checkInvariants(t testing.TB, c *Config) {
 			checkWindows(t, r.ID, r.Algo, o.Windows)
 		}
 		for _, rc := range r.Costs {
-			if (rc.Prefix == "") == (rc.Regex == nil) || rc.Cost < 1 || rc.Cost > MaxCost || rc.Prefix != "" && NormalizePath(rc.Prefix) != rc.Prefix {
+			if (rc.Prefix == "") == (rc.Regex == nil) || rc.Cost < 1 || rc.Cost > algo.MaxCost || rc.Prefix != "" && NormalizePath(rc.Prefix) != rc.Prefix {
 				t.Fatalf("rule %q: bad cost %+v", r.ID, rc)
 			}
 		}
@@ -100,11 +101,9 @@ func checkWindows(t testing.TB, id string, kind algo.Kind, ws []algo.Params) {
 		t.Fatalf("rule %q: %d windows", id, len(ws))
 	}
 	for _, w := range ws {
-		if w.Kind != kind || w.Limit < 1 || w.Limit > MaxLimit || w.Burst < 0 || w.Burst > MaxLimit ||
-			w.WindowUs < MinWindow.Microseconds() || w.WindowUs > MaxWindow.Microseconds() || w.WindowUs%1000 != 0 ||
-			kind == algo.SlidingWindowLog && w.Limit > MaxLogLimit ||
+		if w.Kind != kind || w.Validate() != nil || w.WindowUs%1000 != 0 ||
 			w.Burst != 0 && kind != algo.TokenBucket && kind != algo.GCRA {
-			t.Fatalf("rule %q: bad window %+v", id, w)
+			t.Fatalf("rule %q: bad window %+v (%v)", id, w, w.Validate())
 		}
 	}
 }
@@ -169,8 +168,18 @@ func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse(data)
 		if err != nil {
-			if _, ok := err.(*FieldError); !ok {
-				t.Fatalf("error %v is %T, not *FieldError", err, err)
+			es, ok := err.(*Errors)
+			if !ok || len(es.List) == 0 || len(es.List) > MaxErrors {
+				t.Fatalf("error %v is %T, not *Errors with 1..%d errors", err, err, MaxErrors)
+			}
+			// The syntax scanner agrees with encoding/json on what is JSON (too deep a
+			// nesting aside) and points inside the document.
+			first := es.List[0]
+			if len(data) <= MaxConfigSize && !strings.Contains(first.Msg, "nested deeper") && first.Syntax == json.Valid(data) {
+				t.Fatalf("encoding/json says valid=%v, Parse says %v", json.Valid(data), first)
+			}
+			if first.Syntax && (first.Offset < 0 || first.Offset > len(data)) {
+				t.Fatalf("syntax error %v at offset %d of %d bytes", first, first.Offset, len(data))
 			}
 			return
 		}

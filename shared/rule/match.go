@@ -2,8 +2,8 @@ package rule
 
 import (
 	"errors"
-	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 )
 
@@ -315,7 +315,7 @@ func parseCIDR(s string) (*IPNet, error) {
 		return nil, err
 	}
 	if m := p.Masked(); m != p {
-		return nil, fmt.Errorf("host bits set (did you mean %q?)", m.String())
+		return nil, errors.New("host bits set (did you mean " + strconv.Quote(m.String()) + "?)")
 	}
 	bits := p.Bits()
 	if p.Addr().Is4() {

@@ -126,7 +126,7 @@ func TestParseFull(t *testing.T) {
 	if f := c.Rules[3]; !reflect.DeepEqual(f.Windows, []algo.Params{win(algo.FixedWindow, 1, "24h", 0)}) {
 		t.Errorf("fixed = %+v", f.Windows)
 	}
-	if tb := c.Rules[4]; !reflect.DeepEqual(tb.Windows, []algo.Params{win(algo.TokenBucket, MaxLimit, "1ms", 0)}) {
+	if tb := c.Rules[4]; !reflect.DeepEqual(tb.Windows, []algo.Params{win(algo.TokenBucket, 1000, "1ms", 0)}) {
 		t.Errorf("tb = %+v", tb.Windows)
 	}
 	checkInvariants(t, c)
@@ -234,10 +234,18 @@ var parseErrorCases = []struct {
 	{"long_rule_id.json", "rules[0].id", "must match [A-Za-z0-9_.-]{1,64}"},
 	{"zero_limit.json", "rules[0].limit", "must be > 0, got 0"},
 	{"fractional_limit.json", "rules[0].limit", "must be an integer, got 1.5"},
-	{"limit_too_large.json", "rules[0].limit", "must be <= 1000000000, got 5000000000"},
-	{"limit_overflows_int64.json", "rules[0].limit", "must be <= 1000000000, got 99999999999999999999"},
+	{"limit_above_maximum.json", "rules[0].limit", "must be <= " + itoa(algo.MaxLimit) + ", got 99999999999"},
+	{"limit_overflows_int64.json", "rules[0].limit", "must be <= " + itoa(algo.MaxLimit) + ", got 99999999999999999999"},
+	{"limit_faster_than_one_per_microsecond.json", "rules[1].limit", "1001 per 1000 µs is more than one permit per µs"},
+	{"burst_takes_too_long_to_refill.json", "rules[0].burst", "takes longer than"},
+	{"burst_above_maximum.json", "rules[0].burst", "must be <= " + itoa(algo.MaxBurst) + ", got 99999999999"},
+	{"cost_above_maximum.json", "rules[0].cost", "must be <= " + itoa(algo.MaxCost) + ", got 99999999999"},
+	{"tier_window_limit_above_maximum.json", "rules[0].tiers.pro.windows[1].limit", "must be <= " + itoa(algo.MaxLimit) + ", got 99999999999"},
+	{"override_window_too_short.json", "rules[0].overrides[0].window", "must be >= " + formatUs(algo.MinWindowUs) + `, got "999us"`},
+	{"window_not_a_duration_in_days.json", "rules[0].window", `invalid duration "3 days" (want e.g. "500ms", "1m", "1h30m", "30d" or integer milliseconds)`},
+	{"several_errors.json", "deny[0]", `invalid CIDR "10.0.0.0/33"`},
 	{"string_limit.json", "rules[0].limit", `must be an integer, got "100"`},
-	{"window_too_long.json", "rules[0].window", `must be <= 24h0m0s, got "25h"`},
+	{"window_longer_than_31_days.json", "rules[0].window", "must be <= " + formatUs(algo.MaxWindowUs) + `, got "32d"`},
 	{"window_too_short.json", "rules[0].window", `must be >= 1ms, got "500us"`},
 	{"window_sub_millisecond.json", "rules[0].window", `must be a whole number of milliseconds, got "1500us"`},
 	{"window_zero_ms.json", "rules[0].window", "must be > 0, got 0"},
@@ -246,7 +254,7 @@ var parseErrorCases = []struct {
 	{"negative_burst.json", "rules[0].burst", "must be >= 0, got -1"},
 	{"burst_on_window_algorithm.json", "rules[0].burst", "only token_bucket and gcra use burst, the rule's algorithm is fixed_window"},
 	{"zero_cost.json", "rules[0].cost", "must be > 0, got 0"},
-	{"sliding_log_limit_too_large.json", "rules[0].limit", "must be <= 10000 for sliding_window_log"},
+	{"sliding_log_limit_above_maximum.json", "rules[0].limit", "must be <= " + itoa(algo.MaxLogLimit) + " for sliding_window_log (its state grows with the limit), got 99999999999"},
 	{"too_many_windows.json", "rules[0].windows", "has more than 8 entries"},
 	{"empty_windows.json", "rules[0].windows", "must have at least one window"},
 	{"window_unknown_field.json", "rules[0].windows[1].size", "unknown field"},
@@ -307,7 +315,7 @@ var parseErrorCases = []struct {
 	{"negative_version.json", "version", "must be >= 0, got -3"},
 	{"fractional_version.json", "version", "must be a non-negative integer, got 1.5"},
 	{"negative_trusted_hops.json", "trusted_hops", "must be >= 0, got -1"},
-	{"invalid_json.json", "", "invalid JSON"},
+	{"invalid_json.json", "", "invalid JSON at line 2, column 1 (byte 12): unexpected end of input, want a value"},
 	{"not_an_object.json", "", `must be an object, got [{"id":"search"}]`},
 	{"too_deeply_nested.json", "", "nested deeper than 64 levels"},
 	{"rules_not_array.json", "rules", `must be an array, got {`},
@@ -391,7 +399,8 @@ func TestParseErrorsInline(t *testing.T) {
 	}
 	t.Run("regex cause unwraps", func(t *testing.T) {
 		_, err := Parse(readFixture(t, "bad_regex.json"))
-		if errors.Unwrap(err) == nil {
+		var fe *FieldError
+		if !errors.As(err, &fe) || errors.Unwrap(fe) == nil {
 			t.Errorf("%v wraps no cause", err)
 		}
 	})

@@ -283,6 +283,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 func runWith(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, ready chan<- listening, reload <-chan os.Signal) int {
+	if len(args) > 0 && args[0] == "rules" {
+		return runRules(args[1:], os.Stdin, stdout, stderr)
+	}
 	c, err := parseConfig(args, getenv, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

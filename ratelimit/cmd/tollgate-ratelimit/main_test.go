@@ -301,3 +301,71 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestRulesValidate: `rules validate FILE` accepts what the admin API accepts (JSON or
+// YAML) with a one-line summary and exit 0, and refuses the rest with exit 1 and every
+// error on a line of its own, path first.
+func TestRulesValidate(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	fixture := func(name string) string { return filepath.Join("..", "..", "..", "shared", "rule", "testdata", name) }
+	tests := []struct {
+		name   string
+		args   []string
+		code   int
+		stdout []string // lines, each a substring
+		stderr []string
+	}{
+		{"valid json", []string{"validate", fixture("valid_full.json")}, 0,
+			[]string{"valid_full.json: valid: 5 rules, 12 windows (largest limit 100000, longest window 1d), 3 tiers, 4 allow and 1 deny entries"}, nil},
+		{"valid yaml", []string{"validate", write("r.yaml", "rules:\n  - id: day\n    limit: 1000\n    window: 1d\n")}, 0,
+			[]string{"r.yaml: valid: 1 rules, 1 windows (largest limit 1000, longest window 1d)"}, nil},
+		{"every error", []string{"validate", fixture("several_errors.json")}, 1, nil, []string{
+			"several_errors.json: deny[0]: invalid CIDR",
+			"several_errors.json: rules[1].windows[0].limit: must be > 0",
+			"several_errors.json: rules[1].windows[1].window: must be <= ",
+			"several_errors.json: rules[2].fail: must be",
+		}},
+		{"syntax error offset", []string{"validate", write("broken.json", "{\"rules\": [\n  {\"id\": \"a\",, \"limit\": 1}\n]}")}, 1, nil,
+			[]string{`broken.json: configuration: invalid JSON at line 2, column 14 (byte 25): unexpected ',', want a field name`}},
+		{"unenforceable", []string{"validate", write("big.json", `{"rules":[{"id":"a","limit":99999999999,"window":"1d"}]}`)}, 1, nil,
+			[]string{"big.json: rules[0].limit: must be <= "}},
+		{"missing file", []string{"validate", filepath.Join(dir, "nope.json")}, 2, nil, []string{"no such file"}},
+		{"usage", []string{"check", "x"}, 2, nil, []string{"usage: tollgate-ratelimit rules validate FILE"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := run(context.Background(), append([]string{"rules"}, tt.args...), env(nil), &stdout, &stderr, nil)
+			if code != tt.code {
+				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tt.code, stdout.String(), stderr.String())
+			}
+			for _, c := range []struct {
+				out  string
+				want []string
+			}{{stdout.String(), tt.stdout}, {stderr.String(), tt.stderr}} {
+				lines := strings.Split(strings.TrimRight(c.out, "\n"), "\n")
+				if len(c.want) == 0 {
+					if c.out != "" && tt.code == 0 {
+						t.Errorf("unexpected output %q", c.out)
+					}
+					continue
+				}
+				if tt.name != "usage" && len(lines) != len(c.want) {
+					t.Fatalf("%d lines, want %d: %q", len(lines), len(c.want), c.out)
+				}
+				for i, w := range c.want {
+					if !strings.Contains(lines[i], w) {
+						t.Errorf("line %d %q does not contain %q", i, lines[i], w)
+					}
+				}
+			}
+		})
+	}
+}
