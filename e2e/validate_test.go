@@ -192,8 +192,12 @@ func TestGeneratedRuleSetsEnforced(t *testing.T) {
 			if rng.Intn(4) == 0 {
 				cost = algo.MaxCost
 			}
-			doc := fmt.Sprintf(`{"id":"g%d","match":{"prefix":"/g%d"},"algorithm":%q,"limit":%d,"window":%q,"cost":%d`,
-				i, i, kind.String(), p.Limit, rule.FormatWindow(p.WindowUs), cost)
+			// The ids survive from set to set (reports of the previous set's keys are
+			// charged under them, as in any rules rollout), the paths are new: a worker
+			// still on the previous set matches nothing on them, so a probe answered
+			// with limit headers shows the new set is enforced there.
+			doc := fmt.Sprintf(`{"id":"g%d","match":{"prefix":"/s%dg%d"},"algorithm":%q,"limit":%d,"window":%q,"cost":%d`,
+				i, set, i, kind.String(), p.Limit, rule.FormatWindow(p.WindowUs), cost)
 			if p.Burst > 0 {
 				doc += fmt.Sprintf(`,"burst":%d`, p.Burst)
 			}
@@ -206,7 +210,7 @@ func TestGeneratedRuleSetsEnforced(t *testing.T) {
 			t.Fatalf("a generated rule set was refused: %v", err)
 		}
 		for i := range rules {
-			onVersion(t, gws, v, "/g"+strconv.Itoa(i)+"/probe")
+			onVersion(t, gws, v, fmt.Sprintf("/s%dg%d/probe", set, i))
 		}
 		cfg, err := rule.Parse([]byte(body))
 		if err != nil {
@@ -221,7 +225,7 @@ func TestGeneratedRuleSetsEnforced(t *testing.T) {
 		for i := range cfg.Rules {
 			go func() {
 				start := time.Now()
-				a := e.client.Run(ctx, harness.Load{Gateways: gws, Path: "/g" + strconv.Itoa(i) + "/x",
+				a := e.client.Run(ctx, harness.Load{Gateways: gws, Path: fmt.Sprintf("/s%dg%d/x", set, i),
 					Key: uniqueKey(fmt.Sprintf("gen%d-%d", set, i)), Rate: 100, Count: 150, Workers: 4})
 				runs[i] = run{a, time.Since(start)}
 				done <- i
