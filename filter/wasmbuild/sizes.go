@@ -17,6 +17,10 @@ import (
 // so a module built with -ldflags=-s (no name section) is measured the same way.
 // Data outside the pclntab (type descriptors, strings, tables such as unicode's,
 // initialised variables) carries no names in the module and is reported as one sum.
+//
+// Function bodies are matched to names by index, which holds for the Go linker's
+// output with or without Link; wasm-opt reorders functions, so on its output only the
+// pclntab figures and the packages present are meaningful.
 type Sizes struct {
 	Total    int
 	Sections []SectionSize
@@ -35,13 +39,14 @@ type SectionSize struct {
 type PackageSize struct {
 	Package string // import path; "type:" for compiler-generated equality and hash functions
 	Funcs   int
-	Code    int // function bodies in the code section
+	Code    int // function bodies in the code section, each with its size
 	Pclntab int // name, pc tables and function record in the data section
 }
 
 // FuncSize is one function's cost.
 type FuncSize struct {
 	Name    string
+	Index   int // among the module's defined functions (imports not counted)
 	Code    int
 	Pclntab int
 }
@@ -118,7 +123,7 @@ func MeasureSizes(wasm []byte) (*Sizes, error) {
 			named[i] = true
 			p.Funcs++
 			p.Code += len(bodies[i])
-			s.Funcs = append(s.Funcs, FuncSize{f.name, len(bodies[i]), f.pcln})
+			s.Funcs = append(s.Funcs, FuncSize{f.name, i, len(bodies[i]), f.pcln})
 		}
 	}
 	for i, b := range bodies { // functions the pclntab does not list: Link's shim, the wasm entry points
