@@ -5,7 +5,8 @@
 // how each is answered). The result imports only WASI functions every Envoy with a Wasm
 // runtime offers, never hands poll_oneoff to the host (Envoy 1.33–1.38 answered it with
 // an error that aborts Go's runtime, golang/go#78513), and makes no WASI call during
-// _initialize outside Envoy's start-up allow-list.
+// _initialize outside Envoy's start-up allow-list. Last, Optimize runs binaryen's
+// wasm-opt over it for size, and MeasureSizes says where the bytes go.
 //
 // `make wasm`, the filter tests (filter/wasmtest), the end-to-end harness and the
 // benchmarks all build through Build, so every test runs the module that ships.
