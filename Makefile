@@ -7,7 +7,7 @@ GW    := build/tollgate-gateway
 export GOFLAGS := -buildvcs=false
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.6.1
 
-.PHONY: all deps redis wabt wasm build test unit e2e demo bench sim fuzz lint check clean
+.PHONY: all deps redis wabt binaryen wasm build test unit e2e demo bench sim fuzz lint check clean
 
 all: build
 
@@ -31,9 +31,18 @@ wabt:
 	    (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wabt >/dev/null || \
 	     sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wabt >/dev/null); }
 
-# The Go toolchain's wasip1 reactor with the WASI shim linked in (filter/wasmbuild): the
-# module every test loads.
-wasm: deps
+# wasm-opt (Debian binaryen) optimizes every module filter/wasmbuild builds.
+binaryen:
+	@command -v wasm-opt >/dev/null || \
+	  { echo "installing binaryen (apt)"; \
+	    (apt-get update -qq || sudo apt-get update -qq) && \
+	    (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq binaryen >/dev/null || \
+	     sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq binaryen >/dev/null); }
+
+# The Go toolchain's wasip1 reactor with the WASI shim linked in and wasm-opt run over it
+# (filter/wasmbuild): the module every test loads. `go run ./filter/wasmbuild/cmd/tollgate-wasm
+# -sizes ./filter` says where its bytes go.
+wasm: deps binaryen
 	@mkdir -p build
 	$(GO) run ./filter/wasmbuild/cmd/tollgate-wasm -o $(WASM) ./filter
 
@@ -47,9 +56,11 @@ test: deps redis wabt build
 	GOOS=wasip1 GOARCH=wasm $(GO) build ./shared/... ./filter/...
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 14m ./...
+	cd third_party/pretty && $(GO) test -count=1 ./...
 
 unit: deps
 	$(GO) test -count=1 ./shared/...
+	cd third_party/pretty && $(GO) test -count=1 ./...
 
 e2e: deps redis build
 	$(GO) test -count=1 -timeout 10m -v ./e2e/...

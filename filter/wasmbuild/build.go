@@ -5,7 +5,8 @@
 // how each is answered). The result imports only WASI functions every Envoy with a Wasm
 // runtime offers, never hands poll_oneoff to the host (Envoy 1.33–1.38 answered it with
 // an error that aborts Go's runtime, golang/go#78513), and makes no WASI call during
-// _initialize outside Envoy's start-up allow-list.
+// _initialize outside Envoy's start-up allow-list. Last, Optimize runs binaryen's
+// wasm-opt over it for size, and MeasureSizes says where the bytes go.
 //
 // `make wasm`, the filter tests (filter/wasmtest), the end-to-end harness and the
 // benchmarks all build through Build, so every test runs the module that ships.
@@ -23,18 +24,38 @@ import (
 )
 
 // Build compiles pkg (an import path, or a path relative to the repository root such as
-// "./filter") for wasip1 as a reactor with the given build tags, links the shim into it
-// and returns the module.
+// "./filter") for wasip1 as a reactor with the given build tags, links the shim into it,
+// runs the optimizer over it (Optimize) and returns the module.
 func Build(pkg string, tags ...string) ([]byte, error) {
-	raw, err := GoBuild(pkg, tags...)
+	st, err := BuildStages(pkg, tags...)
 	if err != nil {
 		return nil, err
 	}
-	wasm, err := Link(raw)
-	if err != nil {
+	return st.Final, nil
+}
+
+// Stages is one build's module after each step of Build.
+type Stages struct {
+	Toolchain []byte // GoBuild
+	Linked    []byte // Link: the WASI shim resolved inside
+	Final     []byte // Optimize: what Build returns
+}
+
+// BuildStages is Build, keeping the module of every step (the size report measures the
+// linked one: the optimizer's output no longer says which function is which).
+func BuildStages(pkg string, tags ...string) (*Stages, error) {
+	var st Stages
+	var err error
+	if st.Toolchain, err = GoBuild(pkg, tags...); err != nil {
+		return nil, err
+	}
+	if st.Linked, err = Link(st.Toolchain); err != nil {
 		return nil, fmt.Errorf("linking the WASI shim into %q: %w", pkg, err)
 	}
-	return wasm, nil
+	if st.Final, err = Optimize(st.Linked); err != nil {
+		return nil, fmt.Errorf("optimizing %q: %w", pkg, err)
+	}
+	return &st, nil
 }
 
 // GoBuild is Build without Link: the Go toolchain's module as it comes. Tests use it to
@@ -50,7 +71,9 @@ func GoBuild(pkg string, tags ...string) ([]byte, error) {
 	}
 	defer os.RemoveAll(dir)
 	out := filepath.Join(dir, "module.wasm")
-	args := []string{"build", "-buildmode=c-shared", "-buildvcs=false", "-trimpath"}
+	// -s: no name section (the runtime's tracebacks read the pclntab, not the name
+	// section, and the optimizer would drop it anyway).
+	args := []string{"build", "-buildmode=c-shared", "-buildvcs=false", "-trimpath", "-ldflags=-s"}
 	if len(tags) > 0 {
 		args = append(args, "-tags", strings.Join(tags, ","))
 	}

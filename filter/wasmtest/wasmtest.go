@@ -29,7 +29,8 @@ var (
 
 // BuildWasm builds pkg (an import path, or a path relative to the repository root such
 // as "./filter/bench/floor") with the shipping recipe (wasmbuild.Build: the Go
-// toolchain's wasip1 reactor with the WASI shim linked in, as `make wasm` builds it)
+// toolchain's wasip1 reactor with the WASI shim linked in and wasm-opt run over it, as
+// `make wasm` builds it)
 // and returns the module. Each package is built once per test binary. A failed build
 // fails the test: tests against the compiled module never skip.
 func BuildWasm(t testing.TB, pkg string) []byte {

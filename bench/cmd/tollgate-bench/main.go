@@ -120,7 +120,7 @@ func measure(r *report, o options, logger *log.Logger) error {
 	r.machine = readMachine()
 	ctx := context.Background()
 
-	logger.Print("building modules (wasmbuild.Build: go build -buildmode=c-shared for wasip1, WASI shim linked in)")
+	logger.Print("building modules (wasmbuild.Build: go build -buildmode=c-shared for wasip1, WASI shim linked in, wasm-opt -Oz)")
 	mods := map[string][]byte{}
 	for _, pkg := range []string{perf.EmptyPkg, perf.FloorPkg, perf.FilterPkg} {
 		b, err := perf.BuildModule(pkg)

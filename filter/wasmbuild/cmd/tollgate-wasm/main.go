@@ -2,6 +2,12 @@
 // package wasmbuild): `make wasm` runs
 //
 //	go run ./filter/wasmbuild/cmd/tollgate-wasm -o build/filter.wasm ./filter
+//
+// With -sizes it also prints where the module's bytes go, per section and per Go
+// package (wasmbuild.MeasureSizes), measured on the module before the optimizer, whose
+// output no longer says which function came from which package:
+//
+//	go run ./filter/wasmbuild/cmd/tollgate-wasm -sizes ./filter
 package main
 
 import (
@@ -14,24 +20,55 @@ import (
 )
 
 func main() {
-	out := flag.String("o", "", "output file (required)")
+	out := flag.String("o", "", "output file (required unless -sizes)")
 	tags := flag.String("tags", "", "comma-separated build tags")
+	sizes := flag.Bool("sizes", false, "print where the bytes go")
+	top := flag.Int("top", 40, "with -sizes: packages to list (0: all)")
+	funcs := flag.Int("funcs", 25, "with -sizes: largest functions to list")
 	flag.Parse()
-	if *out == "" || flag.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "usage: tollgate-wasm -o out.wasm [-tags a,b] ./package")
+	if (*out == "" && !*sizes) || flag.NArg() != 1 {
+		fmt.Fprintln(os.Stderr, "usage: tollgate-wasm [-o out.wasm] [-sizes [-top n] [-funcs n]] [-tags a,b] ./package")
 		os.Exit(2)
 	}
 	var tagList []string
 	if *tags != "" {
 		tagList = strings.Split(*tags, ",")
 	}
-	wasm, err := wasmbuild.Build(flag.Arg(0), tagList...)
-	if err == nil {
-		err = os.WriteFile(*out, wasm, 0o644)
-	}
-	if err != nil {
+	if err := run(flag.Arg(0), *out, tagList, *sizes, *top, *funcs); err != nil {
 		fmt.Fprintln(os.Stderr, "tollgate-wasm:", err)
 		os.Exit(1)
 	}
-	fmt.Printf("%s: %d bytes\n", *out, len(wasm))
+}
+
+func run(pkg, out string, tags []string, sizes bool, top, funcs int) error {
+	if !sizes {
+		wasm, err := wasmbuild.Build(pkg, tags...)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(out, wasm, 0o644); err != nil {
+			return err
+		}
+		fmt.Printf("%s: %d bytes\n", out, len(wasm))
+		return nil
+	}
+	st, err := wasmbuild.BuildStages(pkg, tags...)
+	if err != nil {
+		return err
+	}
+	s, err := wasmbuild.MeasureSizes(st.Linked)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("Go toolchain: %d bytes; WASI shim linked: %d bytes; optimized (shipped): %d bytes\n\n",
+		len(st.Toolchain), len(st.Linked), len(st.Final))
+	fmt.Println("Before the optimizer:")
+	s.Table(os.Stdout, top, funcs)
+	if out != "" {
+		if err := os.WriteFile(out, st.Final, 0o644); err != nil {
+			return err
+		}
+		fmt.Printf("\n%s: %d bytes\n", out, len(st.Final))
+	}
+	return nil
 }
