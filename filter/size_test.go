@@ -13,26 +13,20 @@ import (
 	"github.com/tollgate-rl/tollgate/filter/wasmtest"
 )
 
-// What the filter links, checked on the shipped module (the package of every function
-// comes from the module's own pclntab) and on its import graph.
-//
-// encoding/json never: tidwall/pretty, which gjson imports, is replaced by a fork
-// without it (third_party/pretty). fmt, and with it os and most of reflect, only while
-// shared/rule imports fmt for its error messages; once no package of the filter imports
-// fmt, the module must link no function of fmt or os, almost none of reflect (which
-// encoding/binary imports), and must be smaller.
+// What the filter links, checked on its import graph and on the shipped module (the
+// package of every function comes from the module's own pclntab): no encoding/json
+// (tidwall/pretty, which gjson imports, is replaced by a fork without it:
+// third_party/pretty), no fmt and so no os, almost none of reflect (encoding/binary
+// imports it), and a size bound that catches a dependency creeping back in.
 const (
-	// maxModuleBytes bounds the shipped module; maxModuleBytesFmt while fmt is linked.
-	// Where the bytes go: go run ./filter/wasmbuild/cmd/tollgate-wasm -sizes ./filter
-	maxModuleBytes    = 3_850_000
-	maxModuleBytesFmt = 4_300_000
-	// maxReflectFuncs bounds reflect's linked functions without fmt (the runtime keeps
-	// one).
+	// maxModuleBytes bounds the shipped module. It is above the 3 MB the project aims
+	// for: what remains beyond the runtime is the rule model's own libraries (regexp
+	// with its Unicode tables, gjson, net/netip); RATIONALE.md says where the bytes go.
+	// go run ./filter/wasmbuild/cmd/tollgate-wasm -sizes ./filter prints them.
+	maxModuleBytes = 3_950_000
+	// maxReflectFuncs bounds reflect's linked functions (the runtime keeps one).
 	maxReflectFuncs = 2
 )
-
-// fmtImporters are the packages in the filter's import graph allowed to import fmt.
-var fmtImporters = []string{"github.com/tollgate-rl/tollgate/shared/rule"}
 
 func TestModuleLinks(t *testing.T) {
 	graph := importGraph(t, "./filter")
@@ -46,20 +40,10 @@ func TestModuleLinks(t *testing.T) {
 		slices.Sort(by)
 		return by
 	}
-	if _, ok := graph["encoding/json"]; ok {
-		t.Errorf("encoding/json is in the filter's import graph, imported by %v", importers("encoding/json"))
-	}
-	withFmt := false
-	if _, ok := graph["fmt"]; ok {
-		withFmt = true
-		for _, p := range importers("fmt") {
-			if !slices.Contains(fmtImporters, p) {
-				t.Errorf("%s imports fmt (allowed only in %v)", p, fmtImporters)
-			}
+	for _, pkg := range []string{"encoding/json", "fmt", "os"} {
+		if _, ok := graph[pkg]; ok {
+			t.Errorf("%s is in the filter's import graph, imported by %v", pkg, importers(pkg))
 		}
-	}
-	if by := importers("os"); len(by) > 0 && !slices.Equal(by, []string{"fmt"}) {
-		t.Errorf("os imported by %v (at most by fmt)", by)
 	}
 
 	wasm := wasmtest.FilterWasm(t)
@@ -71,25 +55,17 @@ func TestModuleLinks(t *testing.T) {
 	for _, p := range s.Packages {
 		linked[p.Package] = p
 	}
-	t.Logf("module %d bytes; fmt in the graph: %v; functions linked: fmt %d, os %d, reflect %d",
-		len(wasm), withFmt, linked["fmt"].Funcs, linked["os"].Funcs, linked["reflect"].Funcs)
-	if p, ok := linked["encoding/json"]; ok {
-		t.Errorf("the module links %d functions of encoding/json", p.Funcs)
-	}
-	limit := maxModuleBytesFmt
-	if !withFmt {
-		limit = maxModuleBytes
-		for _, pkg := range []string{"fmt", "os"} {
-			if p, ok := linked[pkg]; ok {
-				t.Errorf("no package imports fmt, yet the module links %d functions of %s", p.Funcs, pkg)
-			}
-		}
-		if p := linked["reflect"]; p.Funcs > maxReflectFuncs {
-			t.Errorf("reflect: %d functions linked, want at most %d", p.Funcs, maxReflectFuncs)
+	t.Logf("module %d bytes; functions linked: reflect %d", len(wasm), linked["reflect"].Funcs)
+	for _, pkg := range []string{"encoding/json", "fmt", "os"} {
+		if p, ok := linked[pkg]; ok {
+			t.Errorf("the module links %d functions of %s", p.Funcs, pkg)
 		}
 	}
-	if len(wasm) > limit {
-		t.Errorf("the module is %d bytes, want at most %d", len(wasm), limit)
+	if p := linked["reflect"]; p.Funcs > maxReflectFuncs {
+		t.Errorf("reflect: %d functions linked, want at most %d", p.Funcs, maxReflectFuncs)
+	}
+	if len(wasm) > maxModuleBytes {
+		t.Errorf("the module is %d bytes, want at most %d", len(wasm), maxModuleBytes)
 	}
 }
 
