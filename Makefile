@@ -7,7 +7,7 @@ GW    := build/tollgate-gateway
 export GOFLAGS := -buildvcs=false
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.6.1
 
-.PHONY: all deps redis wabt wasm build test unit e2e demo bench sim fuzz lint check clean
+.PHONY: all deps redis wabt wasm build oci test unit e2e demo bench sim fuzz lint check clean
 
 all: build
 
@@ -40,6 +40,17 @@ wasm: deps
 build: deps wasm
 	$(GO) build -trimpath -o $(SVC) ./ratelimit/cmd/tollgate-ratelimit
 	$(GO) build -trimpath -o $(GW) ./e2e/cmd/tollgate-gateway
+
+# The filter image (Istio WasmPlugin, oci://) and the sync service image as OCI layouts
+# in build/oci, built without a container runtime (deploy/k8s/cmd/tollgate-oci); push them
+# with any OCI client, e.g. `crane push build/oci/filter REGISTRY/tollgate/filter:TAG`.
+ARCH    ?= $(shell $(GO) env GOARCH)
+VERSION ?= dev
+oci: deps wasm
+	@mkdir -p build/oci
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(ARCH) $(GO) build -trimpath -ldflags='-s -w' -o build/oci/tollgate-ratelimit-linux-$(ARCH) ./ratelimit/cmd/tollgate-ratelimit
+	cd deploy/k8s && $(GO) run ./cmd/tollgate-oci -wasm $(CURDIR)/$(WASM) -service $(CURDIR)/build/oci/tollgate-ratelimit-linux-$(ARCH) \
+	  -arch $(ARCH) -out $(CURDIR)/build/oci -version $(VERSION)
 
 # Everything: unit tests (fuzz seeds included), filter tests against the compiled module,
 # service tests against real Redis and Redis Cluster, and the end-to-end suite.
