@@ -29,7 +29,8 @@ func (c *config) redisAddrList() ([]string, error) {
 				return nil, fmt.Errorf("--redis-addrs: scheme %q: want redis:// or rediss:// (or none)", s)
 			}
 			if strings.ContainsAny(a, "/@?") {
-				return nil, fmt.Errorf("--redis-addrs: %q: give host:port only (user, password and database are separate settings)", a)
+				// Not quoted: the part before @ may be a password.
+				return nil, fmt.Errorf("--redis-addrs: a %s:// address with more than host:port: user, password and database are separate settings", s)
 			}
 		}
 		if s != "" && scheme != "" && s != scheme {
