@@ -7,7 +7,7 @@ GW    := build/tollgate-gateway
 export GOFLAGS := -buildvcs=false
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.6.1
 
-.PHONY: all deps redis wabt binaryen wasm build test unit e2e demo bench sim fuzz lint check clean
+.PHONY: all deps redis wabt binaryen wasm build oci test unit e2e demo bench sim fuzz lint check clean
 
 all: build
 
@@ -50,6 +50,17 @@ build: deps wasm
 	$(GO) build -trimpath -o $(SVC) ./ratelimit/cmd/tollgate-ratelimit
 	$(GO) build -trimpath -o $(GW) ./e2e/cmd/tollgate-gateway
 
+# The filter image (Istio WasmPlugin, oci://) and the sync service image as OCI layouts
+# in build/oci, built without a container runtime (deploy/k8s/cmd/tollgate-oci); push them
+# with any OCI client, e.g. `crane push build/oci/filter REGISTRY/tollgate/filter:TAG`.
+ARCH    ?= $(shell $(GO) env GOARCH)
+VERSION ?= dev
+oci: deps wasm
+	@mkdir -p build/oci
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(ARCH) $(GO) build -trimpath -ldflags='-s -w' -o build/oci/tollgate-ratelimit-linux-$(ARCH) ./ratelimit/cmd/tollgate-ratelimit
+	cd deploy/k8s && $(GO) run ./cmd/tollgate-oci -wasm $(CURDIR)/$(WASM) -service $(CURDIR)/build/oci/tollgate-ratelimit-linux-$(ARCH) \
+	  -arch $(ARCH) -out $(CURDIR)/build/oci -version $(VERSION)
+
 # Everything: unit tests (fuzz seeds included), filter tests against the compiled module,
 # service tests against real Redis and Redis Cluster, and the end-to-end suite.
 test: deps redis wabt build
@@ -57,6 +68,9 @@ test: deps redis wabt build
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 14m ./...
 	cd third_party/pretty && $(GO) test -count=1 ./...
+	@# The chart's render test and the image builder: a module of their own (Helm, the
+	@# Kubernetes API and go-containerregistry stay out of the main module's graph).
+	cd deploy/k8s && $(GO) vet ./... && $(GO) test -count=1 -timeout 5m ./...
 
 unit: deps
 	$(GO) test -count=1 ./shared/...
@@ -89,12 +103,14 @@ lint: deps
 	$(GO) vet ./...
 	GOBIN=$(CURDIR)/build $(GO) install $(STATICCHECK)
 	build/staticcheck ./...
+	cd deploy/k8s && $(GO) vet ./... && ../../build/staticcheck ./...
 	GOOS=wasip1 GOARCH=wasm build/staticcheck ./filter/... ./shared/...
 
 # Format, tidy, build shared/ and filter/ for wasip1, lint, and fail if that changed the tree.
 check: deps
 	gofmt -w $$(git ls-files '*.go')
 	$(GO) mod tidy
+	cd deploy/k8s && $(GO) mod tidy
 	GOOS=wasip1 GOARCH=wasm $(GO) build ./shared/... ./filter/...
 	$(MAKE) lint
 	@git diff --exit-code || { echo "make check changed the tree: commit the result"; exit 1; }

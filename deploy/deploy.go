@@ -39,6 +39,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	extensionsv1alpha1 "istio.io/api/extensions/v1alpha1"
 	networkingv1 "istio.io/api/networking/v1"
+	securityv1beta1 "istio.io/api/security/v1beta1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/tollgate-rl/tollgate/shared/rule"
@@ -266,8 +267,12 @@ type Istio struct {
 	Plugin           *extensionsv1alpha1.WasmPlugin
 	DestinationRules []*networkingv1.DestinationRule
 	ServiceEntries   []*networkingv1.ServiceEntry
-	RulesJSON        []byte // pluginConfig as the filter receives it (JSON)
-	Rules            *rule.Config
+	// AuthorizationPolicies and PeerAuthentications guard the sync service when gateways
+	// reach it over Istio mTLS instead of with a sync secret.
+	AuthorizationPolicies []*securityv1beta1.AuthorizationPolicy
+	PeerAuthentications   []*securityv1beta1.PeerAuthentication
+	RulesJSON             []byte // pluginConfig as the filter receives it (JSON)
+	Rules                 *rule.Config
 	// SyncHost and SyncPort are parsed from sync.cluster (outbound|port|subset|host).
 	SyncHost string
 	SyncPort int
@@ -276,13 +281,17 @@ type Istio struct {
 // istioKinds maps apiVersion/kind to the API type of the spec. The networking kinds are
 // served at three versions with one schema.
 var istioKinds = map[string]func() proto.Message{
-	"extensions.istio.io/v1alpha1/WasmPlugin":      func() proto.Message { return &extensionsv1alpha1.WasmPlugin{} },
-	"networking.istio.io/v1/DestinationRule":       func() proto.Message { return &networkingv1.DestinationRule{} },
-	"networking.istio.io/v1beta1/DestinationRule":  func() proto.Message { return &networkingv1.DestinationRule{} },
-	"networking.istio.io/v1alpha3/DestinationRule": func() proto.Message { return &networkingv1.DestinationRule{} },
-	"networking.istio.io/v1/ServiceEntry":          func() proto.Message { return &networkingv1.ServiceEntry{} },
-	"networking.istio.io/v1beta1/ServiceEntry":     func() proto.Message { return &networkingv1.ServiceEntry{} },
-	"networking.istio.io/v1alpha3/ServiceEntry":    func() proto.Message { return &networkingv1.ServiceEntry{} },
+	"extensions.istio.io/v1alpha1/WasmPlugin":       func() proto.Message { return &extensionsv1alpha1.WasmPlugin{} },
+	"networking.istio.io/v1/DestinationRule":        func() proto.Message { return &networkingv1.DestinationRule{} },
+	"networking.istio.io/v1beta1/DestinationRule":   func() proto.Message { return &networkingv1.DestinationRule{} },
+	"networking.istio.io/v1alpha3/DestinationRule":  func() proto.Message { return &networkingv1.DestinationRule{} },
+	"networking.istio.io/v1/ServiceEntry":           func() proto.Message { return &networkingv1.ServiceEntry{} },
+	"networking.istio.io/v1beta1/ServiceEntry":      func() proto.Message { return &networkingv1.ServiceEntry{} },
+	"networking.istio.io/v1alpha3/ServiceEntry":     func() proto.Message { return &networkingv1.ServiceEntry{} },
+	"security.istio.io/v1/AuthorizationPolicy":      func() proto.Message { return &securityv1beta1.AuthorizationPolicy{} },
+	"security.istio.io/v1beta1/AuthorizationPolicy": func() proto.Message { return &securityv1beta1.AuthorizationPolicy{} },
+	"security.istio.io/v1/PeerAuthentication":       func() proto.Message { return &securityv1beta1.PeerAuthentication{} },
+	"security.istio.io/v1beta1/PeerAuthentication":  func() proto.Message { return &securityv1beta1.PeerAuthentication{} },
 }
 
 // istioCluster is the outbound cluster name Istio generates for a service port
@@ -293,7 +302,7 @@ var istioCluster = regexp.MustCompile(`^outbound\|([0-9]{1,5})\|([A-Za-z0-9_.-]*
 var dnsName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
 
 // CheckIstio reads a multi-document Istio manifest: every document must be a WasmPlugin,
-// DestinationRule or ServiceEntry whose spec unmarshals into Istio's API type with no
+// DestinationRule, ServiceEntry, AuthorizationPolicy or PeerAuthentication whose spec unmarshals into Istio's API type with no
 // unknown field (and with the camelCase names Kubernetes accepts), and exactly one must
 // be a WasmPlugin whose pluginConfig, as the filter receives it, passes rule.Parse. Its
 // sync.cluster must be an outbound cluster name as Istio generates it; a subset in it
@@ -326,6 +335,10 @@ func CheckIstio(data []byte) (*Istio, error) {
 				return nil, fmt.Errorf("istio manifest: document %d: ServiceEntry %q: spec.hosts is required", i+1, res.Metadata.Name)
 			}
 			is.ServiceEntries = append(is.ServiceEntries, spec)
+		case *securityv1beta1.AuthorizationPolicy:
+			is.AuthorizationPolicies = append(is.AuthorizationPolicies, spec)
+		case *securityv1beta1.PeerAuthentication:
+			is.PeerAuthentications = append(is.PeerAuthentications, spec)
 		}
 	}
 	if is.Plugin == nil {

@@ -29,8 +29,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // ErrNoRedis is returned when redis-server (or redis-cli, for a cluster) is not installed.
@@ -47,6 +45,14 @@ type Options struct {
 	StartTimeout time.Duration
 	// ExtraArgs are appended to every redis-server command line.
 	ExtraArgs []string
+	// TLS, when set, makes every server accept TLS connections only (port 0, the port
+	// as tls-port; replication and the cluster bus use TLS too) with these files
+	// (GenerateTLS). Server.Addr and Cluster.Addrs are then TLS addresses.
+	TLS *TLS
+	// User and Password, when User is set, create an ACL user with every permission
+	// and turn the default user off: every client must authenticate as this user.
+	// Replicas and Sentinels authenticate to their primary as it too.
+	User, Password string
 }
 
 func (o *Options) startTimeout() time.Duration {
@@ -224,8 +230,8 @@ func portFree(p int) bool {
 }
 
 // waitPing polls addr until PING answers or the deadline passes.
-func waitPing(ctx context.Context, addr string) error {
-	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 200 * time.Millisecond, MaxRetries: -1, Protocol: 2, DisableIdentity: true})
+func waitPing(ctx context.Context, acc *access, addr string) error {
+	c := acc.client(addr, 200*time.Millisecond, 0)
 	defer c.Close()
 	var last error
 	for {
@@ -240,6 +246,14 @@ func waitPing(ctx context.Context, addr string) error {
 	}
 }
 
+// portArgs make the server listen on port: plain, or TLS only.
+func (o *Options) portArgs(port int) []string {
+	if o.TLS != nil {
+		return o.TLS.serverArgs(port)
+	}
+	return []string{"--port", strconv.Itoa(port)}
+}
+
 func makeDir(o Options) (dir string, temp bool, err error) {
 	if o.Dir != "" {
 		return o.Dir, false, os.MkdirAll(o.Dir, 0o755)
@@ -251,6 +265,7 @@ func makeDir(o Options) (dir string, temp bool, err error) {
 // Server is one standalone redis-server.
 type Server struct {
 	p       *proc
+	acc     *access
 	dir     string
 	tempDir bool
 }
@@ -265,20 +280,24 @@ func Launch(o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis dir: %w", err)
 	}
-	s := &Server{dir: dir, tempDir: temp}
+	acc, err := newAccess(o)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{dir: dir, tempDir: temp, acc: acc}
 	var last error
 	for attempt := 0; attempt < 3; attempt++ {
 		ports, err := freePorts(1, false)
 		if err != nil {
 			return nil, err
 		}
-		args := append([]string{"--port", strconv.Itoa(ports[0]), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}, o.ExtraArgs...)
+		args := append(append(append(o.portArgs(ports[0]), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir), o.aclArgs()...), o.ExtraArgs...)
 		s.p = &proc{port: ports[0], dir: dir, args: args, log: o.Log}
 		if last = s.p.start(); last != nil {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), o.startTimeout())
-		last = waitPing(ctx, s.p.addr())
+		last = waitPing(ctx, acc, s.p.addr())
 		cancel()
 		if last == nil {
 			return s, nil
@@ -293,9 +312,12 @@ func Launch(o Options) (*Server, error) {
 
 // StartStandalone is Launch for tests: it fails the test when Redis cannot start
 // (including when it is not installed: CI must not silently skip) and stops it at cleanup.
-func StartStandalone(t testing.TB) *Server {
+func StartStandalone(t testing.TB) *Server { t.Helper(); return StartStandaloneWith(t, Options{}) }
+
+// StartStandaloneWith is StartStandalone with options (TLS, an ACL user).
+func StartStandaloneWith(t testing.TB, o Options) *Server {
 	t.Helper()
-	s, err := Launch(Options{})
+	s, err := Launch(o)
 	if err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
@@ -319,7 +341,7 @@ func (s *Server) Restart() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	return waitPing(ctx, s.Addr())
+	return waitPing(ctx, s.acc, s.Addr())
 }
 
 // Stop terminates the server and removes its temporary directory. Safe to call twice.
@@ -351,16 +373,32 @@ func LaunchSentinel(masterAddr, name string, o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sentinel dir: %w", err)
 	}
-	s := &Server{dir: dir, tempDir: temp}
+	acc, err := newAccess(o)
+	if err != nil {
+		return nil, err
+	}
+	// The Sentinel itself takes no password (clients query it unauthenticated); it
+	// authenticates to the primary as the ACL user.
+	acc.user, acc.pass = "", ""
+	s := &Server{dir: dir, tempDir: temp, acc: acc}
 	ports, err := freePorts(1, false)
 	if err != nil {
 		s.cleanupDir()
 		return nil, err
 	}
 	conf := filepath.Join(dir, "sentinel.conf")
-	body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s %s %s 1\n"+
+	// Config-file form of the same settings as the servers' command lines.
+	var listen strings.Builder
+	pa := o.portArgs(ports[0])
+	for i := 0; i+1 < len(pa); i += 2 {
+		fmt.Fprintf(&listen, "%s %s\n", strings.TrimPrefix(pa[i], "--"), pa[i+1])
+	}
+	if o.User != "" {
+		fmt.Fprintf(&listen, "sentinel auth-user %s %s\nsentinel auth-pass %s %s\n", name, o.User, name, o.Password)
+	}
+	body := fmt.Sprintf("%sbind 127.0.0.1\ndir %s\nsentinel monitor %s %s %s 1\n"+
 		"sentinel down-after-milliseconds %s 1000\nsentinel failover-timeout %s 5000\n",
-		ports[0], dir, name, host, port, name, name)
+		listen.String(), dir, name, host, port, name, name)
 	if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
 		s.cleanupDir()
 		return nil, fmt.Errorf("sentinel config: %w", err)
@@ -372,7 +410,7 @@ func LaunchSentinel(masterAddr, name string, o Options) (*Server, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.startTimeout())
 	defer cancel()
-	if err := waitPing(ctx, s.p.addr()); err != nil {
+	if err := waitPing(ctx, acc, s.p.addr()); err != nil {
 		s.Stop()
 		return nil, err
 	}
@@ -382,6 +420,7 @@ func LaunchSentinel(masterAddr, name string, o Options) (*Server, error) {
 // Cluster is a six-node Redis Cluster: three primaries with one replica each.
 type Cluster struct {
 	nodes   []*proc
+	acc     *access
 	dir     string
 	tempDir bool
 }
@@ -414,7 +453,11 @@ func launchCluster(o Options) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis dir: %w", err)
 	}
-	c := &Cluster{dir: dir, tempDir: temp}
+	acc, err := newAccess(o)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{dir: dir, tempDir: temp, acc: acc}
 	ports, err := freePorts(ClusterSize, true)
 	if err != nil {
 		c.Stop()
@@ -428,12 +471,12 @@ func launchCluster(o Options) (*Cluster, error) {
 			c.Stop()
 			return nil, fmt.Errorf("node dir: %w", err)
 		}
-		args := append([]string{
-			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		args := append(append(o.portArgs(port),
+			"--bind", "127.0.0.1",
 			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(nd, "nodes.conf"),
 			"--cluster-node-timeout", "1000", "--save", "", "--appendonly", "no",
 			"--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0", "--dir", nd,
-		}, o.ExtraArgs...)
+		), append(o.aclArgs(), o.ExtraArgs...)...)
 		p := &proc{port: port, dir: nd, args: args, log: o.Log}
 		c.nodes = append(c.nodes, p)
 		if err := p.start(); err != nil {
@@ -442,12 +485,12 @@ func launchCluster(o Options) (*Cluster, error) {
 		}
 	}
 	for _, p := range c.nodes {
-		if err := waitPing(ctx, p.addr()); err != nil {
+		if err := waitPing(ctx, acc, p.addr()); err != nil {
 			c.Stop()
 			return nil, err
 		}
 	}
-	args := []string{"--cluster", "create"}
+	args := append(o.cliArgs(), "--cluster", "create")
 	args = append(args, c.Addrs()...)
 	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
 	out, err := exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput()
@@ -464,9 +507,12 @@ func launchCluster(o Options) (*Cluster, error) {
 
 // StartCluster is LaunchCluster for tests: it fails the test when the cluster cannot
 // start (including when Redis is not installed) and stops it at cleanup.
-func StartCluster(t testing.TB) *Cluster {
+func StartCluster(t testing.TB) *Cluster { t.Helper(); return StartClusterWith(t, Options{}) }
+
+// StartClusterWith is StartCluster with options (TLS, an ACL user).
+func StartClusterWith(t testing.TB, o Options) *Cluster {
 	t.Helper()
-	c, err := LaunchCluster(Options{})
+	c, err := LaunchCluster(o)
 	if err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
@@ -498,8 +544,8 @@ func (c *Cluster) Stop() {
 }
 
 // clusterInfo returns CLUSTER INFO fields of one node.
-func clusterInfo(ctx context.Context, addr string) (map[string]string, error) {
-	cl := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 300 * time.Millisecond, ReadTimeout: time.Second, MaxRetries: -1, Protocol: 2, DisableIdentity: true})
+func clusterInfo(ctx context.Context, acc *access, addr string) (map[string]string, error) {
+	cl := acc.client(addr, 300*time.Millisecond, time.Second)
 	defer cl.Close()
 	s, err := cl.ClusterInfo(ctx).Result()
 	if err != nil {
@@ -542,7 +588,7 @@ func (c *Cluster) healthy(ctx context.Context) error {
 		if !running[p.addr()] {
 			continue
 		}
-		info, err := clusterInfo(ctx, p.addr())
+		info, err := clusterInfo(ctx, c.acc, p.addr())
 		if err != nil {
 			return fmt.Errorf("cluster info %s: %w", p.addr(), err)
 		}
@@ -572,7 +618,7 @@ func (c *Cluster) healthy(ctx context.Context) error {
 
 // slotOwners maps each slot range start to the primary's address, as seen by addr.
 func (c *Cluster) slotOwners(ctx context.Context, addr string) (map[int]string, error) {
-	cl := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 300 * time.Millisecond, ReadTimeout: time.Second, MaxRetries: -1, Protocol: 2, DisableIdentity: true})
+	cl := c.acc.client(addr, 300*time.Millisecond, time.Second)
 	defer cl.Close()
 	//lint:ignore SA1019 CLUSTER SLOTS is what Redis 7.0 (Debian's) answers in one call; SHARDS needs more parsing for no gain here.
 	slots, err := cl.ClusterSlots(ctx).Result()
@@ -595,7 +641,7 @@ func (c *Cluster) PrimaryForKey(ctx context.Context, key string) (string, error)
 		if !p.running() {
 			continue
 		}
-		cl := redis.NewClient(&redis.Options{Addr: p.addr(), DialTimeout: 300 * time.Millisecond, ReadTimeout: time.Second, MaxRetries: -1, Protocol: 2, DisableIdentity: true})
+		cl := c.acc.client(p.addr(), 300*time.Millisecond, time.Second)
 		//lint:ignore SA1019 CLUSTER SLOTS is what Redis 7.0 (Debian's) answers in one call; SHARDS needs more parsing for no gain here.
 		slots, err := cl.ClusterSlots(ctx).Result()
 		_ = cl.Close()
@@ -671,7 +717,7 @@ func (c *Cluster) Restart(addr string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := waitPing(ctx, addr); err != nil {
+	if err := waitPing(ctx, c.acc, addr); err != nil {
 		return err
 	}
 	return c.WaitHealthy(ctx)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,6 +35,10 @@ type Config struct {
 	// connection instead of Username and Password: a password read from a file can
 	// change (SIGHUP) without a restart.
 	Credentials func() (username, password string)
+	// TLS, when set, makes every connection (to the server, each cluster node, the
+	// Sentinels and the primary they name) use TLS with this configuration. An empty
+	// ServerName is taken from each address dialled.
+	TLS *tls.Config
 	// PoolSize is connections per node (default 10 × GOMAXPROCS, go-redis's default,
 	// is too small for many concurrent batches: default here 64).
 	PoolSize int
@@ -156,6 +161,7 @@ func NewClient(cfg Config) (redis.UniversalClient, error) {
 			MaxRetries: c.MaxRetries, MinRetryBackoff: retryBackoff / 4, MaxRetryBackoff: retryBackoff,
 			DialerRetries: 1, ContextTimeoutEnabled: true, DisableIdentity: true,
 			MaintNotificationsConfig: noMaint,
+			TLSConfig:                c.TLS,
 		}), nil
 	case Cluster:
 		return redis.NewClusterClient(&redis.ClusterOptions{
@@ -166,6 +172,7 @@ func NewClient(cfg Config) (redis.UniversalClient, error) {
 			MaxRedirects: max(c.MaxRetries, 2), MinRetryBackoff: retryBackoff / 4, MaxRetryBackoff: retryBackoff,
 			DialerRetries: 1, ContextTimeoutEnabled: true, DisableIdentity: true,
 			MaintNotificationsConfig: noMaint, ClusterStateReloadInterval: 5 * time.Second,
+			TLSConfig: c.TLS,
 		}), nil
 	case Sentinel:
 		if c.MasterName == "" {
@@ -176,6 +183,7 @@ func NewClient(cfg Config) (redis.UniversalClient, error) {
 			PoolSize: c.PoolSize, DialTimeout: c.DialTimeout, ReadTimeout: c.ReadTimeout, WriteTimeout: c.WriteTimeout,
 			MaxRetries: c.MaxRetries, MinRetryBackoff: retryBackoff / 4, MaxRetryBackoff: retryBackoff,
 			DialerRetries: 1, ContextTimeoutEnabled: true, DisableIdentity: true,
+			TLSConfig: c.TLS,
 		}), nil
 	default:
 		return nil, fmt.Errorf("%w: unknown mode %q (standalone, cluster, sentinel)", ErrConfig, c.Mode)

@@ -77,6 +77,12 @@ type config struct {
 	redisMaster     string
 	redisUser       string
 	redisPassword   string
+	redisTLS        bool
+	redisCAFile     string
+	redisCertFile   string
+	redisKeyFile    string
+	redisServerName string
+	redisAddrSlice  []string // --redis-addrs without schemes (parseConfig)
 	poolSize        int
 	dialTimeout     time.Duration
 	readTimeout     time.Duration
@@ -115,11 +121,16 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.StringVar(&c.adminListen, "admin-listen", defaultAdminListen, "listen address of the admin API (/v1/rules, /v1/lists, /v1/usage, /v1/reset) and /healthz, /readyz, /metrics; \""+sharedListener+"\": on the --listen listener")
 	fs.BoolVar(&c.insecure, "insecure", false, "start without a sync secret: /v1/sync, /v1/check and /v1/sync/rules then accept any caller (logged at every start, gauge tollgate_insecure)")
 	fs.StringVar(&c.redisMode, "redis-mode", "standalone", "Redis deployment: standalone, cluster or sentinel")
-	fs.StringVar(&c.redisAddrs, "redis-addrs", "127.0.0.1:6379", "comma-separated Redis addresses (server; cluster seed nodes; sentinels)")
+	fs.StringVar(&c.redisAddrs, "redis-addrs", "127.0.0.1:6379", "comma-separated Redis addresses host:port, or rediss://host:port for TLS (server; cluster seed nodes; sentinels)")
 	fs.StringVar(&c.redisMaster, "redis-master", "", "Sentinel master name (sentinel mode)")
 	fs.StringVar(&c.redisUser, "redis-username", "", "Redis ACL user name")
 	fs.StringVar(&c.redisPassword, "redis-password", "", "Redis password (visible in the process list: prefer --redis-password-file)")
 	fs.StringVar(&c.redisPassFile, "redis-password-file", "", "file holding the Redis password, read again on SIGHUP")
+	fs.BoolVar(&c.redisTLS, "redis-tls", false, "connect to Redis (every node, Sentinels too) with TLS; rediss:// addresses imply it")
+	fs.StringVar(&c.redisCAFile, "redis-tls-ca-file", "", "PEM file of the CA(s) that sign Redis's certificates (empty: the system's roots)")
+	fs.StringVar(&c.redisCertFile, "redis-tls-cert-file", "", "PEM client certificate for Redis (tls-auth-clients), read at every new connection")
+	fs.StringVar(&c.redisKeyFile, "redis-tls-key-file", "", "PEM private key of --redis-tls-cert-file")
+	fs.StringVar(&c.redisServerName, "redis-tls-server-name", "", "name Redis's certificate must carry (empty: each address's host)")
 	fs.IntVar(&c.poolSize, "redis-pool-size", store.DefaultPoolSize, "Redis connections per node")
 	fs.DurationVar(&c.dialTimeout, "redis-dial-timeout", store.DefaultDialTimeout, "Redis connect timeout")
 	fs.DurationVar(&c.readTimeout, "redis-read-timeout", store.DefaultReadTimeout, "Redis read timeout (one pipeline's replies)")
@@ -183,6 +194,10 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 			}
 		}
 	})
+	var err error
+	if c.redisAddrSlice, err = c.redisAddrList(); err != nil {
+		return c, err
+	}
 	switch {
 	case c.leaseHorizon < time.Millisecond || c.leaseHorizon > time.Duration(lease.MaxHorizonMs)*time.Millisecond:
 		return c, fmt.Errorf("--lease-horizon %v: want 1ms..%dms", c.leaseHorizon, lease.MaxHorizonMs)
@@ -225,12 +240,7 @@ func (c config) secrets() *secrets {
 func (s *secrets) all() []*secret { return []*secret{s.sync, s.admin, s.redis} }
 
 func (c config) storeConfig() store.Config {
-	var addrs []string
-	for _, a := range strings.Split(c.redisAddrs, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			addrs = append(addrs, a)
-		}
-	}
+	addrs := c.redisAddrSlice
 	retries := c.maxRetries
 	if retries == 0 {
 		retries = -1 // store.Config: 0 is "default", negative is "none"
@@ -326,12 +336,22 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 		user := c.redisUser
 		sc.Credentials = func() (string, string) { return user, sec.redis.first() }
 	}
+	if sc.TLS, err = c.redisTLSConfig(); err != nil {
+		fmt.Fprintln(stderr, "tollgate-ratelimit:", err)
+		return 2
+	}
 	st, err := store.Open(sc, m)
 	if err != nil {
 		log.Error("redis", "err", err)
 		return 1
 	}
 	defer st.Close()
+	if fatal, transient := checkRedis(ctx, st, c); fatal != nil {
+		fmt.Fprintln(stderr, "tollgate-ratelimit:", fatal)
+		return 1
+	} else if transient != nil {
+		log.Warn("Redis does not answer yet: /readyz fails until it does", "addrs", c.redisAddrs, "err", transient)
+	}
 	svc := service.New(service.Config{SyncSecret: sec.sync.first(), Insecure: c.insecure, AdminToken: sec.admin.first(),
 		BatchTimeout: c.batchTimeout, Logger: log}, st, m)
 	svc.SetSyncSecrets(sec.sync.values()...)
@@ -397,7 +417,7 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 		go func() { serveErr <- s.srv.Serve(s.ln) }()
 	}
 	log.Info("serving", "addr", where.sync, "admin_addr", where.admin, "insecure", c.insecure,
-		"redis_mode", c.redisMode, "redis_addrs", c.redisAddrs,
+		"redis_mode", c.redisMode, "redis_addrs", c.redisAddrs, "redis_tls", c.redisTLS,
 		"batch_timeout", svc.BatchTimeout(), "lease_epoch", c.leaseEpoch, "lease_horizon", c.leaseHorizon)
 	if ready != nil {
 		ready <- where

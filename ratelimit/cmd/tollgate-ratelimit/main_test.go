@@ -41,6 +41,17 @@ func TestParseConfig(t *testing.T) {
 		{name: "epoch too short", args: []string{"--lease-epoch", "10ms"}, wantErr: "--lease-epoch"},
 		{name: "penalty max below base", args: []string{"--penalty-base", "10s", "--penalty-max", "1s"}, wantErr: "--penalty-max"},
 		{name: "stray argument", args: []string{"serve"}, wantErr: "unexpected arguments"},
+		{name: "rediss addresses mean TLS", args: []string{"--redis-addrs", "rediss://a:1, rediss://b:2"}, check: func(c config) bool {
+			a := c.storeConfig().Addrs
+			return c.redisTLS && len(a) == 2 && a[0] == "a:1" && a[1] == "b:2"
+		}},
+		{name: "plain addresses stay plain", args: []string{"--redis-addrs", "redis://a:1"}, check: func(c config) bool {
+			return !c.redisTLS && c.storeConfig().Addrs[0] == "a:1"
+		}},
+		{name: "mixed schemes", args: []string{"--redis-addrs", "rediss://a:1,redis://b:2"}, wantErr: "--redis-addrs"},
+		{name: "unknown scheme", args: []string{"--redis-addrs", "http://a:1"}, wantErr: "--redis-addrs"},
+		{name: "credentials in the address", args: []string{"--redis-addrs", "rediss://u:pass-in-url@a:1"}, wantErr: "user, password and database are separate"},
+		{name: "redis:// with --redis-tls", args: []string{"--redis-tls", "--redis-addrs", "redis://a:1"}, wantErr: "rediss://"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,63 @@
+{{/* The service's resource name: <release>-ratelimit unless fullnameOverride. */}}
+{{- define "tollgate.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-ratelimit" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "tollgate.selectorLabels" -}}
+app.kubernetes.io/name: tollgate-ratelimit
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "tollgate.labels" -}}
+{{ include "tollgate.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: tollgate
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* The sync Service's FQDN: what Istio names the gateways' outbound cluster after. */}}
+{{- define "tollgate.syncHost" -}}
+{{- printf "%s.%s.svc.%s" (include "tollgate.fullname" .) .Release.Namespace .Values.clusterDomain -}}
+{{- end -}}
+
+{{/* True when gateways authenticate by Istio mTLS (istio.enabled): the service then runs with --insecure behind an AuthorizationPolicy, and secrets.sync is not used (a WasmPlugin cannot reference a Secret). */}}
+{{- define "tollgate.mtlsAuth" -}}
+{{- if .Values.istio.enabled -}}
+true
+{{- else if not .Values.secrets.sync.secretName -}}
+{{- fail "secrets.sync.secretName is required: the name of an existing Secret holding the sync secret (with istio.enabled, gateways authenticate by mTLS instead)" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "tollgate.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "tollgate.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Checks on the Redis values, named after the value to fix. */}}
+{{- define "tollgate.checkRedis" -}}
+{{- $r := .Values.redis -}}
+{{- if not (has $r.mode (list "standalone" "cluster" "sentinel")) -}}
+{{- fail (printf "redis.mode %q: want standalone, cluster or sentinel" $r.mode) -}}
+{{- end -}}
+{{- if not $r.addrs -}}
+{{- fail "redis.addrs: at least one host:port" -}}
+{{- end -}}
+{{- if and (eq $r.mode "standalone") (gt (len $r.addrs) 1) -}}
+{{- fail "redis.addrs: standalone mode takes one address" -}}
+{{- end -}}
+{{- if and (eq $r.mode "sentinel") (not $r.masterName) -}}
+{{- fail "redis.masterName is required in sentinel mode" -}}
+{{- end -}}
+{{- if and $r.tls.clientCertSecret.secretName (not $r.tls.enabled) -}}
+{{- fail "redis.tls.clientCertSecret needs redis.tls.enabled" -}}
+{{- end -}}
+{{- end -}}
