@@ -202,7 +202,12 @@ func (s *Service) routes() {
 // bearer checks "Authorization: Bearer <token>" against the accepted tokens in constant
 // time (per token). An empty token never matches, whatever is configured.
 func bearer(r *http.Request, accepted *[]string) bool {
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return bearerValue(r.Header.Get("Authorization"), accepted)
+}
+
+// bearerValue checks an Authorization value ("Bearer <token>") as bearer does.
+func bearerValue(authorization string, accepted *[]string) bool {
+	got, ok := strings.CutPrefix(authorization, "Bearer ")
 	if !ok || got == "" || accepted == nil {
 		return false
 	}
@@ -216,11 +221,18 @@ func bearer(r *http.Request, accepted *[]string) bool {
 // syncAuthorized: a caller with an accepted secret, or anyone while no secret is set
 // and the service runs insecure on purpose.
 func (s *Service) syncAuthorized(r *http.Request) bool {
+	return s.SyncAuthorized(r.Header.Get("Authorization"))
+}
+
+// SyncAuthorized applies the sync endpoints' authentication to an Authorization value
+// ("Bearer <secret>") that arrived another way (gRPC metadata): an accepted sync
+// secret, or anything while no secret is set and the service runs insecure on purpose.
+func (s *Service) SyncAuthorized(authorization string) bool {
 	secrets := s.syncSecrets.Load()
 	if len(*secrets) == 0 {
 		return s.cfg.Insecure
 	}
-	return bearer(r, secrets)
+	return bearerValue(authorization, secrets)
 }
 
 func (s *Service) admin(h http.HandlerFunc) http.HandlerFunc {

@@ -30,7 +30,7 @@ func (c *Config) Apply(req *Request, dst []Applied) []Applied {
 	)
 	for i := range c.Rules {
 		r := &c.Rules[i]
-		if !r.Match.matches(req.Method, host, path) {
+		if r.DescriptorOnly || !r.Match.matches(req.Method, host, path) {
 			continue
 		}
 		var key string

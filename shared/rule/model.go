@@ -122,6 +122,14 @@ type Rule struct {
 	Fail      FailMode
 	Shadow    bool
 	Strict    bool
+	// Descriptors, when set, also selects the rule for Envoy rate limit service requests
+	// (the sync service's gRPC ShouldRateLimit): a request descriptor that matches it is
+	// charged to the same buckets as HTTP requests the rule matches.
+	Descriptors *DescriptorMatch
+	// DescriptorOnly is set for a rule with descriptors and no HTTP match: Apply (the
+	// filter) leaves it out, only descriptors select it. A rule with both applies on
+	// both paths, to one quota.
+	DescriptorOnly bool
 
 	overrideIdx *globSet // built by Parse; nil: linear scan
 }

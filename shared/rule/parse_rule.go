@@ -123,7 +123,7 @@ func parseRules(path string, v gjson.Result, tiers []Tier, tiersOK bool) ([]Rule
 // are only read once the algorithm is known (they are checked against it).
 func parseRule(path string, v gjson.Result, tiers []Tier, tiersOK bool, r *Rule) error {
 	o, err := parseObject(path, v, "id", "version", "match", "key", "algorithm", "limit", "window", "burst",
-		"windows", "cost", "costs", "tiers", "overrides", "fail", "shadow", "strict")
+		"windows", "cost", "costs", "tiers", "overrides", "fail", "shadow", "strict", "descriptors")
 	if err != nil {
 		return err
 	}
@@ -139,6 +139,11 @@ func parseRule(path string, v gjson.Result, tiers []Tier, tiersOK bool, r *Rule)
 	}
 	r.Match, err = parseMatch(o.at("match"), o.get("match"))
 	errs.add(err)
+	if dv := o.get("descriptors"); dv.Exists() {
+		r.Descriptors, err = parseDescriptors(o.at("descriptors"), dv)
+		errs.add(err)
+		r.DescriptorOnly = !o.has("match")
+	}
 	if kv := o.get("key"); kv.Exists() {
 		r.Key, err = parseKeySource(o.at("key"), kv, 1)
 		errs.add(err)

@@ -25,6 +25,9 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc"
+
+	"github.com/tollgate-rl/tollgate/ratelimit/rls"
 	"github.com/tollgate-rl/tollgate/ratelimit/service"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
 	"github.com/tollgate-rl/tollgate/shared/lease"
@@ -67,6 +70,7 @@ func reloadSecrets(sec *secrets, svc *service.Service, m *service.Metrics, log *
 type config struct {
 	listen          string
 	adminListen     string
+	rlsListen       string
 	insecure        bool
 	redisPassFile   string
 	adminTokenFile  string
@@ -119,6 +123,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.SetOutput(out)
 	fs.StringVar(&c.listen, "listen", ":8081", "listen address of the gateways' API (/v1/sync, /v1/check, /v1/sync/rules) and /healthz, /readyz, /metrics")
 	fs.StringVar(&c.adminListen, "admin-listen", defaultAdminListen, "listen address of the admin API (/v1/rules, /v1/lists, /v1/usage, /v1/reset) and /healthz, /readyz, /metrics; \""+sharedListener+"\": on the --listen listener")
+	fs.StringVar(&c.rlsListen, "rls-listen", "", "listen address of Envoy's rate limit service API (gRPC envoy.service.ratelimit.v3.RateLimitService, for Envoy's native ratelimit filter), authenticated like /v1/sync; empty: off")
 	fs.BoolVar(&c.insecure, "insecure", false, "start without a sync secret: /v1/sync, /v1/check and /v1/sync/rules then accept any caller (logged at every start, gauge tollgate_insecure)")
 	fs.StringVar(&c.redisMode, "redis-mode", "standalone", "Redis deployment: standalone, cluster or sentinel")
 	fs.StringVar(&c.redisAddrs, "redis-addrs", "127.0.0.1:6379", "comma-separated Redis addresses host:port, or rediss://host:port for TLS (server; cluster seed nodes; sentinels)")
@@ -283,6 +288,7 @@ func newLogger(c config, w io.Writer) (*slog.Logger, error) {
 // listening is where the service listens (run sends it on ready).
 type listening struct {
 	sync, admin string
+	rls         string // "" when --rls-listen is off
 }
 
 // run is main without the process: it serves until ctx ends, then drains. ready, if
@@ -409,6 +415,22 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 		}
 		where = listening{sync: sl.Addr().String(), admin: al.Addr().String()}
 	}
+	var grpcSrv *grpc.Server
+	if c.rlsListen != "" {
+		ln, err := net.Listen("tcp", c.rlsListen)
+		if err != nil {
+			log.Error("listen", "addr", c.rlsListen, "err", err)
+			return 1
+		}
+		defer ln.Close()
+		grpcSrv = rls.New(svc, log).GRPCServer()
+		where.rls = ln.Addr().String()
+		go func() {
+			if err := grpcSrv.Serve(ln); err != nil {
+				log.Error("rls serve", "err", err)
+			}
+		}()
+	}
 	bg, cancelBG := context.WithCancel(context.Background())
 	bgDone := make(chan struct{})
 	go func() { defer close(bgDone); svc.Run(bg) }()
@@ -416,7 +438,7 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 	for _, s := range servers {
 		go func() { serveErr <- s.srv.Serve(s.ln) }()
 	}
-	log.Info("serving", "addr", where.sync, "admin_addr", where.admin, "insecure", c.insecure,
+	log.Info("serving", "addr", where.sync, "admin_addr", where.admin, "rls_addr", where.rls, "insecure", c.insecure,
 		"redis_mode", c.redisMode, "redis_addrs", c.redisAddrs, "redis_tls", c.redisTLS,
 		"batch_timeout", svc.BatchTimeout(), "lease_epoch", c.leaseEpoch, "lease_horizon", c.leaseHorizon)
 	if ready != nil {
@@ -446,8 +468,23 @@ wait:
 			code = 1
 		}
 	}
+	if grpcSrv != nil {
+		stopGRPC(sctx, grpcSrv)
+	}
 	cancelBG()
 	<-bgDone
 	log.Info("stopped")
 	return code
+}
+
+// stopGRPC lets in-flight calls finish until ctx ends, then closes what is left.
+func stopGRPC(ctx context.Context, g *grpc.Server) {
+	done := make(chan struct{})
+	go func() { g.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		g.Stop()
+		<-done
+	}
 }

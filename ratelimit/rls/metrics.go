@@ -1,0 +1,24 @@
+package rls
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics of the rate limit service, on the sync service's registry (its checks also
+// count in the service's batch metrics, endpoint "rls").
+type metrics struct {
+	requests    *prometheus.CounterVec // code
+	descriptors *prometheus.CounterVec // outcome
+	seconds     prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_rls_requests_total",
+			Help: "ShouldRateLimit calls by answer (ok, over_limit, either with _degraded while Redis was unreachable; invalid, unauthenticated, internal)."}, []string{"code"}),
+		descriptors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_rls_descriptors_total",
+			Help: "Descriptors by outcome (ok, over_limit, shadow_over_limit, degraded, fail_closed, unmatched: no rule's descriptor match fits)."}, []string{"outcome"}),
+		seconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tollgate_rls_request_seconds",
+			Help: "Time to answer one ShouldRateLimit call.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
+	}
+	reg.MustRegister(m.requests, m.descriptors, m.seconds)
+	return m
+}

@@ -1,0 +1,47 @@
+package service
+
+import (
+	"context"
+	"time"
+
+	"github.com/tollgate-rl/tollgate/ratelimit/store"
+	"github.com/tollgate-rl/tollgate/shared/rule"
+	"github.com/tollgate-rl/tollgate/shared/wire"
+)
+
+// RuleSet returns the service's current rule set (parsed once per version), or nil
+// while none has been pushed.
+func (s *Service) RuleSet(ctx context.Context) *rule.Config { return s.ruleSet(ctx) }
+
+// Check decides b's deltas as /v1/check does — every delta a strict check (FlagStrict
+// unless it asks to acquire), limits resolved from the service's rule set, nothing
+// recorded for replay — and counts it under endpoint in the batch metrics. Other front
+// ends (the Envoy rate limit service) charge the same buckets through it.
+func (s *Service) Check(ctx context.Context, endpoint string, b *wire.Batch) (*store.Outcome, error) {
+	start := time.Now()
+	for i := range b.Deltas {
+		if b.Deltas[i].Flags&(wire.FlagStrict|wire.FlagAcquire) == 0 {
+			b.Deltas[i].Flags |= wire.FlagStrict
+		}
+	}
+	opts := store.Options{Refuse: s.resolver(ctx)}
+	// A caller that hangs up must not cut a check in half: finish it (bounded).
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.BatchTimeout)
+	out, err := s.st.Apply(ctx, b, opts)
+	cancel()
+	outcome := "ok"
+	switch {
+	case err == nil:
+		s.m.batch(endpoint, b, out.Results, out.States)
+		s.m.fleet.Set(float64(out.Nodes))
+	case ctx.Err() != nil:
+		outcome = "unavailable"
+		s.m.error("timeout")
+	default:
+		outcome = "unavailable"
+		s.m.error("redis")
+	}
+	s.m.batches.WithLabelValues(endpoint, outcome).Inc()
+	s.m.batchSeconds.WithLabelValues(endpoint).Observe(time.Since(start).Seconds())
+	return out, err
+}
