@@ -20,6 +20,9 @@ type fleet struct {
 	svc  *memservice.Service
 	gws  []*nativehost.Host
 	down bool // the service refuses connections
+	// refuse, when set, is the status the service answers every call with (a rotated
+	// secret: 401).
+	refuse int
 }
 
 func newFleet(t *testing.T, gateways, workers int, rules string) *fleet {
@@ -50,6 +53,10 @@ func (f *fleet) deliver() {
 				more = true
 				if f.down {
 					h.Fail(c, false)
+					continue
+				}
+				if f.refuse != 0 {
+					h.Respond(c, [][2]string{{":status", strconv.Itoa(f.refuse)}}, []byte(`{"error":"unauthorized"}`))
 					continue
 				}
 				status, body := f.svc.Handle(c.Header(":path"), c.Body, f.now)
@@ -364,5 +371,33 @@ func TestPausedAcquireSettledWhenServiceHangs(t *testing.T) {
 	}
 	if n := h.Metric("tollgate.requests_allowed"); n != 2 {
 		t.Fatalf("requests_allowed %d after the late answers, want 2 (each request answered once)", n)
+	}
+}
+
+// A service that refuses every batch (401: its secret rotated without the gateways')
+// is up: the gateway answers degraded meanwhile, but keeps sending a batch every
+// interval instead of backing off, so the first interval after the service accepts
+// batches again ends the degraded answers — however long the refusal lasted.
+func TestRefusedBatchesRetriedEveryInterval(t *testing.T) {
+	f := newFleet(t, 1, 2, `[{"id":"api","limit":100000,"window":"1m"}]`)
+	f.tick(100)
+	if s := f.send(0, 0, "k"); !s.Admitted() || s.Header("x-ratelimit-policy") == "degraded" {
+		t.Fatalf("healthy: admitted %v, policy %q", s.Admitted(), s.Header("x-ratelimit-policy"))
+	}
+	f.refuse = 401
+	for range 100 { // 10 s refused
+		f.send(0, 0, "k")
+		f.tick(100)
+	}
+	if s := f.send(0, 1, "k"); s.Header("x-ratelimit-policy") != "degraded" {
+		t.Fatalf("refused for 10 s, yet not degraded (policy %q)", s.Header("x-ratelimit-policy"))
+	}
+	f.refuse = 0
+	f.tick(100)
+	f.tick(100)
+	for w := range 2 {
+		if s := f.send(0, w, "k"); s.Header("x-ratelimit-policy") == "degraded" {
+			t.Fatalf("worker %d still degraded 200 ms after the service accepts batches again", w)
+		}
 	}
 }

@@ -511,6 +511,11 @@ func (s *syncer) onResponse(now int64, token uint32, headers [][2]string, body [
 		s.uncut(now)
 		s.setState(func(st *syncState) { st.Unacked = false })
 		s.failed(now, true)
+		// The service answered, so it is up: it refuses this gateway's batches (a rotated
+		// secret, a batch too large). The next batch goes after one interval instead of a
+		// growing backoff, so the gateway is back as soon as the service would accept it.
+		iv := s.intervalUs()
+		s.setState(func(st *syncState) { st.OpenUntilUs = now + iv })
 		return
 	default:
 		// Timeout (504), reset (no status), 5xx: keep the batch, resend the same seq.

@@ -38,6 +38,9 @@ type Service struct {
 	addr    string
 	logPath string
 	tempDir string
+	// secretDir holds the admin token and sync secret files the service reads (never
+	// flags: a command line is visible to every local user).
+	secretDir string
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -50,6 +53,19 @@ const startTimeout = 20 * time.Second
 // StartService starts the service on a free loopback port and returns once it listens.
 func StartService(cfg ServiceConfig) (*Service, error) {
 	s := &Service{cfg: cfg}
+	d, err := os.MkdirTemp("", "tollgate-secrets-")
+	if err != nil {
+		return nil, fmt.Errorf("temp dir: %w", err)
+	}
+	s.secretDir = d
+	if err := s.writeSecret("admin-token", cfg.AdminToken); err != nil {
+		s.removeTemp()
+		return nil, err
+	}
+	if err := s.writeSecret("sync-secret", cfg.SyncSecret); err != nil {
+		s.removeTemp()
+		return nil, err
+	}
 	if cfg.LogDir == "" {
 		d, err := os.MkdirTemp("", "tollgate-svc-")
 		if err != nil {
@@ -81,7 +97,13 @@ func (s *Service) start(listen string) error {
 	}
 	args := []string{
 		"--listen", listen, "--redis-mode", mode, "--redis-addrs", strings.Join(s.cfg.RedisAddrs, ","),
-		"--admin-token", s.cfg.AdminToken, "--sync-secret", s.cfg.SyncSecret, "--log-format", "json", "--admin-listen", "shared",
+		"--log-format", "json", "--admin-listen", "shared",
+	}
+	if s.cfg.AdminToken != "" {
+		args = append(args, "--admin-token-file", filepath.Join(s.secretDir, "admin-token"))
+	}
+	if s.cfg.SyncSecret != "" {
+		args = append(args, "--sync-secret-file", filepath.Join(s.secretDir, "sync-secret"))
 	}
 	args = append(args, s.cfg.Args...)
 	cmd := exec.Command(s.cfg.Bin, args...)
@@ -257,7 +279,28 @@ func (s *Service) Stop() {
 	s.removeTemp()
 }
 
+// writeSecret writes one secret file (owner-only), one secret per line.
+func (s *Service) writeSecret(name string, secrets ...string) error {
+	if err := os.WriteFile(filepath.Join(s.secretDir, name), []byte(strings.Join(secrets, "\n")+"\n"), 0o600); err != nil {
+		return fmt.Errorf("secret file: %w", err)
+	}
+	return nil
+}
+
+// SetSyncSecrets replaces the sync secrets the service accepts (one or several, as
+// during a rotation) and makes it read them again (SIGHUP).
+func (s *Service) SetSyncSecrets(secrets ...string) error {
+	if err := s.writeSecret("sync-secret", secrets...); err != nil {
+		return err
+	}
+	return s.send(syscall.SIGHUP)
+}
+
 func (s *Service) removeTemp() {
+	if s.secretDir != "" {
+		_ = os.RemoveAll(s.secretDir)
+		s.secretDir = ""
+	}
 	if s.tempDir != "" {
 		_ = os.RemoveAll(s.tempDir)
 		s.tempDir = ""
