@@ -71,8 +71,8 @@ func TestLogsNameNoCallerKey(t *testing.T) {
 		for _, call := range []struct{ method, path string }{
 			{http.MethodPost, "/v1/reset/" + url.PathEscape(key)},
 			{http.MethodGet, "/v1/usage/" + url.PathEscape(key+strings.Repeat("x", 64<<10))}, // oversized
-			{http.MethodPost, "/v1/usage/" + url.PathEscape(key)},                             // wrong method
-			{http.MethodPut, "/v1/lists/deny?key=" + url.QueryEscape(key)},                    // no body
+			{http.MethodPost, "/v1/usage/" + url.PathEscape(key)},                            // wrong method
+			{http.MethodPut, "/v1/lists/deny?key=" + url.QueryEscape(key)},                   // no body
 		} {
 			req, err := http.NewRequestWithContext(ctx, call.method, svc.URL()+call.path, nil)
 			if err != nil {
