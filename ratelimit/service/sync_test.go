@@ -335,7 +335,7 @@ func TestSyncRefusesDeltas(t *testing.T) {
 	bad := delta(key, "api2", algo.FixedWindow, 0, 60_000)
 	odd := delta(key, "api3", algo.Kind(9), 10, 1000)
 	r := in.sync(t, "/v1/sync", &wire.Batch{Node: "gw", Seq: 1, Deltas: []wire.Delta{bad, good, odd, good}})
-	for i, want := range []string{"params: limit 0", "", "params: unknown algorithm 9", "bucket appears twice"} {
+	for i, want := range []string{"params: limit: ", "", "params: algorithm: unknown algorithm 9", "bucket appears twice"} {
 		st := r.States[i]
 		refused := st.Flags&wire.StateRefused != 0
 		if refused != (want != "") || !strings.HasPrefix(st.Reason, want) {
