@@ -439,6 +439,9 @@ func TestHostFleetOneQuota(t *testing.T) {
 	})
 }
 
+// tableProbes is filter/plugin/table.go's defaultProbes: the slots a bucket may occupy.
+const tableProbes = 8
+
 // slotOf mirrors filter/plugin/table.go: a bucket id is "<rule>\x1f<window>\x1f<tier>\x1f<key>",
 // hashed with FNV-1a 64 onto 1<<16 slots. The test checks the placement it relies on in
 // shared data, so a change of layout fails it loudly rather than making it vacuous.
@@ -466,8 +469,8 @@ func keyForSlot(t *testing.T, prefix string, want uint64) string {
 }
 
 // When every probe of a new caller's bucket is taken, the table evicts (table.go) "the
-// least recently active" bucket and takes over idle ones. Here the four slots a new caller
-// may use hold one bucket in active use (49 of 50 spent a moment ago) and three untouched
+// least recently active" bucket and takes over idle ones. Here the eight slots a new caller
+// may use hold one bucket in active use (49 of 50 spent a moment ago) and seven untouched
 // for two hours (full again: dropping them loses nothing). Evicting the active one would
 // hand its caller a fresh bucket: 50 more requests within the hour.
 func TestHostEvictionSparesActiveBucket(t *testing.T) {
@@ -482,7 +485,7 @@ func TestHostEvictionSparesActiveBucket(t *testing.T) {
 	active := "active-caller"
 	home := slotOf("api", active)
 	var idle []string
-	for p := uint64(1); p < 4; p++ {
+	for p := uint64(1); p < tableProbes; p++ {
 		idle = append(idle, keyForSlot(t, "idle-", (home+p)%(1<<16)))
 	}
 	newcomer := keyForSlot(t, "new-", home)

@@ -61,7 +61,7 @@ func StartService(mode store.Mode, addrs []string) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	svc := service.New(service.Config{SyncSecret: SyncSecret, AdminToken: "bench-admin", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, st, m)
+	svc := service.New(service.Config{SyncSecret: SyncSecret, AdminToken: AdminToken, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, st, m)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		_ = st.Close()

@@ -22,11 +22,12 @@ func (p *Plugin) views(now int64, ops []bucketOp, strict []wire.State) []header.
 		if op.a.Rule.Shadow {
 			continue
 		}
+		q, w := quota(op.params)
 		v = append(v, header.Window{
 			Fixed:          p.texts.of(op.a, op.w),
-			Limit:          op.params.Limit,
+			Limit:          q,
 			Remaining:      op.dec.Remaining,
-			WindowSeconds:  header.WindowSeconds(op.params.WindowUs),
+			WindowSeconds:  w,
 			ResetUnix:      ceilSec(op.dec.ResetUs),
 			ResetInSeconds: ceilSec(op.dec.ResetUs - now),
 		})
@@ -40,11 +41,12 @@ func (p *Plugin) views(now int64, ops []bucketOp, strict []wire.State) []header.
 		}
 		prm := r.Windows[st.Window]
 		reset := now + int64(st.ResetInMs)*1000
+		q, w := quota(prm)
 		v = append(v, header.Window{
 			Fixed:          p.texts.ofRule(p.cfg.Config, r, int(st.Window)),
-			Limit:          prm.Limit,
+			Limit:          q,
 			Remaining:      st.Remaining,
-			WindowSeconds:  header.WindowSeconds(prm.WindowUs),
+			WindowSeconds:  w,
 			ResetUnix:      ceilSec(reset),
 			ResetInSeconds: ceilSec(reset - now),
 		})
@@ -52,6 +54,12 @@ func (p *Plugin) views(now int64, ops []bucketOp, strict []wire.State) []header.
 	}
 	p.viewBuf = v
 	return v
+}
+
+// quota is what a window advertises (header.Quota): its limit per window, or with a
+// burst above the limit, the capacity over the time it takes to refill.
+func quota(prm algo.Params) (q, windowSeconds int64) {
+	return header.Quota(prm.Limit, prm.Capacity(), prm.WindowUs)
 }
 
 // withPolicy names a window that has no precomputed text (which rules from rule.Parse
@@ -153,7 +161,8 @@ func newTexts(cfg *rule.Config) texts {
 func fixedTexts(ruleID string, windows []algo.Params) []*header.Fixed {
 	out := make([]*header.Fixed, len(windows))
 	for w, prm := range windows {
-		out[w] = header.NewFixed(header.PolicyName(ruleID, prm.WindowUs), prm.Limit, header.WindowSeconds(prm.WindowUs))
+		q, secs := quota(prm)
+		out[w] = header.NewFixed(header.PolicyName(ruleID, prm.WindowUs), q, secs)
 	}
 	return out
 }

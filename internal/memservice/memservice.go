@@ -32,7 +32,7 @@ type Service struct {
 
 	// Counters of the work done (what the store would have sent to Redis).
 	Batches, Deltas, Replays, Refused, ScriptCalls int64
-	Overshoot, Clamped, Reclaimed, Granted         int64
+	Overshoot, Clamped, Excess, Reclaimed, Granted int64
 }
 
 type bucketKey struct {
@@ -170,6 +170,7 @@ func (sv *Service) sync(d *wire.Delta, now int64) lease.SyncResult {
 	}
 	sv.Overshoot += r.Overshoot
 	sv.Clamped += r.Clamped
+	sv.Excess += r.Excess
 	sv.Reclaimed += r.Reclaimed
 	sv.Granted += r.Grant
 	return r

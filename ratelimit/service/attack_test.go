@@ -133,7 +133,8 @@ func TestAttackForgedContent(t *testing.T) {
 		key := uniq("over")
 		d := delta(key, "atk", algo.TokenBucket, 10, 60_000)
 		d.Over = math.MaxUint32
-		clampedBefore := metricValue(t, in, "tollgate_debt_clamped_permits_total")
+		d.ElapsedMs = math.MaxUint32 // the longest period a report can claim
+		clampedBefore := metricValue(t, in, "tollgate_debt_clamped_permits_total") + metricValue(t, in, "tollgate_report_excess_permits_total")
 		code, r, out := in.post(t, &wire.Batch{Node: uniq("atk"), Seq: uint64(time.Now().UnixMicro()), Deltas: []wire.Delta{d}})
 		if code != http.StatusOK {
 			t.Fatalf("%d %s", code, out)
@@ -150,8 +151,43 @@ func TestAttackForgedContent(t *testing.T) {
 		if ttl := rdb.PTTL(ctx, store.BucketKey(key, "atk", "", 0)).Val(); ttl <= 0 || ttl > 4*time.Minute {
 			t.Errorf("bucket TTL %v, want (0, 4m]: refilled within two windows", ttl)
 		}
-		if got := metricValue(t, in, "tollgate_debt_clamped_permits_total") - clampedBefore; got < math.MaxUint32-20 {
+		// Beyond what 10/min admits over the 49.7 days the report claims, then beyond one
+		// capacity of debt: together all but a capacity or two.
+		if got := metricValue(t, in, "tollgate_debt_clamped_permits_total") + metricValue(t, in, "tollgate_report_excess_permits_total") - clampedBefore; got < math.MaxUint32-20 {
 			t.Errorf("clamped permits counted %.0f, want about %d", got, uint32(math.MaxUint32))
+		}
+	})
+
+	// A report charges at most what the rule could admit over the period it covers (one
+	// capacity, plus the limit for every window of it, rounded up): 150 on 100/hour from
+	// a gateway that never had a reply for the bucket (elapsed 0) is charged 100, the
+	// rest counted as excess; a report inside the bound is charged in full.
+	t.Run("consumption beyond the reported period is clamped", func(t *testing.T) {
+		for _, tc := range []struct {
+			name                  string
+			over, elapsedMs       uint32
+			wantAvail, wantExcess int64
+		}{
+			{"forged", 150, 0, 0, 50},
+			{"honest", 100, 0, 0, 0},
+			{"honest over two windows", 130, 1_000, -30, 0},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				key := uniq("excess")
+				d := delta(key, "seq", algo.TokenBucket, 100, 3_600_000)
+				d.Over, d.ElapsedMs = tc.over, tc.elapsedMs
+				before := metricValue(t, in, "tollgate_report_excess_permits_total")
+				code, r, out := in.post(t, &wire.Batch{Node: uniq("atk"), Seq: uint64(time.Now().UnixMicro()), Deltas: []wire.Delta{d}})
+				if code != http.StatusOK || r.States[0].Flags&wire.StateRefused != 0 {
+					t.Fatalf("%d %s %+v", code, out, r)
+				}
+				if got := in.available(t, key); got != tc.wantAvail {
+					t.Errorf("available %d after a report of %d over %d ms, want %d", got, tc.over, tc.elapsedMs, tc.wantAvail)
+				}
+				if got := int64(metricValue(t, in, "tollgate_report_excess_permits_total") - before); got != tc.wantExcess {
+					t.Errorf("excess counted %d, want %d", got, tc.wantExcess)
+				}
+			})
 		}
 	})
 

@@ -35,6 +35,7 @@ type Metrics struct {
 	refused         *prometheus.CounterVec // endpoint
 	paramsCorrected prometheus.Counter
 	clamped         prometheus.Counter
+	excess          prometheus.Counter
 	strictDenied    *prometheus.CounterVec // rule
 	early           prometheus.Counter
 	penalized       prometheus.Counter
@@ -72,6 +73,7 @@ func NewMetrics() *Metrics {
 	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_sync_deltas_refused_total", Help: "Deltas refused (not applied) while the rest of their batch was: invalid parameters, a bucket twice in one batch."}, []string{"endpoint"})
 	m.paramsCorrected = prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_sync_params_corrected_total", Help: "Deltas whose limits differed from the service's rule set (a gateway on another rules version, or a forged report): charged under the service's."})
 	m.clamped = prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_debt_clamped_permits_total", Help: "Reported consumption beyond one capacity of debt, not charged."})
+	m.excess = prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_report_excess_permits_total", Help: "Reported consumption beyond what the rule could admit over the reported period, not charged."})
 	m.rejections = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_rejections_total", Help: "Requests rejected by gateways (reported in deltas) by rule."}, []string{"rule"})
 	m.strictDenied = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_strict_denied_total", Help: "Strict checks refused by rule."}, []string{"rule"})
 	m.early = prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_early_requests_total", Help: "Rejected requests that came back before their Retry-After (penalty signal)."})
@@ -83,7 +85,7 @@ func NewMetrics() *Metrics {
 	m.secretReloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_secret_reloads_total", Help: "Secret file reads on SIGHUP by secret (sync, admin, redis) and outcome (ok, error: the previous value stays in use)."}, []string{"secret", "outcome"})
 	m.fleetJoins = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_fleet_joins_total", Help: "Gateways past their probation offered to the fleet set: joined, or deferred (join rate or --fleet-max-nodes reached; offered again at the next refresh)."}, []string{"outcome"})
 	for _, c := range []prometheus.Collector{m.batches, m.deltas, m.keys, m.batchSeconds, m.redisSeconds, m.redisErrors,
-		m.reloads, m.grants, m.granted, m.overshoot, m.replays, m.reclaimed, m.refused, m.paramsCorrected, m.clamped, m.rejections, m.strictDenied, m.early,
+		m.reloads, m.grants, m.granted, m.overshoot, m.replays, m.reclaimed, m.refused, m.paramsCorrected, m.clamped, m.excess, m.rejections, m.strictDenied, m.early,
 		m.penalized, m.errors, m.rulesVersion, m.fleet, m.insecure, m.secretReloads, m.fleetJoins,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
@@ -174,6 +176,9 @@ func (m *Metrics) batch(endpoint string, b *wire.Batch, results []lease.SyncResu
 		}
 		if r.Clamped > 0 {
 			m.clamped.Add(float64(r.Clamped))
+		}
+		if r.Excess > 0 {
+			m.excess.Add(float64(r.Excess))
 		}
 		if r.Reclaimed > 0 {
 			m.reclaimed.Add(float64(r.Reclaimed))

@@ -128,7 +128,7 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 	local := map[string]heldLease{} // node|bucket -> the lease the node believes it holds
 	var history []wire.Batch
 	*clock = 1_700_000_000_000_000 + int64(rng.IntN(1_000_000))
-	var replays, grants, reclaims, refusals, penalties, overshoots, clamps, renewals, acquired, refusedDeltas, stepsBack int
+	var replays, grants, reclaims, refusals, penalties, overshoots, clamps, excesses, renewals, acquired, refusedDeltas, stepsBack int
 
 	for step := 0; step < 160; step++ {
 		var b wire.Batch
@@ -242,6 +242,7 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 			penalties += b2i(r.Level > 0 && !r.Replay)
 			overshoots += b2i(r.Overshoot > 0)
 			clamps += b2i(r.Clamped > 0)
+			excesses += b2i(r.Excess > 0)
 			renewals += b2i(!r.Replay && r.Held > 0)
 			acquired += b2i(!r.Replay && d.Flags&wire.FlagAcquire != 0 && r.Allowed && r.Grant > 0)
 			if !r.Replay {
@@ -252,7 +253,7 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 	}
 	// The sequence must have exercised every branch worth comparing.
 	for name, n := range map[string]int{"replays": replays, "grants": grants, "reclaims": reclaims, "strict refusals": refusals,
-		"penalties": penalties, "overshoots": overshoots, "clamped debts": clamps, "renewals": renewals, "acquires with a lease": acquired, "refused deltas": refusedDeltas,
+		"penalties": penalties, "overshoots": overshoots, "clamped debts": clamps, "excess reports": excesses, "renewals": renewals, "acquires with a lease": acquired, "refused deltas": refusedDeltas,
 		"clock steps back across an epoch": stepsBack} {
 		if n == 0 {
 			t.Errorf("no %s in the random sequence: the comparison did not cover them", name)

@@ -581,7 +581,7 @@ func isRedisError(err error) bool {
 }
 
 // resultFields is the number of reply values per delta.
-const resultFields = 15
+const resultFields = 16
 
 // parseResults checks the script's reply shape (lease.lua's return array) and stores
 // the results of the deltas idx into res. It returns the server time of the call.
@@ -603,7 +603,7 @@ func parseResults(v any, idx []int, res []lease.SyncResult) (int64, error) {
 		res[i] = lease.SyncResult{
 			Replay: r[0] == 1, Allowed: r[1] == 1, Remaining: r[2], Grant: r[3], Held: r[4],
 			Epoch: uint32(r[5]), ValidUs: r[6], LowWater: r[7], ResetUs: r[8], RetryUs: r[9],
-			PenaltyUs: r[10], Level: r[11], Overshoot: r[12], Reclaimed: r[13], Clamped: r[14], NowUs: n[0],
+			PenaltyUs: r[10], Level: r[11], Overshoot: r[12], Reclaimed: r[13], Clamped: r[14], Excess: r[15], NowUs: n[0],
 		}
 	}
 	return n[0], nil

@@ -61,9 +61,9 @@ type Window struct {
 	// Fixed, when set, is Policy, Limit and WindowSeconds formatted already
 	// (NewFixed), so the headers copy them instead of formatting them per request.
 	Fixed         *Fixed
-	Limit         int64 // permits per window (q)
+	Limit         int64 // the advertised quota (q, x-ratelimit-limit): see Quota
 	Remaining     int64 // permits left now; negative (debt) is shown as 0
-	WindowSeconds int64 // window length (w), whole seconds >= 1; see WindowSeconds
+	WindowSeconds int64 // the quota's window (w), whole seconds >= 1; see Quota, WindowSeconds
 	// ResetUnix is when the bucket is full again / the window ends, UNIX seconds
 	// (x-ratelimit-reset).
 	ResetUnix int64

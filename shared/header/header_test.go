@@ -626,3 +626,27 @@ func TestBuilderMatchesAppend(t *testing.T) {
 		}
 	}
 }
+
+// A burst above the limit is advertised as the capacity over its refill time (never a
+// faster rate than enforced); at or below the limit the limit per window is.
+func TestQuota(t *testing.T) {
+	for _, tt := range []struct {
+		name                      string
+		limit, capacity, windowUs int64
+		q, w                      int64
+	}{
+		{"no burst", 100, 100, 60_000_000, 100, 60},
+		{"burst below the limit", 10, 2, 1_000_000, 10, 1},
+		{"burst above the limit", 100, 120, 60_000_000, 120, 72},
+		{"refill rounded up", 3, 4, 1_000_000, 4, 2},
+		{"one per minute, burst 50", 1, 50, 60_000_000, 50, 3000},
+		{"sub-second window", 10, 20, 100_000, 20, 1},
+		{"saturated", 1, 1_000_000_000, 1 << 62, 1_000_000_000, 9_223_372_036_855},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if q, w := Quota(tt.limit, tt.capacity, tt.windowUs); q != tt.q || w != tt.w {
+				t.Errorf("Quota(%d, %d, %d) = q %d, w %d; want q %d, w %d", tt.limit, tt.capacity, tt.windowUs, q, w, tt.q, tt.w)
+			}
+		})
+	}
+}

@@ -1,6 +1,10 @@
 package header
 
-import "strconv"
+import (
+	"math"
+	"math/bits"
+	"strconv"
+)
 
 // Window-length units for labels, largest first.
 var units = [...]struct {
@@ -45,6 +49,37 @@ func WindowSeconds(windowUs int64) int64 {
 		return 1
 	}
 	return (windowUs-1)/1_000_000 + 1
+}
+
+// Quota is what a window advertises as its quota — x-ratelimit-limit, and q and w in
+// ratelimit-policy — for a bucket that holds capacity permits and refills limit of them
+// per windowUs (a token bucket or GCRA with a burst; capacity is limit otherwise).
+//
+// A burst above the limit is shown as the capacity over the time the bucket takes to
+// refill it: limit 100 per minute with burst 120 is q=120;w=72 and x-ratelimit-limit 120.
+// So x-ratelimit-remaining (at most the capacity) is never above the advertised limit, a
+// client reading the policy learns both how much it may send at once and the steady
+// rate (120/72 s = 100/min), and w rounded up never advertises a faster rate than the
+// one enforced. A burst below the limit changes nothing: q is the limit, and what
+// remains is at most the burst.
+func Quota(limit, capacity, windowUs int64) (q, windowSeconds int64) {
+	if capacity <= limit || limit <= 0 || windowUs <= 0 {
+		return limit, WindowSeconds(windowUs)
+	}
+	// windowUs × capacity / limit, rounded up; saturated (a refill longer than int64 µs
+	// is no window a rule can have, but a header must not wrap).
+	hi, lo := bits.Mul64(uint64(windowUs), uint64(capacity))
+	if hi >= uint64(limit) {
+		return capacity, WindowSeconds(math.MaxInt64)
+	}
+	quo, rem := bits.Div64(hi, lo, uint64(limit))
+	if rem != 0 {
+		quo++
+	}
+	if quo > math.MaxInt64 {
+		quo = math.MaxInt64
+	}
+	return capacity, WindowSeconds(int64(quo))
 }
 
 // appendSFString appends s as an RFC 9651 sf-string. An sf-string holds only printable

@@ -162,7 +162,29 @@ type SyncResult struct {
 	Clamped int64
 	// Reclaimed is lease whose epoch ended, given back to the bucket by this call.
 	Reclaimed int64
-	NowUs     int64 // server time of the call
+	// Excess is the part of the charge beyond what the rule could have admitted over the
+	// period the delta reports (ReportBound), which is not charged: a forged report
+	// cannot charge a key more than its rule allows in that time.
+	Excess int64
+	NowUs  int64 // server time of the call
+}
+
+// maxReportWindows bounds the windows ReportBound counts (2^20: the bound stays below
+// 2^53 for every uint32 limit, so the script computes it exactly in doubles).
+const maxReportWindows = 1 << 20
+
+// ReportBound is the most a gateway's report of elapsedMs can have consumed on a bucket
+// of parameters p outside its lease: a full bucket (the capacity) plus the larger of the
+// limit and the capacity for every window, rounded up, of the period — what the rule
+// admits from full over that time, with room to spare. ElapsedMs is the time since the
+// gateway last applied a reply for the bucket (0 if never), so a forged period can only
+// loosen this bound; the debt cap (one capacity) still holds. Reports the gateway made
+// while the service was unreachable (FlagDegraded) are charged at most what the bucket
+// held, well inside it.
+func ReportBound(p algo.Params, elapsedMs int64) int64 {
+	win := max(p.WindowUs, 1)
+	n := min((max(elapsedMs, 0)*1000+win-1)/win, maxReportWindows)
+	return max(p.Limit, p.Capacity()) * (n + 1)
 }
 
 // Fill writes r into the wire State a gateway receives. Durations round up to
@@ -329,6 +351,11 @@ func Sync(b *Bucket, pen *Penalty, d *wire.Delta, now int64, cfg SyncConfig) Syn
 		r.Overshoot = max(0, uncovered-max(avail0, 0))
 		if d.Flags&wire.FlagDegraded != 0 {
 			uncovered -= r.Overshoot // forgive what an outage admitted beyond the bucket
+		}
+		// No more than the rule could admit over the period the delta reports.
+		if bound := ReportBound(p, int64(d.ElapsedMs)); uncovered > bound {
+			r.Excess = uncovered - bound
+			uncovered = bound
 		}
 		// Debt is capped at one capacity (one window of the steady rate).
 		if limit := max(avail0+p.Capacity(), 0); uncovered > limit {

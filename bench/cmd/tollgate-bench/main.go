@@ -309,6 +309,13 @@ func measure(r *report, o options, logger *log.Logger) error {
 		cl.Stop()
 	}
 
+	// Admin API at scale, on a Redis of its own (300,000 keys would weigh on the
+	// measurements above and below).
+	logger.Printf("admin API: usage and reset with %v caller keys", adminSizes)
+	if r.admin, err = measureAdmin(ctx); err != nil {
+		return err
+	}
+
 	// 6. Differential.
 	logger.Print("differential check against redis_rate")
 	if r.diff, err = perf.Differential(ctx, rdb, 5, 400); err != nil {
@@ -332,6 +339,27 @@ const (
 	memKeys   = 10_000
 	vmMemKeys = 100_000
 )
+
+// adminSizes are the numbers of caller keys the admin API is timed at; adminSamples
+// the usage and reset calls at each.
+var adminSizes = []int{1_000, 10_000, 100_000, 300_000}
+
+const adminSamples = 200
+
+// measureAdmin times usage and reset at adminSizes on a Redis and service of their own.
+func measureAdmin(ctx context.Context) ([]perf.AdminPoint, error) {
+	srv, err := redistest.Launch(redistest.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("admin redis: %w", err)
+	}
+	defer srv.Stop()
+	svc, err := perf.StartService(store.Standalone, srv.Addrs())
+	if err != nil {
+		return nil, err
+	}
+	defer svc.Close()
+	return svc.MeasureAdminScale(ctx, adminSizes, adminSamples)
+}
 
 var (
 	memShapes      = [][2]int{{1, 1}, {4, 2}, {16, 2}}

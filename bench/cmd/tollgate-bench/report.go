@@ -41,6 +41,7 @@ type report struct {
 	simMesh           []perf.SimPoint
 	callouts          []calloutRun
 	vmMem             []perf.VMMemPoint
+	admin             []perf.AdminPoint
 }
 
 // calloutRun is one Envoy's sync callouts under load with a number of workers.
@@ -205,6 +206,7 @@ func (r *report) write(w io.Writer, charts string) error {
 	r.writeDists(w, charts)
 	r.writeMemory(w)
 	r.writeIngest(w)
+	r.writeAdmin(w)
 	r.writeDiff(w)
 	r.writeSim(w, charts)
 	r.writeNotes(w)
@@ -648,6 +650,30 @@ func (r *report) writeIngest(w io.Writer) {
 	fmt.Fprintln(w, "The cluster's 6 nodes (3 primaries, 3 replicas) run on the same 2 cores as everything else,")
 	fmt.Fprintln(w, "so they add processes competing for CPU rather than capacity.")
 	fmt.Fprintln(w)
+}
+
+func (r *report) writeAdmin(w io.Writer) {
+	fmt.Fprintln(w, "### Admin API: usage and reset by key, 1,000 to 300,000 keys")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Caller keys are written as gateways' acquires are (`store.Apply`, one bucket per key) into a")
+	fmt.Fprintln(w, "Redis of their own; at each size "+strconv.Itoa(adminSamples)+" keys spread over the range are read with")
+	fmt.Fprintln(w, "`GET /v1/usage/{key}` and as many others cleared with `POST /v1/reset/{key}`, one after the other over")
+	fmt.Fprintln(w, "loopback HTTP. Both name a key's buckets from the rule parameters the service has seen")
+	fmt.Fprintln(w, "(`tg:params`), so their time does not grow with the number of keys; a keyspace scan would.")
+	fmt.Fprintln(w)
+	var rows [][]string
+	for _, p := range r.admin {
+		rows = append(rows, []string{fmtInt(float64(p.Keys)), fmtInt(float64(p.RedisKeys)),
+			fmtDur(p.UsageP50), fmtDur(p.UsageP99), fmtDur(p.ResetP50), fmtDur(p.ResetP99),
+			fmt.Sprintf("%d / %d", p.UsageBuckets, p.UsageSampled), fmt.Sprintf("%d / %d", p.ResetDeleted, p.ResetSampled)})
+	}
+	table(w, []string{"caller keys", "Redis keys", "usage p50", "usage p99", "reset p50", "reset p99", "buckets found / usage calls", "keys deleted / reset calls"}, rows)
+	if n := len(r.admin); n > 1 {
+		first, last := r.admin[0], r.admin[n-1]
+		fmt.Fprintf(w, "From %s to %s keys the median usage call took %.2f× and the median reset %.2f× as long.\n",
+			fmtInt(float64(first.Keys)), fmtInt(float64(last.Keys)), ratio(float64(last.UsageP50), float64(first.UsageP50)), ratio(float64(last.ResetP50), float64(first.ResetP50)))
+		fmt.Fprintln(w)
+	}
 }
 
 func (r *report) writeDiff(w io.Writer) {

@@ -34,7 +34,7 @@
 --
 -- Returns {now_us, then per delta i: replay, allowed, remaining, grant, held, epoch,
 --          valid_us, low_water, reset_in_us, retry_in_us, penalty_in_us, penalty_level,
---          overshoot, reclaimed, clamped}
+--          overshoot, reclaimed, clamped, excess}
 --
 -- All arithmetic is on integers below 2^53 (exact in doubles) and every number written
 -- to Redis goes through istr: Redis would otherwise format large numbers in exponent form.
@@ -51,7 +51,7 @@ else
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local U32 = 4294967296
-local NRES = 15
+local NRES = 16
 
 local function istr(x)
   return string.format('%d', x)
@@ -245,7 +245,7 @@ local function apply(a)
   if not strict then
     uncovered = uncovered + over
   end
-  local overshoot, clamped = 0, 0
+  local overshoot, clamped, excess = 0, 0, 0
   if uncovered > 0 then
     overshoot = uncovered - math.max(avail0, 0)
     if overshoot < 0 then
@@ -253,6 +253,16 @@ local function apply(a)
     end
     if degraded then
       uncovered = uncovered - overshoot
+    end
+    -- No more than the rule could admit over the period the delta reports (Go
+    -- ReportBound): the larger of limit and capacity per window of elapsed, rounded up
+    -- and at most 2^20 windows, plus one capacity.
+    local wus = math.max(p.window_us, 1)
+    local nwin = math.min(idiv(elapsed * 1000 + wus - 1, wus), 1048576)
+    local bound = math.max(p.limit, capacity) * (nwin + 1)
+    if uncovered > bound then
+      excess = uncovered - bound
+      uncovered = bound
     end
     local limit = math.max(avail0 + capacity, 0)
     if uncovered > limit then
@@ -386,7 +396,7 @@ local function apply(a)
   if pen_us < 0 then
     pen_us = 0
   end
-  return {0, allowed, remaining, grant, held, epoch, valid, low, reset, retry, pen_us, plevel, overshoot, reclaimed, clamped}
+  return {0, allowed, remaining, grant, held, epoch, valid, low, reset, retry, pen_us, plevel, overshoot, reclaimed, clamped, excess}
 end
 
 if dfield ~= '' then
@@ -406,7 +416,7 @@ if dfield ~= '' then
       end
       local n = (#ARGV - 12) / NARG
       for i = 1, n do
-        local r = {1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+        local r = {1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
         if rseq == seq then
           local b = (i - 1) * 5
           r[4], r[5], r[6], r[7], r[8] = vals[b + 1] or 0, vals[b + 2] or 0, vals[b + 3] or 0, vals[b + 4] or 0, vals[b + 5] or 0
