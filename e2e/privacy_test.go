@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -21,7 +23,8 @@ import (
 // service's log (at debug level) and the gateway's (every plugin line at info, the
 // lowest it logs at) are searched for each key. The service log must also hold the
 // reset's audit line (so the search is not over an empty log), and admin error replies
-// must not echo a key either.
+// must not echo a key either. Secrets likewise: neither the service's command line (ps)
+// nor either log shows the sync secret or the admin token.
 func TestLogsNameNoCallerKey(t *testing.T) {
 	e := sharedEnv(t)
 	svc, err := harness.StartService(e.serviceConfig(append([]string{"--log-level", "debug"}, sharedServiceArgs...)...))
@@ -121,6 +124,28 @@ func TestLogsNameNoCallerKey(t *testing.T) {
 		}
 	}
 	t.Logf("searched %d bytes of service log, %d bytes of gateway log, %d admin error replies for %d keys", len(svcLog), gwLog.Len(), len(replies), len(keys))
+
+	// Nor does anything show a secret: the service reads them from files, so its command
+	// line (what every local user sees in ps) holds none, and no log prints one.
+	pid := strconv.Itoa(svc.Pid())
+	cmdline, err := os.ReadFile("/proc/" + pid + "/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := exec.Command("ps", "-ww", "-o", "args=", "-p", pid).Output()
+	if err != nil {
+		t.Fatalf("ps: %v", err)
+	}
+	if !bytes.Contains(ps, []byte("--sync-secret-file")) {
+		t.Fatalf("ps shows %q: not the service's command line with its secret files", ps)
+	}
+	for what, text := range map[string][]byte{"/proc/<pid>/cmdline": cmdline, "ps": ps, "the service log": svcLog, "the gateway log": gwLog.Bytes()} {
+		for name, secret := range map[string]string{"sync secret": syncSecret, "admin token": adminToken} {
+			if bytes.Contains(text, []byte(secret)) {
+				t.Errorf("%s shows the %s", what, name)
+			}
+		}
+	}
 }
 
 // lineWith returns the first line of log containing needle, cut to 300 bytes.

@@ -232,6 +232,16 @@ func (s *Service) Running() bool {
 	}
 }
 
+// Pid is the running process's id (0 when none runs).
+func (s *Service) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // Kill SIGKILLs the process (no draining: in-flight requests die with it) and waits
 // until it is gone.
 func (s *Service) Kill() error { return s.signal(syscall.SIGKILL, 10*time.Second) }
