@@ -49,6 +49,7 @@ wasm: deps binaryen
 build: deps wasm
 	$(GO) build -trimpath -o $(SVC) ./ratelimit/cmd/tollgate-ratelimit
 	$(GO) build -trimpath -o $(GW) ./e2e/cmd/tollgate-gateway
+	$(GO) build -trimpath -o build/tollgate ./ratelimit/cmd/tollgate
 
 # The filter image (Istio WasmPlugin, oci://) and the sync service image as OCI layouts
 # in build/oci, built without a container runtime (deploy/k8s/cmd/tollgate-oci); push them

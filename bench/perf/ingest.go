@@ -75,32 +75,7 @@ func RunIngest(svc *Service, info redis.Cmdable, viaHTTP bool, conc int, d time.
 		r.Path = "POST /v1/sync"
 		client := &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16}}
 		defer client.CloseIdleConnections()
-		apply = func(b *wire.Batch) error {
-			body, err := wire.AppendBatch(nil, b)
-			if err != nil {
-				return err
-			}
-			req, err := http.NewRequest(http.MethodPost, svc.URL+"/v1/sync", bytes.NewReader(body))
-			if err != nil {
-				return err
-			}
-			req.Header.Set("Authorization", "Bearer "+SyncSecret)
-			req.Header.Set("Content-Type", "application/octet-stream")
-			resp, err := client.Do(req)
-			if err != nil {
-				return err
-			}
-			buf, err := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if err != nil {
-				return err
-			}
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("POST /v1/sync: status %d: %s", resp.StatusCode, buf)
-			}
-			var rep wire.Reply
-			return wire.DecodeReply(buf, &rep)
-		}
+		apply = func(b *wire.Batch) error { return postSync(client, svc.URL, b) }
 	}
 	g := &ingestGen{prefix: fmt.Sprintf("ing%d", time.Now().UnixNano()%1e9)}
 	g.seq.Store(uint64(time.Now().UnixMicro()))
@@ -156,4 +131,32 @@ func RunIngest(svc *Service, info redis.Cmdable, viaHTTP bool, conc int, d time.
 	r.P50, r.P99 = Percentile(lats, 50), Percentile(lats, 99)
 	r.Redis = in1.Since(in0)
 	return r, nil
+}
+
+// postSync posts one batch to the service's /v1/sync and decodes the reply.
+func postSync(client *http.Client, url string, b *wire.Batch) error {
+	body, err := wire.AppendBatch(nil, b)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequest(http.MethodPost, url+"/v1/sync", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+SyncSecret)
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	buf, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("POST /v1/sync: status %d: %s", resp.StatusCode, buf)
+	}
+	var rep wire.Reply
+	return wire.DecodeReply(buf, &rep)
 }

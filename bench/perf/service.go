@@ -27,6 +27,7 @@ type Service struct {
 	URL   string
 	Store *store.Store
 	Mode  store.Mode
+	Svc   *service.Service
 
 	trips *tripCounter
 	srv   *http.Server
@@ -54,6 +55,12 @@ func (c *tripCounter) RoundTrip(op string, d time.Duration, err error) {
 // StartService opens a store on addrs and serves the sync API on 127.0.0.1, with the
 // service's default lease settings.
 func StartService(mode store.Mode, addrs []string) (*Service, error) {
+	return StartServiceWith(mode, addrs, nil)
+}
+
+// StartServiceWith is StartService with the service's configuration adjusted by adjust
+// (when not nil).
+func StartServiceWith(mode store.Mode, addrs []string, adjust func(*service.Config)) (*Service, error) {
 	store.RouteRedisLogs(slog.New(slog.DiscardHandler))
 	m := service.NewMetrics()
 	tc := &tripCounter{Metrics: m, byOp: map[string]int64{}}
@@ -61,14 +68,18 @@ func StartService(mode store.Mode, addrs []string) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	svc := service.New(service.Config{SyncSecret: SyncSecret, AdminToken: AdminToken, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, st, m)
+	cfg := service.Config{SyncSecret: SyncSecret, AdminToken: AdminToken, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if adjust != nil {
+		adjust(&cfg)
+	}
+	svc := service.New(cfg, st, m)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		_ = st.Close()
 		return nil, fmt.Errorf("listen: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Service{Addr: l.Addr().String(), URL: "http://" + l.Addr().String(), Store: st, Mode: mode, trips: tc, stop: cancel,
+	s := &Service{Addr: l.Addr().String(), URL: "http://" + l.Addr().String(), Store: st, Mode: mode, Svc: svc, trips: tc, stop: cancel,
 		srv: &http.Server{Handler: svc.Handler(), ReadHeaderTimeout: 5 * time.Second}}
 	s.done.Add(2)
 	go func() { defer s.done.Done(); svc.Run(ctx) }()

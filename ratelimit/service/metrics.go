@@ -45,6 +45,9 @@ type Metrics struct {
 	insecure        prometheus.Gauge
 	fleetJoins      *prometheus.CounterVec // outcome
 	secretReloads   *prometheus.CounterVec // secret, outcome
+	ruleAdmitted    *prometheus.CounterVec // rule
+	ruleRefused     *prometheus.CounterVec // rule
+	ruleOver        *prometheus.CounterVec // rule
 
 	ruleMu    sync.Mutex
 	ruleNames map[string]struct{}
@@ -84,7 +87,10 @@ func NewMetrics() *Metrics {
 	m.insecure = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tollgate_insecure", Help: "1 when the service runs with --insecure: without a sync secret, /v1/sync, /v1/check and /v1/sync/rules accept any caller."})
 	m.secretReloads = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_secret_reloads_total", Help: "Secret file reads on SIGHUP by secret (sync, admin, redis) and outcome (ok, error: the previous value stays in use)."}, []string{"secret", "outcome"})
 	m.fleetJoins = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_fleet_joins_total", Help: "Gateways past their probation offered to the fleet set: joined, or deferred (join rate or --fleet-max-nodes reached; offered again at the next refresh)."}, []string{"outcome"})
-	for _, c := range []prometheus.Collector{m.batches, m.deltas, m.keys, m.batchSeconds, m.redisSeconds, m.redisErrors,
+	m.ruleAdmitted = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_rule_admitted_permits_total", Help: "Permits admitted by rule, as gateways reported them (out of a lease or outside one) and strict checks taken."}, []string{"rule"})
+	m.ruleRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_rule_refused_requests_total", Help: "Requests refused by rule: gateways' 429s and strict checks denied."}, []string{"rule"})
+	m.ruleOver = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_rule_overadmitted_permits_total", Help: "Permits admitted beyond what the bucket held, by rule (over-admission within the lease bound)."}, []string{"rule"})
+	for _, c := range []prometheus.Collector{m.ruleAdmitted, m.ruleRefused, m.ruleOver, m.batches, m.deltas, m.keys, m.batchSeconds, m.redisSeconds, m.redisErrors,
 		m.reloads, m.grants, m.granted, m.overshoot, m.replays, m.reclaimed, m.refused, m.paramsCorrected, m.clamped, m.excess, m.rejections, m.strictDenied, m.early,
 		m.penalized, m.errors, m.rulesVersion, m.fleet, m.insecure, m.secretReloads, m.fleetJoins,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
@@ -157,6 +163,18 @@ func (m *Metrics) batch(endpoint string, b *wire.Batch, results []lease.SyncResu
 		if r.Replay {
 			m.replays.Inc()
 			continue
+		}
+		if c, ok := deltaCounts(d, r, &states[i]); ok {
+			rule := m.rule(d.Rule)
+			if c.admitted > 0 {
+				m.ruleAdmitted.WithLabelValues(rule).Add(float64(c.admitted))
+			}
+			if c.refused > 0 {
+				m.ruleRefused.WithLabelValues(rule).Add(float64(c.refused))
+			}
+			if c.over > 0 {
+				m.ruleOver.WithLabelValues(rule).Add(float64(c.over))
+			}
 		}
 		if d.Rejected > 0 {
 			m.rejections.WithLabelValues(m.rule(d.Rule)).Add(float64(d.Rejected))

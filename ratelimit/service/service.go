@@ -27,6 +27,7 @@ import (
 
 	"github.com/tollgate-rl/tollgate/ratelimit/rules"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
+	"github.com/tollgate-rl/tollgate/ratelimit/top"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
@@ -47,6 +48,9 @@ type Config struct {
 	// (MaxRetries+1) × the store's AttemptBudget.
 	BatchTimeout time.Duration
 	Logger       *slog.Logger
+	// Top configures the hot-key lists behind GET /v1/top (package top); its Hash is
+	// always KeyHash.
+	Top top.Config
 }
 
 // RulesVersionHeader carries the rule-set version on rule responses.
@@ -66,6 +70,7 @@ type Service struct {
 	mux     *http.ServeMux
 	bufs    sync.Pool
 	rc      ruleCache
+	top     *top.Tracker
 
 	// syncSecrets and adminTokens are read on every request and replaced on a secrets
 	// reload (SIGHUP) without a restart.
@@ -92,6 +97,11 @@ func New(cfg Config, st *store.Store, m *Metrics) *Service {
 		mux: http.NewServeMux(), syncMux: http.NewServeMux(), adminMux: http.NewServeMux()}
 	s.SetSyncSecrets(cfg.SyncSecret)
 	s.SetAdminTokens(cfg.AdminToken)
+	cfg.Top.Hash = KeyHash
+	s.top = top.New(st.Client(), cfg.Top)
+	if cfg.Top.RawKeys {
+		s.log.Warn("top lists store and answer raw caller keys (personal data): /v1/top shows them to admin callers")
+	}
 	s.watcher = rules.NewWatcher(s.rules, func(v uint64) {
 		m.rulesVersion.Set(float64(v))
 		s.log.Info("rules version", "version", v)
@@ -120,7 +130,7 @@ func (s *Service) Handler() http.Handler { return s.mux }
 // gateways reach this port does not expose rule changes or usage.
 func (s *Service) SyncHandler() http.Handler { return s.syncMux }
 
-// AdminHandler serves the admin API (/v1/rules, /v1/lists, /v1/usage, /v1/reset) and
+// AdminHandler serves the admin API (/v1/rules, /v1/lists, /v1/usage, /v1/reset, /v1/top) and
 // /healthz, /readyz, /metrics.
 func (s *Service) AdminHandler() http.Handler { return s.adminMux }
 
@@ -151,12 +161,25 @@ func (s *Service) Watcher() *rules.Watcher { return s.watcher }
 // BatchTimeout is the effective per-batch deadline.
 func (s *Service) BatchTimeout() time.Duration { return s.cfg.BatchTimeout }
 
-// Run keeps the rules version current (pub/sub plus polling) until ctx ends.
+// Top returns the hot-key tracker.
+func (s *Service) Top() *top.Tracker { return s.top }
+
+// Run keeps the rules version current (pub/sub plus polling) and flushes the hot-key
+// counts to Redis until ctx ends.
 func (s *Service) Run(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.top.Run(ctx, func(err error) {
+			s.m.redisErrors.WithLabelValues("top").Inc()
+			s.log.Warn("top-key flush failed", "err", err)
+		})
+	}()
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.BatchTimeout)
 	_ = s.watcher.Poll(pctx)
 	cancel()
 	s.watcher.Run(ctx)
+	<-done
 }
 
 func (s *Service) routes() {
@@ -175,6 +198,7 @@ func (s *Service) routes() {
 		"DELETE /v1/lists/{list}":           s.admin(s.handleEditList(false)),
 		"GET /v1/usage/{key...}":            s.admin(s.handleUsage),
 		"POST /v1/reset/{key...}":           s.admin(s.handleReset),
+		"GET /v1/top":                       s.admin(s.handleTop),
 	}
 	// Health and metrics on both listeners: a probe or a scraper reaches whichever port
 	// its network policy allows, and they reveal no caller data.
@@ -334,6 +358,7 @@ func (s *Service) handleBatch(endpoint string, check bool) http.HandlerFunc {
 			return
 		}
 		s.m.batch(endpoint, &b, out.Results, out.States)
+		s.observeTop(&b, out.Results, out.States)
 		s.m.fleet.Set(float64(out.Nodes))
 		var enc []byte
 		if v1 {

@@ -282,6 +282,14 @@ func measure(r *report, o options, logger *log.Logger) error {
 			r.ingest = append(r.ingest, res)
 		}
 	}
+	for _, every := range []int{1, 10} {
+		logger.Printf("hot-key lists: Redis time per delta, a flush every %d batches", every)
+		c, err := perf.MeasureTopCost(srv.Addr(), every, 4, max(10, int(20*o.scale)))
+		if err != nil {
+			return err
+		}
+		r.topCost = append(r.topCost, c)
+	}
 	if o.cluster {
 		logger.Print("starting a 6-node Redis Cluster")
 		cl, err := redistest.LaunchCluster(redistest.Options{})

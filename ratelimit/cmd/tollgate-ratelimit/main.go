@@ -30,6 +30,7 @@ import (
 	"github.com/tollgate-rl/tollgate/ratelimit/rls"
 	"github.com/tollgate-rl/tollgate/ratelimit/service"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
+	"github.com/tollgate-rl/tollgate/ratelimit/top"
 	"github.com/tollgate-rl/tollgate/shared/lease"
 )
 
@@ -110,6 +111,9 @@ type config struct {
 	httpReadTimeout time.Duration
 	httpIdleTimeout time.Duration
 	shutdownTimeout time.Duration
+	topRawKeys      bool
+	topMinutes      int
+	topFlush        time.Duration
 }
 
 // envName is the environment variable of a flag: TOLLGATE_ + upper snake case.
@@ -122,7 +126,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs := flag.NewFlagSet("tollgate-ratelimit", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&c.listen, "listen", ":8081", "listen address of the gateways' API (/v1/sync, /v1/check, /v1/sync/rules) and /healthz, /readyz, /metrics")
-	fs.StringVar(&c.adminListen, "admin-listen", defaultAdminListen, "listen address of the admin API (/v1/rules, /v1/lists, /v1/usage, /v1/reset) and /healthz, /readyz, /metrics; \""+sharedListener+"\": on the --listen listener")
+	fs.StringVar(&c.adminListen, "admin-listen", defaultAdminListen, "listen address of the admin API (/v1/rules, /v1/lists, /v1/usage, /v1/reset, /v1/top) and /healthz, /readyz, /metrics; \""+sharedListener+"\": on the --listen listener")
 	fs.StringVar(&c.rlsListen, "rls-listen", "", "listen address of Envoy's rate limit service API (gRPC envoy.service.ratelimit.v3.RateLimitService, for Envoy's native ratelimit filter), authenticated like /v1/sync; empty: off")
 	fs.BoolVar(&c.insecure, "insecure", false, "start without a sync secret: /v1/sync, /v1/check and /v1/sync/rules then accept any caller (logged at every start, gauge tollgate_insecure)")
 	fs.StringVar(&c.redisMode, "redis-mode", "standalone", "Redis deployment: standalone, cluster or sentinel")
@@ -136,6 +140,9 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.StringVar(&c.redisCertFile, "redis-tls-cert-file", "", "PEM client certificate for Redis (tls-auth-clients), read at every new connection")
 	fs.StringVar(&c.redisKeyFile, "redis-tls-key-file", "", "PEM private key of --redis-tls-cert-file")
 	fs.StringVar(&c.redisServerName, "redis-tls-server-name", "", "name Redis's certificate must carry (empty: each address's host)")
+	fs.BoolVar(&c.topRawKeys, "top-raw-keys", false, "store and answer raw caller keys in /v1/top instead of their hashes (caller keys are personal data and often credentials)")
+	fs.IntVar(&c.topMinutes, "top-minutes", 5, "minutes a /v1/top list looks back")
+	fs.DurationVar(&c.topFlush, "top-flush", 5*time.Second, "how often each instance adds its hot-key counts to Redis (the delay before /v1/top shows them)")
 	fs.IntVar(&c.poolSize, "redis-pool-size", store.DefaultPoolSize, "Redis connections per node")
 	fs.DurationVar(&c.dialTimeout, "redis-dial-timeout", store.DefaultDialTimeout, "Redis connect timeout")
 	fs.DurationVar(&c.readTimeout, "redis-read-timeout", store.DefaultReadTimeout, "Redis read timeout (one pipeline's replies)")
@@ -218,6 +225,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 		return c, fmt.Errorf("--fleet-probation %v, --fleet-join-rate %d, --fleet-max-nodes %d: want >= 0, >= 1, >= 1", c.fleetProbation, c.fleetJoinRate, c.fleetMaxNodes)
 	case c.adminListen == "":
 		return c, fmt.Errorf("--admin-listen: empty (an address, or %q)", sharedListener)
+	case c.topMinutes < 1 || c.topMinutes > 60 || c.topFlush < 100*time.Millisecond || c.topFlush > time.Minute:
+		return c, fmt.Errorf("--top-minutes %d, --top-flush %v: want 1..60 and 100ms..1m", c.topMinutes, c.topFlush)
 	}
 	return c, nil
 }
@@ -359,7 +368,8 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 		log.Warn("Redis does not answer yet: /readyz fails until it does", "addrs", c.redisAddrs, "err", transient)
 	}
 	svc := service.New(service.Config{SyncSecret: sec.sync.first(), Insecure: c.insecure, AdminToken: sec.admin.first(),
-		BatchTimeout: c.batchTimeout, Logger: log}, st, m)
+		BatchTimeout: c.batchTimeout, Logger: log,
+		Top: top.Config{RawKeys: c.topRawKeys, Minutes: c.topMinutes, Flush: c.topFlush}}, st, m)
 	svc.SetSyncSecrets(sec.sync.values()...)
 	svc.SetAdminTokens(sec.admin.values()...)
 	if len(sec.admin.values()) == 0 {
