@@ -212,7 +212,7 @@ func (h Host) DispatchHTTPCall(cluster string, headers [][2]string, body []byte,
 		return 0, err
 	}
 	token = retU32
-	if _, ok := streams[active]; ok {
+	if streams.get(active) != nil {
 		callers[token] = active
 	} else {
 		// A reused token must not route a root call to a stream's handler.
