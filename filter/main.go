@@ -55,8 +55,8 @@ func (h *host) RequestHeaders() ([][2]string, error) {
 	return requestHeaders, err
 }
 
-func (h *host) AddResponseHeader(name, value string) error {
-	return h.AddHeader(abi.MapResponseHeaders, name, value)
+func (h *host) AddResponseHeaders(pairs [][2]string) error {
+	return h.AddHeaders(abi.MapResponseHeaders, pairs)
 }
 
 func (h *host) SendLocalReply(status uint32, details string, body []byte, headers [][2]string) error {

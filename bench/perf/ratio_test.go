@@ -2,6 +2,7 @@ package perf
 
 import (
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +18,10 @@ import (
 //
 // TOLLGATE_BASELINE_WASM names filter modules (paths, separated by commas) measured in
 // the same rounds, e.g. a build of the previous commit. Each module reports its ns per
-// request and its ratio to the floor ("x-floor"). b.N is ignored: one comparison runs.
+// request and its ratio to the floor ("x-floor"). TOLLGATE_RATIO_ROUNDS and
+// TOLLGATE_RATIO_ROUND_MS change the rounds (default 15 of 200 ms); on a busy machine
+// more, shorter rounds interleave the modules more finely. b.N is ignored: one
+// comparison runs.
 func BenchmarkDecisionRatio(b *testing.B) {
 	mods := []CostModule{
 		{Name: "floor", Wasm: wasmtest.BuildWasm(b, FloorPkg)},
@@ -32,7 +36,14 @@ func BenchmarkDecisionRatio(b *testing.B) {
 			mods = append(mods, CostModule{Name: path, Wasm: wasm, Config: LocalConfig("token_bucket", 1_000_000)})
 		}
 	}
-	costs, err := MeasureCosts(mods, CostOptions{Rounds: 15, Round: 200 * time.Millisecond})
+	o := CostOptions{Rounds: 15, Round: 200 * time.Millisecond}
+	if n, err := strconv.Atoi(os.Getenv("TOLLGATE_RATIO_ROUNDS")); err == nil && n > 0 {
+		o.Rounds = n
+	}
+	if ms, err := strconv.Atoi(os.Getenv("TOLLGATE_RATIO_ROUND_MS")); err == nil && ms > 0 {
+		o.Round = time.Duration(ms) * time.Millisecond
+	}
+	costs, err := MeasureCosts(mods, o)
 	if err != nil {
 		b.Fatal(err)
 	}

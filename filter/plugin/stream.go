@@ -178,11 +178,8 @@ func (s *Stream) OnResponseHeaders(int, bool) Action {
 	if s.replied {
 		return Continue
 	}
-	for _, kv := range s.headers {
-		if err := s.p.host.AddResponseHeader(kv[0], kv[1]); err != nil {
-			s.p.host.Log(LogWarn, "tollgate: add response header: "+err.Error())
-			break
-		}
+	if err := s.p.host.AddResponseHeaders(s.headers); err != nil {
+		s.p.host.Log(LogWarn, "tollgate: add response header: "+err.Error())
 	}
 	return Continue
 }
