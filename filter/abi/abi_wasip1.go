@@ -77,43 +77,43 @@ func proxyOnMemoryAllocate(size uint32) unsafe.Pointer {
 
 //go:wasmexport proxy_on_context_create
 func proxyOnContextCreate(contextID, parentContextID uint32) {
-	enter()
-	defer leave("proxy_on_context_create")
+	enter("proxy_on_context_create")
+	defer leave()
 	onContextCreate(contextID, parentContextID)
 }
 
 //go:wasmexport proxy_on_vm_start
 func proxyOnVMStart(rootContextID, vmConfigSize uint32) (ok uint32) {
-	enter()
-	defer leave("proxy_on_vm_start")
+	enter("proxy_on_vm_start")
+	defer leave()
 	return boolToU32(onVMStart(rootContextID, vmConfigSize))
 }
 
 //go:wasmexport proxy_on_configure
 func proxyOnConfigure(rootContextID, pluginConfigSize uint32) (ok uint32) {
-	enter()
-	defer leave("proxy_on_configure")
+	enter("proxy_on_configure")
+	defer leave()
 	return boolToU32(onConfigure(rootContextID, pluginConfigSize))
 }
 
 //go:wasmexport proxy_on_tick
 func proxyOnTick(rootContextID uint32) {
-	enter()
-	defer leave("proxy_on_tick")
+	enter("proxy_on_tick")
+	defer leave()
 	onTick(rootContextID)
 }
 
 //go:wasmexport proxy_on_http_call_response
 func proxyOnHTTPCallResponse(rootContextID, callID, numHeaders, bodySize, numTrailers uint32) {
-	enter()
-	defer leave("proxy_on_http_call_response")
+	enter("proxy_on_http_call_response")
+	defer leave()
 	onHTTPCallResponse(rootContextID, callID, numHeaders, bodySize)
 }
 
 //go:wasmexport proxy_on_request_headers
 func proxyOnRequestHeaders(contextID, numHeaders, endOfStream uint32) (action uint32) {
-	enter()
-	defer leave("proxy_on_request_headers")
+	enter("proxy_on_request_headers")
+	defer leave()
 	return uint32(onRequestHeaders(contextID, numHeaders, endOfStream != 0))
 }
 
@@ -129,8 +129,8 @@ func proxyOnRequestTrailers(contextID, numTrailers uint32) uint32 {
 
 //go:wasmexport proxy_on_response_headers
 func proxyOnResponseHeaders(contextID, numHeaders, endOfStream uint32) (action uint32) {
-	enter()
-	defer leave("proxy_on_response_headers")
+	enter("proxy_on_response_headers")
+	defer leave()
 	return uint32(onResponseHeaders(contextID, numHeaders, endOfStream != 0))
 }
 
@@ -146,18 +146,18 @@ func proxyOnResponseTrailers(contextID, numTrailers uint32) uint32 {
 
 //go:wasmexport proxy_on_done
 func proxyOnDone(contextID uint32) (done uint32) {
-	enter()
+	enter("proxy_on_done")
 	// A panic in OnDone must still let the host finalize the context: preset true.
 	done = 1
-	defer leave("proxy_on_done")
+	defer leave()
 	onDone(contextID)
 	return 1
 }
 
 //go:wasmexport proxy_on_delete
 func proxyOnDelete(contextID uint32) {
-	enter()
-	defer leave("proxy_on_delete")
+	enter("proxy_on_delete")
+	defer leave()
 	onDelete(contextID)
 }
 

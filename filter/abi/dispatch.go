@@ -56,7 +56,7 @@ type CalloutStream interface {
 var (
 	root    Root
 	roots   = map[uint32]struct{}{}
-	streams = map[uint32]Stream{}
+	streams streamTable
 	// callers maps a callout token to the stream that dispatched it.
 	callers = map[uint32]uint32{}
 	// newestRoot is the most recently created root context.
@@ -66,6 +66,8 @@ var (
 	// depth counts nested callbacks (a host call such as proxy_continue_stream may
 	// run another callback synchronously).
 	depth int
+	// export names the callback entered last, for the log of a recovered panic.
+	export string
 )
 
 // SetRoot registers the plugin. Call it from init(): hosts call proxy_on_context_create
@@ -73,23 +75,29 @@ var (
 func SetRoot(r Root) { root = r }
 
 // Streams reports how many streams the binding tracks (for leak tests).
-func Streams() int { return len(streams) }
+func Streams() int { return streams.n }
 
-func enter() { depth++ }
+// enter opens every export; name is the export's, for the log of a panic.
+func enter(name string) {
+	export = name
+	depth++
+}
 
-// leave closes every export. It recovers a panic as a last line of defence: a panic
-// escaping an export traps the VM, and the host then fails every later request on that
-// worker. The export returns its zero value (Continue, or "failed" for start-up
+// leave closes every export, deferred without arguments (so the defer costs no
+// closure). It recovers a panic as a last line of defence: a panic escaping an export
+// traps the VM, and the host then fails every later request on that worker. The export returns its zero value (Continue, or "failed" for start-up
 // callbacks, true for on_done) and the panic is logged at critical level. Panics are
 // bugs, not an error channel; nothing in the binding or plugin raises them on purpose.
-func leave(export string) {
+func leave() {
 	if r := recover(); r != nil {
 		logPanic(export, r)
 	}
 	depth--
 	if depth <= 0 {
 		depth = 0
-		unpinAll()
+		if len(pins) > 0 {
+			unpinAll()
+		}
 	}
 }
 
@@ -115,7 +123,7 @@ func onContextCreate(id, parent uint32) {
 		return
 	}
 	if s := root.NewStream(id); s != nil {
-		streams[id] = s
+		streams.put(id, s)
 	}
 }
 
@@ -167,7 +175,7 @@ func onHTTPCallResponse(rootID, token, numHeaders, bodySize uint32) {
 	}
 	if caller, ok := callers[token]; ok {
 		delete(callers, token)
-		if cs, ok := streams[caller].(CalloutStream); ok {
+		if cs, ok := streams.get(caller).(CalloutStream); ok {
 			if err := (Host{}).SetEffectiveContext(caller); err == nil {
 				active = caller
 				cs.OnHTTPCallResponse(token, headers, body)
@@ -182,7 +190,7 @@ func onHTTPCallResponse(rootID, token, numHeaders, bodySize uint32) {
 
 func onRequestHeaders(id, numHeaders uint32, eos bool) Action {
 	active = id
-	if s, ok := streams[id]; ok {
+	if s := streams.get(id); s != nil {
 		return s.OnRequestHeaders(int(numHeaders), eos)
 	}
 	return Continue
@@ -190,7 +198,7 @@ func onRequestHeaders(id, numHeaders uint32, eos bool) Action {
 
 func onResponseHeaders(id, numHeaders uint32, eos bool) Action {
 	active = id
-	if s, ok := streams[id]; ok {
+	if s := streams.get(id); s != nil {
 		return s.OnResponseHeaders(int(numHeaders), eos)
 	}
 	return Continue
@@ -198,15 +206,14 @@ func onResponseHeaders(id, numHeaders uint32, eos bool) Action {
 
 func onDone(id uint32) {
 	active = id
-	if s, ok := streams[id]; ok {
+	if s := streams.get(id); s != nil {
 		s.OnDone()
 	}
 }
 
 func onDelete(id uint32) {
 	active = id
-	if _, ok := streams[id]; ok {
-		delete(streams, id)
+	if streams.remove(id) {
 		return
 	}
 	if _, ok := roots[id]; ok {

@@ -81,6 +81,18 @@ func (h Host) AddHeader(m MapType, name, value string) error {
 	return statusErr(st, "proxy_add_header_map_value", name)
 }
 
+// AddHeaders adds every pair to map m, in order, with one proxy_add_header_map_value
+// each (the ABI has no call that adds several); it stops at the first failure.
+func (h Host) AddHeaders(m MapType, pairs [][2]string) error {
+	for _, kv := range pairs {
+		st := proxyAddHeaderMapValue(uint32(m), strData(kv[0]), uint32(len(kv[0])), strData(kv[1]), uint32(len(kv[1])))
+		if err := statusErr(st, "proxy_add_header_map_value", kv[0]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // ReplaceHeader sets name: value in map m, replacing existing values.
 func (h Host) ReplaceHeader(m MapType, name, value string) error {
 	st := proxyReplaceHeaderMapValue(uint32(m), strData(name), uint32(len(name)), strData(value), uint32(len(value)))
@@ -212,7 +224,7 @@ func (h Host) DispatchHTTPCall(cluster string, headers [][2]string, body []byte,
 		return 0, err
 	}
 	token = retU32
-	if _, ok := streams[active]; ok {
+	if streams.get(active) != nil {
 		callers[token] = active
 	} else {
 		// A reused token must not route a root call to a stream's handler.

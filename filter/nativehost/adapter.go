@@ -29,18 +29,20 @@ func (a adapter) RequestHeaders() ([][2]string, error) {
 	return s.Request, nil
 }
 
-func (a adapter) AddResponseHeader(name, value string) error {
+func (a adapter) AddResponseHeaders(pairs [][2]string) error {
 	s := a.w.cur
 	if s == nil {
 		return errNoStream
 	}
-	// Envoy copies what it is given; the plugin reuses the memory behind it.
-	kv := [2]string{strings.Clone(name), strings.Clone(value)}
-	if s.Local != nil {
-		s.Local.Headers = append(s.Local.Headers, kv)
-		return nil
+	for _, p := range pairs {
+		// Envoy copies what it is given; the plugin reuses the memory behind it.
+		kv := [2]string{strings.Clone(p[0]), strings.Clone(p[1])}
+		if s.Local != nil {
+			s.Local.Headers = append(s.Local.Headers, kv)
+		} else {
+			s.Response = append(s.Response, kv)
+		}
 	}
-	s.Response = append(s.Response, kv)
 	return nil
 }
 

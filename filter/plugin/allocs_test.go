@@ -24,8 +24,8 @@ type quietHost struct {
 var errQuiet = errors.New("quiet host: not available")
 
 func (h *quietHost) RequestHeaders() ([][2]string, error) { return h.request, nil }
-func (h *quietHost) AddResponseHeader(name, value string) error {
-	h.added = append(h.added, [2]string{name, value})
+func (h *quietHost) AddResponseHeaders(pairs [][2]string) error {
+	h.added = append(h.added, pairs...)
 	return nil
 }
 func (h *quietHost) SendLocalReply(status uint32, _ string, _ []byte, headers [][2]string) error {

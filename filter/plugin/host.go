@@ -12,9 +12,10 @@ type Host interface {
 	// RequestHeaders returns all request headers in one host call. They stay valid
 	// while the callback runs (the binding reuses their memory for the next request).
 	RequestHeaders() ([][2]string, error)
-	// AddResponseHeader, SendLocalReply, SharedSet and HTTPCall copy what they are
+	// AddResponseHeaders, SendLocalReply, SharedSet and HTTPCall copy what they are
 	// given before they return, as proxies do: the plugin reuses its buffers.
-	AddResponseHeader(name, value string) error
+	// AddResponseHeaders adds the pairs in order and stops at the first failure.
+	AddResponseHeaders(pairs [][2]string) error
 	SendLocalReply(status uint32, details string, body []byte, headers [][2]string) error
 	// SharedGet returns the value and its CAS token; found is false for a missing key.
 	// The value is valid until the next SharedGet (the binding reuses one buffer).

@@ -64,7 +64,14 @@ func (s *Stream) OnRequestHeaders(int, bool) Action {
 		return Continue // the limiter must not become the outage
 	}
 	s.hdrs = hdrs
-	defer func() { s.hdrs = nil }() // the host may reuse their memory
+	act := s.decideRequest(now, hdrs)
+	s.hdrs = nil // the host may reuse their memory
+	return act
+}
+
+// decideRequest decides the request whose headers s.hdrs holds.
+func (s *Stream) decideRequest(now int64, hdrs [][2]string) Action {
+	p := s.p
 	req := rule.Request{
 		Method: headerValue(hdrs, ":method"),
 		Host:   headerValue(hdrs, ":authority"),
@@ -171,11 +178,8 @@ func (s *Stream) OnResponseHeaders(int, bool) Action {
 	if s.replied {
 		return Continue
 	}
-	for _, kv := range s.headers {
-		if err := s.p.host.AddResponseHeader(kv[0], kv[1]); err != nil {
-			s.p.host.Log(LogWarn, "tollgate: add response header: "+err.Error())
-			break
-		}
+	if err := s.p.host.AddResponseHeaders(s.headers); err != nil {
+		s.p.host.Log(LogWarn, "tollgate: add response header: "+err.Error())
 	}
 	return Continue
 }

@@ -27,6 +27,7 @@ type table struct {
 	fence uint32
 	// scratch buffers: a wasm VM is single threaded, so one set per worker suffices.
 	keyBuf []byte
+	keyN   uint64 // the slot whose key keyBuf holds (when not empty)
 	valBuf []byte
 	other  lease.Record
 }
@@ -146,10 +147,14 @@ func (t *table) fenceCas() uint32 {
 	return t.fence
 }
 
-// slotKey returns the shared-data key of slot n. It aliases a buffer the next call
-// overwrites: pass it straight to a host call (which copies it) and keep n instead.
+// slotKey returns the shared-data key of slot n. It aliases a buffer the next call for
+// another slot overwrites: pass it straight to a host call (which copies it) and keep n
+// instead. A request loads and stores the same slot, so the key is formatted once.
 func (t *table) slotKey(n uint64) string {
-	t.keyBuf = strconv.AppendUint(append(t.keyBuf[:0], slotPrefix...), n, 10)
+	if len(t.keyBuf) == 0 || t.keyN != n {
+		t.keyBuf = strconv.AppendUint(append(t.keyBuf[:0], slotPrefix...), n, 10)
+		t.keyN = n
+	}
 	return unsafe.String(unsafe.SliceData(t.keyBuf), len(t.keyBuf))
 }
 
