@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/tollgate-rl/tollgate/e2e/internal/harness"
-	"github.com/tollgate-rl/tollgate/internal/redistest"
 )
 
 // TestRulesRolloutLosesNothing: while two gateways carry load on two rules, an operator
@@ -106,19 +105,7 @@ func TestRulesRolloutLosesNothing(t *testing.T) {
 // refused, so the first accepted one closes the breaker).
 func TestRefusedSyncRecovers(t *testing.T) {
 	e := sharedEnv(t)
-	rc, err := redistest.LaunchCluster(redistest.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rc.Stop)
-	svc, err := harness.StartService(harness.ServiceConfig{Bin: e.bins.Service, RedisMode: "cluster", RedisAddrs: rc.Addrs(),
-		AdminToken: adminToken, SyncSecret: syncSecret, Args: sharedServiceArgs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(svc.Stop)
-	gws := e.fleetOn(t, []string{svc.Addr()}, uniqueKey("refused"), 2, `{"rules":[]}`, false, harness.Sync{})
-	admin := harness.Admin{Base: svc.URL(), Token: adminToken}
+	admin, gws, svc := ownServiceProcess(t, e, "refused")
 	v, err := admin.PutRules([]byte(`{"rules":[{"id":"api","match":{"prefix":"/api"},"limit":100000,"window":"1m"}]}`))
 	if err != nil {
 		t.Fatal(err)

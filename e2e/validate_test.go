@@ -20,6 +20,13 @@ import (
 // syncing with it.
 func ownService(t *testing.T, e *env, name string) (harness.Admin, []*harness.Gateway) {
 	t.Helper()
+	admin, gws, _ := ownServiceProcess(t, e, name)
+	return admin, gws
+}
+
+// ownServiceProcess is ownService that also returns the service's process (to signal it).
+func ownServiceProcess(t *testing.T, e *env, name string) (harness.Admin, []*harness.Gateway, *harness.Service) {
+	t.Helper()
 	rc, err := redistest.LaunchCluster(redistest.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +39,7 @@ func ownService(t *testing.T, e *env, name string) (harness.Admin, []*harness.Ga
 	}
 	t.Cleanup(svc.Stop)
 	gws := e.fleetOn(t, []string{svc.Addr()}, uniqueKey(name), 2, `{"rules":[]}`, false, harness.Sync{})
-	return harness.Admin{Base: svc.URL(), Token: adminToken}, gws
+	return harness.Admin{Base: svc.URL(), Token: adminToken}, gws, svc
 }
 
 // onVersion waits until every worker of every gateway enforces rule-set version v: the
