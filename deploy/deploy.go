@@ -62,13 +62,9 @@ type Envoy struct {
 	Rules     *rule.Config
 }
 
-// CheckEnvoy reads an Envoy v3 bootstrap (YAML or JSON) strictly, validates it and
-// every typed_config in it, finds the Tollgate Wasm filter (root_id RootID) and parses
-// its plugin configuration with rule.Parse. It also checks what Envoy would only
-// discover at run time: the filter sits before the router, its VM has a vm_id (shared
-// data, and so one quota for all worker threads, is scoped by it), and sync.cluster and
-// every route name a cluster the bootstrap defines.
-func CheckEnvoy(data []byte) (*Envoy, error) {
+// readBootstrap reads an Envoy v3 bootstrap (YAML or JSON) strictly — unknown fields
+// fail — and validates it and every typed_config in it.
+func readBootstrap(data []byte) (*bootstrapv3.Bootstrap, error) {
 	js, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
 		return nil, fmt.Errorf("envoy bootstrap: %w", err)
@@ -79,6 +75,20 @@ func CheckEnvoy(data []byte) (*Envoy, error) {
 	}
 	if err := validateTree(b, 0); err != nil {
 		return nil, fmt.Errorf("envoy bootstrap: %w", err)
+	}
+	return b, nil
+}
+
+// CheckEnvoy reads an Envoy v3 bootstrap (YAML or JSON) strictly, validates it and
+// every typed_config in it, finds the Tollgate Wasm filter (root_id RootID) and parses
+// its plugin configuration with rule.Parse. It also checks what Envoy would only
+// discover at run time: the filter sits before the router, its VM has a vm_id (shared
+// data, and so one quota for all worker threads, is scoped by it), and sync.cluster and
+// every route name a cluster the bootstrap defines.
+func CheckEnvoy(data []byte) (*Envoy, error) {
+	b, err := readBootstrap(data)
+	if err != nil {
+		return nil, err
 	}
 	clusters := make(map[string]bool)
 	for _, c := range b.GetStaticResources().GetClusters() {

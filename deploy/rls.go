@@ -12,7 +12,6 @@ import (
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
-	"sigs.k8s.io/yaml"
 )
 
 // EnvoyRLS is what CheckEnvoyRLS found in a bootstrap.
@@ -32,16 +31,9 @@ type EnvoyRLS struct {
 // speaks HTTP/2 (gRPC does not work over HTTP/1.1); at least one rate_limits action list
 // (without one the filter never calls the service); every route to a defined cluster.
 func CheckEnvoyRLS(data []byte) (*EnvoyRLS, error) {
-	js, err := yaml.YAMLToJSONStrict(data)
+	b, err := readBootstrap(data)
 	if err != nil {
-		return nil, fmt.Errorf("envoy bootstrap: %w", err)
-	}
-	b := &bootstrapv3.Bootstrap{}
-	if err := strict.Unmarshal(js, b); err != nil {
-		return nil, fmt.Errorf("envoy bootstrap: %w", err)
-	}
-	if err := validateTree(b, 0); err != nil {
-		return nil, fmt.Errorf("envoy bootstrap: %w", err)
+		return nil, err
 	}
 	clusters := make(map[string]*clusterv3.Cluster)
 	names := make(map[string]bool)
