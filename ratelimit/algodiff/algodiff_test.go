@@ -63,6 +63,18 @@ type step struct {
 	now, n int64
 }
 
+// apply is the step in Go: 'd' Decide, 't' Take, anything else Refund.
+func (s step) apply(p algo.Params, st algo.State) algo.State {
+	switch s.op {
+	case 'd':
+		return algo.Decide(p, st, s.now, s.n).State
+	case 't':
+		return algo.Take(p, st, s.now, s.n)
+	default:
+		return algo.Refund(p, st, s.now, s.n)
+	}
+}
+
 func startRedis(t *testing.T) *redis.Client {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
@@ -311,15 +323,9 @@ func TestLuaMatchesGo(t *testing.T) {
 						now += randStep(rng, p.WindowUs, p.Limit)
 					}
 					now = min(max(now, -algo.MaxTimeUs+1), algo.MaxTimeUs-1)
-					steps = append(steps, step{op: op, now: now, n: n})
-					switch op {
-					case 'd':
-						st = algo.Decide(p, st, now, n).State
-					case 't':
-						st = algo.Take(p, st, now, n)
-					default:
-						st = algo.Refund(p, st, now, n)
-					}
+					s := step{op: op, now: now, n: n}
+					steps = append(steps, s)
+					st = s.apply(p, st)
 				}
 				args := []any{p.Limit, p.WindowUs, p.Burst, init}
 				for _, s := range steps {

@@ -246,15 +246,9 @@ func TestLuaMatchesGoAtTheBounds(t *testing.T) {
 							now += []int64{0, 1, w / min(p.Limit, w) * 2, w / 3, 2 * w}[rng.Intn(5)]
 						}
 						now = min(max(now, -algo.MaxTimeUs+1), algo.MaxTimeUs-1)
-						steps = append(steps, step{op: op, now: now, n: n})
-						switch op {
-						case 'd':
-							st = algo.Decide(p, st, now, n).State
-						case 't':
-							st = algo.Take(p, st, now, n)
-						default:
-							st = algo.Refund(p, st, now, n)
-						}
+						s := step{op: op, now: now, n: n}
+						steps = append(steps, s)
+						st = s.apply(p, st)
 					}
 					args := []any{p.Limit, p.WindowUs, p.Burst, string(init)}
 					for _, s := range steps {
