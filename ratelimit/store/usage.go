@@ -177,7 +177,7 @@ func (s *Store) Usage(ctx context.Context, key string) (*Usage, error) {
 			RedisKey: BucketKey(key, r.rule, r.tier, uint8(r.window)), Rule: r.rule, Tier: r.tier, Window: r.window,
 			Algorithm: bp.Kind.String(), Limit: bp.Limit, WindowMs: bp.WindowUs / 1000, Burst: bp.Burst,
 			Remaining: algo.Available(bp, eff, now), Available: algo.Available(bp, b.State, now),
-			ResetInMs: ceilMs(algo.ResetAt(bp, eff, now) - now), Outstanding: b.Leases.Outstanding(),
+			ResetInMs: ceilMs(algo.ResetAt(bp, b.State, now) - now), Outstanding: b.Leases.Outstanding(),
 		})
 	}
 	return u, nil

@@ -441,9 +441,11 @@ func (r *Record) LastSeen() int64 { return max(r.SyncedUs, r.AnnouncedUs, r.Used
 //	3..11  base (int64 µs): UsedUs, or the earliest time set when never used; the
 //	       times below are relative to it
 //	11..41 SyncedUs, ResetUs, RetryUs, PenaltyUntilUs, AnnouncedUs, LeaseUntilUs:
-//	       40-bit signed milliseconds relative to base (±17 years), rounded up so a
-//	       deadline is never brought forward (SyncedUs and LeaseUntilUs rounded down: a
-//	       lease never looks younger or longer). The service's reset and retry times
+//	       40-bit signed milliseconds relative to base's millisecond (±17 years). Each
+//	       time is rounded to a whole millisecond of the clock, not of its distance to
+//	       base, so a time decoded and written again under a later base stays put:
+//	       rounded up, so a deadline is never brought forward (SyncedUs and
+//	       LeaseUntilUs rounded down: a lease never looks younger or longer). The service's reset and retry times
 //	       reach the wire's uint32 milliseconds (49 days), beyond a month's window; a
 //	       local token bucket's (up to algo.MaxRefillUs, 17.8 years) saturate at 17 years.
 //	41..45 LeaseLeft, 45..49 GlobalRemaining (int32, saturated; a bucket holds at most
@@ -589,10 +591,13 @@ const (
 func putRel(b []byte, t, base int64, up bool) {
 	v := int64(relMin)
 	if t != 0 {
+		// Rounded to whole milliseconds of absolute time, not of the distance to base:
+		// base moves with every request, and rounding the distance would move a time
+		// that is re-encoded unchanged a little further each time.
 		if up {
-			v = ceilDiv(t-base, 1000)
+			v = ceilDiv(t, 1000) - floorDiv(base, 1000)
 		} else {
-			v = floorDiv(t-base, 1000)
+			v = floorDiv(t, 1000) - floorDiv(base, 1000)
 		}
 		v = min(max(v, relMin+1), relMax)
 	}
@@ -613,7 +618,7 @@ func getRel(b []byte, size int, base int64) int64 {
 	if v == -1<<(8*size-1) {
 		return 0
 	}
-	return base + v*1000
+	return (floorDiv(base, 1000) + v) * 1000
 }
 
 func ceilDiv(a, b int64) int64 {

@@ -70,6 +70,8 @@ func TestRecordTimesRounding(t *testing.T) {
 	}{
 		{"round_up_and_down", Record{UsedUs: base, ResetUs: base + 1_500, LeaseUntilUs: base + 1_500}, base + 2_000, base + 1_000},
 		{"before_base", Record{UsedUs: base, ResetUs: base - 1_500, LeaseUntilUs: base - 1_500}, base - 1_000, base - 2_000},
+		// Rounded on the clock's milliseconds, not on the distance to a base between two.
+		{"base_between_ms", Record{UsedUs: base + 250, ResetUs: base + 1_500, LeaseUntilUs: base + 1_500}, base + 2_000, base + 1_000},
 		{"month_exact", Record{UsedUs: base, ResetUs: base + algo.MaxWindowUs + 1, LeaseUntilUs: base + algo.MaxWindowUs + 1}, base + algo.MaxWindowUs + msUs, base + algo.MaxWindowUs},
 		{"saturated", Record{UsedUs: base, ResetUs: base + 2*far, LeaseUntilUs: base - 2*far}, base + far - msUs, base - far + msUs},
 	}
@@ -83,6 +85,30 @@ func TestRecordTimesRounding(t *testing.T) {
 				t.Errorf("reset %d, lease until %d; want %d, %d", got.ResetUs, got.LeaseUntilUs, tt.reset, tt.leaseTill)
 			}
 		})
+	}
+}
+
+// TestRecordTimesStayPut: a time decoded and encoded again under a new base (every
+// request moves the base to its own time) does not move, however often it is written.
+func TestRecordTimesStayPut(t *testing.T) {
+	const base = 1_700_000_000_000_000
+	r := Record{UsedUs: base, ResetUs: base + 10_000_001, RetryUs: base + 3_000_499, LeaseUntilUs: base + 5_000_999}
+	var first Record
+	if err := DecodeRecord(AppendRecord(nil, &r), &first); err != nil {
+		t.Fatal(err)
+	}
+	got := first
+	for i := range 1_000 {
+		got.UsedUs = base + int64(i)*333 // a request every 333 µs
+		var next Record
+		if err := DecodeRecord(AppendRecord(nil, &got), &next); err != nil {
+			t.Fatal(err)
+		}
+		got = next
+	}
+	if got.ResetUs != first.ResetUs || got.RetryUs != first.RetryUs || got.LeaseUntilUs != first.LeaseUntilUs {
+		t.Errorf("after 1,000 writes reset %d, retry %d, lease until %d; first written %d, %d, %d",
+			got.ResetUs, got.RetryUs, got.LeaseUntilUs, first.ResetUs, first.RetryUs, first.LeaseUntilUs)
 	}
 }
 

@@ -204,7 +204,10 @@ func (r *SyncResult) Fill(st *wire.State) {
 	st.Epoch = r.Epoch
 	st.ValidMs = clampU32(r.ValidUs / 1000)
 	st.LowWater = clampU32(r.LowWater)
-	st.ResetInMs = clampU32(ceilMs(r.ResetUs))
+	// The reset is rounded down: the gateway adds it to its own clock (microseconds), and
+	// a reset on a whole second (every window algorithm's) rounded up would cross into the
+	// next second, so the header's reset would step back when the next reply lands exactly.
+	st.ResetInMs = clampU32(max(r.ResetUs, 0) / 1000)
 	st.RetryInMs = clampU32(ceilMs(r.RetryUs))
 	st.PenaltyInMs = clampU32(ceilMs(r.PenaltyUs))
 	st.PenaltyLevel = uint8(min(max(r.Level, 0), 255))
@@ -454,7 +457,11 @@ func Sync(b *Bucket, pen *Penalty, d *wire.Delta, now int64, cfg SyncConfig) Syn
 func finish(r *SyncResult, p algo.Params, st algo.State, outstanding, now int64, pen *Penalty, refused bool, over int64) {
 	eff := algo.Take(p, st, now, outstanding)
 	r.Remaining = algo.Available(p, eff, now)
-	r.ResetUs = max(algo.ResetAt(p, eff, now)-now, 0)
+	// The reset is the charged state's: outstanding leases counted as taken at now would
+	// move it later on every call and back when they are returned unused, so a client
+	// refused again and again would see it jump about with nothing consumed. Retry times
+	// and Remaining count every lease.
+	r.ResetUs = max(algo.ResetAt(p, st, now)-now, 0)
 	cost := int64(1)
 	if refused && over > 1 {
 		cost = over

@@ -158,8 +158,9 @@ type State struct {
 	Epoch    uint32
 	ValidMs  uint32
 	LowWater uint32 // report again when the lease falls to this
-	// ResetInMs: until the global bucket is full again (outstanding leases counted as
-	// taken); RetryInMs: until one permit (or, refused, the cost asked for) is available.
+	// ResetInMs: until the global bucket is full again with what has been charged
+	// (rounded down: the gateway adds it to its own clock); RetryInMs: until one permit
+	// (or, refused, the cost asked for) is available, outstanding leases counted as taken.
 	ResetInMs    uint32
 	RetryInMs    uint32
 	PenaltyInMs  uint32 // remaining progressive-penalty cooldown (0 if none)

@@ -378,9 +378,11 @@ local function apply(a)
     end
   end
 
-  -- 7. Reply (Go finish): every lease counted as taken.
+  -- 7. Reply (Go finish): every lease counted as taken, except in the reset (the
+  -- charged state's: outstanding leases taken at now would push it later on every call
+  -- and bring it back when they are returned, with nothing consumed).
   local remaining = A.available(p, eff, now)
-  local reset = reset_at - now
+  local reset = A.reset_at(p, st, now) - now
   if reset < 0 then
     reset = 0
   end
