@@ -142,7 +142,8 @@ type Config struct {
 	// balancer; 0: every gateway, by Weights.
 	Spread int
 	// Skew is the largest clock offset of a gateway from the simulated clock (each
-	// gateway draws one in [-Skew, Skew]); it must not change any decision.
+	// gateway draws a whole number of milliseconds in [-Skew, Skew]); it must not
+	// change any decision.
 	Skew time.Duration
 
 	Keys    int // distinct caller keys (default 10; up to 1<<20 and more)

@@ -197,7 +197,11 @@ func newSim(cfg Config) *sim {
 	for g := range cfg.Gateways {
 		gw := &gateway{idx: g}
 		if cfg.Skew > 0 {
-			gw.skew = skews.Int64N(2*us(cfg.Skew)+1) - us(cfg.Skew)
+			// Whole milliseconds: records keep times on the local clock's millisecond
+			// grid, so a sub-millisecond phase moves a rounding, not a comparison with
+			// another clock; the offset between clocks is what must change nothing.
+			ms := cfg.Skew.Milliseconds()
+			gw.skew = (skews.Int64N(2*ms+1) - ms) * 1000
 		}
 		h, err := nativehost.New(nativehost.Config{
 			Workers: cfg.Workers, PluginConfig: plugin, Seed: cfg.Seed<<20 | uint64(g),
