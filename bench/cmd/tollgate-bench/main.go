@@ -156,14 +156,24 @@ func measure(r *report, o options, logger *log.Logger) error {
 	idle1, _ := perf.ReadInfo(ctx, rdb)
 	r.redisIdleMsPerSec = idle1.Since(idle0).CPU * 1e3 / 2
 
-	// 1. Decision cost.
-	logger.Print("decision cost: empty, floor, filter (interleaved rounds)")
-	costs, err := perf.MeasureCosts([]perf.CostModule{
+	// 1. Decision cost, with the first version's floor and filter in the same rounds
+	// when the repository's history can build them.
+	logger.Print("decision cost: empty, floor, filter and the first version's (interleaved rounds)")
+	costMods := []perf.CostModule{
 		{Name: "empty (pass-through)", Wasm: mods[perf.EmptyPkg]},
 		{Name: "floor (unavoidable host calls)", Wasm: mods[perf.FloorPkg]},
 		{Name: "Tollgate filter, key from x-api-key", Wasm: mods[perf.FilterPkg], Config: perf.LocalConfig("token_bucket", 1_000_000)},
 		{Name: "Tollgate filter, default key (x-api-key, fallback client IP)", Wasm: mods[perf.FilterPkg], Config: perf.DefaultKeyConfig},
-	}, perf.CostOptions{Round: o.dur(300 * time.Millisecond), Profile: true})
+	}
+	if first, err := perf.BuildAtRevision(perf.FirstVersion, perf.FloorPkg, perf.FilterPkg); err != nil {
+		r.firstErr = err
+		logger.Printf("first version not measured: %v", err)
+	} else {
+		costMods = append(costMods,
+			perf.CostModule{Name: "first version (" + perf.FirstVersion + "): floor", Wasm: first[perf.FloorPkg]},
+			perf.CostModule{Name: "first version (" + perf.FirstVersion + "): filter, key from x-api-key", Wasm: first[perf.FilterPkg], Config: perf.LocalConfig("token_bucket", 1_000_000)})
+	}
+	costs, err := perf.MeasureCosts(costMods, perf.CostOptions{Round: o.dur(300 * time.Millisecond), Profile: true})
 	if err != nil {
 		return err
 	}
