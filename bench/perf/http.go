@@ -93,6 +93,9 @@ const (
 	HTTPPassThrough HTTPKind = iota // the pass-through module, no limiter
 	HTTPTollgate                    // the filter, synced
 	HTTPRedisRate                   // redis_rate per request, then the pass-through module
+	// HTTPFloor is the floor module (the unavoidable host calls of one decision, no
+	// logic): what any filter making those calls costs on this host.
+	HTTPFloor
 )
 
 // RunHTTP is the load through real HTTP: o.Concurrency client goroutines, each with
@@ -133,6 +136,12 @@ func (s *Stack) RunHTTP(o LoadOptions, kind HTTPKind, limit int) (LoadResult, er
 			return r.Allowed > 0, nil
 		}
 		name = "per-request redis_rate (GCRA)"
+	case HTTPFloor:
+		if s.Floor == nil {
+			return LoadResult{}, fmt.Errorf("no floor module in the stack")
+		}
+		f.h, err = host.New(host.Config{Wasm: s.Floor, Workers: o.Workers, Upstream: up, LogLevel: host.LogWarn})
+		name = "floor module (its host calls, no logic)"
 	default:
 		f.h, err = host.New(host.Config{Wasm: s.Empty, Workers: o.Workers, Upstream: up, LogLevel: host.LogWarn})
 		name = "pass-through (no limiter)"
