@@ -189,6 +189,11 @@ func procCPU(pid int) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
+	return statCPU(b)
+}
+
+// statCPU reads utime + stime from a /proc/<pid>/stat line.
+func statCPU(b []byte) (time.Duration, error) {
 	// The command name (field 2) may hold spaces; the fields after its ")" are fixed.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
