@@ -922,9 +922,11 @@ func (r *report) writeRLS(w io.Writer) {
 	if c, ok := r.rlsAt(10_000); ok {
 		fmt.Fprintf(w, "At 10,000 keys the service answers %.0f %% of redis_rate's checks/s at %s its Redis CPU per check;\n",
 			100*ratio(c.RLS.Load.ChecksPerSec, c.Rate.Load.ChecksPerSec), fmtRatio(ratio(c.RLS.RedisCPUPerCheck(), c.Rate.RedisCPUPerCheck())))
-		fmt.Fprintln(w, "what it adds is the gRPC hop and the service's own CPU (rule matching, the reply's headers),")
-		fmt.Fprintln(w, "which the per-request library, running inside the caller, does not pay. Both are per-request")
-		fmt.Fprintln(w, "paths: the Wasm filter (section 2) answers from its leases without any of this.")
+		fmt.Fprintln(w, "the service adds the gRPC hop and its own CPU (rule matching, the reply's headers), which the")
+		fmt.Fprintln(w, "library, running inside the caller, does not pay, and its script does per check what the")
+		fmt.Fprintln(w, "Wasm filter's buckets need (lease accounting beside the algorithm, the caller's penalty")
+		fmt.Fprintln(w, "record) where redis_rate's does GCRA alone. Both are per-request paths: the Wasm filter")
+		fmt.Fprintln(w, "(section 2) answers from its leases without any of this.")
 		fmt.Fprintln(w)
 	}
 }
