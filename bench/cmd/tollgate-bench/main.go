@@ -3,11 +3,14 @@
 // pass-through module and the floor of its host calls, Tollgate against a per-request
 // Redis limiter (go-redis/redis_rate) in the same harness and through HTTP, Redis round
 // trips and CPU per 1M requests by key distribution, memory per bucket, the sync
-// service's ingest rate, the differential check against redis_rate and the fleet
-// simulation. Everything runs in this process against redis-servers it starts, so
-// every number of one report comes from one run on one machine.
+// service's ingest rate, the gRPC rate limit service against redis_rate, the
+// differential check against redis_rate and the fleet simulation. Everything runs in
+// this process (the gRPC section's service in a child process it builds) against
+// redis-servers it starts, so every number of one report comes from one run on one
+// machine.
 //
 //	go run ./bench/cmd/tollgate-bench -out BENCHMARKS.md
+//	go run ./bench/cmd/tollgate-bench -rls-only   # the gRPC section alone, printed
 package main
 
 import (
