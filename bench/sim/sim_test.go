@@ -12,7 +12,7 @@ import (
 
 // The bounds below sit a few points above what the simulation measures (the runs are
 // deterministic: the same seed gives the same numbers), so a change that makes the
-// protocol worse fails here. BENCHMARKS.md §7 has the full sweeps.
+// protocol worse fails here. BENCHMARKS.md §8 has the full sweeps.
 
 func TestDeterministic(t *testing.T) {
 	cases := []struct {

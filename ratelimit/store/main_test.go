@@ -31,13 +31,18 @@ func run(m *testing.M) int {
 
 var testLease = lease.SyncConfig{EpochMs: 2000, HorizonMs: 1000, MaxShare: 4, RenewMs: 200, MinElapsedMs: 100, ValidMarginMs: 100, PenaltyBaseUs: 1_000_000, PenaltyMaxUs: 8_000_000}
 
-// countingMetrics counts script reloads and failed round trips.
+// countingMetrics counts script reloads, failed round trips and the batches' round
+// trips (op "sync").
 type countingMetrics struct {
 	reloads atomic.Int64
 	errors  atomic.Int64
+	syncs   atomic.Int64
 }
 
-func (c *countingMetrics) RoundTrip(_ string, _ time.Duration, err error) {
+func (c *countingMetrics) RoundTrip(op string, _ time.Duration, err error) {
+	if op == "sync" {
+		c.syncs.Add(1)
+	}
 	if err != nil && err != redis.Nil {
 		c.errors.Add(1)
 	}

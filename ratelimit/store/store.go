@@ -183,6 +183,7 @@ type Store struct {
 	metrics Metrics
 	fleet   fleet
 	slots   slotMap
+	pipes   coalescer
 	params  paramsSeen
 
 	// nowUs, when set, replaces Redis TIME in the scripts (tests only: the differential
@@ -338,7 +339,9 @@ type Outcome struct {
 // Apply applies b. Deltas are grouped per Redis node that serves their keys (one group
 // on a standalone server) into script calls of at most maxPerCall deltas, and all calls
 // go out as one pipeline, which the cluster client splits per node and runs
-// concurrently: one round trip per node. If any call fails the error wraps
+// concurrently: one round trip per node. A batch without idempotency records (a check
+// or an acquire) shares its pipelines with the checks in flight at the same time, per
+// node (coalescer). If any call fails the error wraps
 // ErrUnavailable; the calls that succeeded are applied and a retry of the same batch
 // (Idempotent) will not apply them again.
 func (s *Store) Apply(ctx context.Context, b *wire.Batch, o Options) (*Outcome, error) {
@@ -417,7 +420,7 @@ func (s *Store) Apply(ctx context.Context, b *wire.Batch, o Options) (*Outcome, 
 		}
 		calls[g] = call{keys: keys, args: args}
 	}
-	errs := s.run(ctx, "sync", calls)
+	errs := s.send(ctx, b, o, groups, calls)
 	var firstErr error
 	for g, grp := range groups {
 		err := errs[g]
@@ -453,6 +456,7 @@ const maxPerCall = 100
 // served by one Redis node. slot is a slot of that node (where the gateway's
 // idempotency record for it lives) and chunk numbers the calls to that node.
 type group struct {
+	addr  string // the node ("" on a standalone server)
 	slot  int
 	chunk int
 	idx   []int
@@ -492,13 +496,64 @@ func (s *Store) plan(ctx context.Context, b *wire.Batch, ok []bool) ([]group, er
 			nodes[addr] = n
 		}
 		if n.open < 0 || len(groups[n.open].idx) == maxPerCall {
-			groups = append(groups, group{slot: n.slot, chunk: n.calls})
+			groups = append(groups, group{addr: addr, slot: n.slot, chunk: n.calls})
 			n.calls++
 			n.open = len(groups) - 1
 		}
 		groups[n.open].idx = append(groups[n.open].idx, i)
 	}
 	return groups, nil
+}
+
+// send runs a batch's calls and returns one error per call. A sync batch (Idempotent)
+// goes out as one pipeline of its own: a gateway's batch already carries all its
+// buckets. Checks and acquires, one request each, join the pipelines of concurrent
+// checks per node (coalescer): one round trip carries many.
+func (s *Store) send(ctx context.Context, b *wire.Batch, o Options, groups []group, calls []call) []error {
+	if o.Idempotent {
+		return s.run(ctx, "sync", calls)
+	}
+	run := func(ctx context.Context, calls []call) []error { return s.run(ctx, "sync", calls) }
+	first := groups[0].addr
+	single := true
+	for _, g := range groups[1:] {
+		if g.addr != first {
+			single = false
+			break
+		}
+	}
+	if single {
+		return s.pipes.do(ctx, first, calls, run)
+	}
+	// Calls for several nodes: one share per node, sent concurrently (as the cluster
+	// client sends one pipeline's commands per node).
+	byNode := map[string][]int{}
+	var order []string
+	for i, g := range groups {
+		if _, ok := byNode[g.addr]; !ok {
+			order = append(order, g.addr)
+		}
+		byNode[g.addr] = append(byNode[g.addr], i)
+	}
+	errs := make([]error, len(calls))
+	var wg sync.WaitGroup
+	for _, addr := range order {
+		idx := byNode[addr]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mine := make([]call, len(idx))
+			for j, i := range idx {
+				mine[j] = calls[i]
+			}
+			e := s.pipes.do(ctx, addr, mine, run)
+			for j, i := range idx {
+				calls[i].res, errs[i] = mine[j].res, e[j]
+			}
+		}()
+	}
+	wg.Wait()
+	return errs
 }
 
 // call is one script invocation of a batch.

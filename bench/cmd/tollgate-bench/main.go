@@ -3,11 +3,14 @@
 // pass-through module and the floor of its host calls, Tollgate against a per-request
 // Redis limiter (go-redis/redis_rate) in the same harness and through HTTP, Redis round
 // trips and CPU per 1M requests by key distribution, memory per bucket, the sync
-// service's ingest rate, the differential check against redis_rate and the fleet
-// simulation. Everything runs in this process against redis-servers it starts, so
-// every number of one report comes from one run on one machine.
+// service's ingest rate, the gRPC rate limit service against redis_rate, the
+// differential check against redis_rate and the fleet simulation. Everything runs in
+// this process (the gRPC section's service in a child process it builds) against
+// redis-servers it starts, so every number of one report comes from one run on one
+// machine.
 //
 //	go run ./bench/cmd/tollgate-bench -out BENCHMARKS.md
+//	go run ./bench/cmd/tollgate-bench -rls-only   # the gRPC section alone, printed
 package main
 
 import (
@@ -30,7 +33,7 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:], os.Stderr); err != nil {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "tollgate-bench:", err)
 		os.Exit(1)
 	}
@@ -44,9 +47,11 @@ type options struct {
 	cluster     bool
 	mesh        []int         // fleet sizes of the mesh simulation
 	soak        time.Duration // how long the VM memory run goes on after 1M requests
+	rlsOnly     bool          // measure only the gRPC rate limit service (section 6) and print it
+	rlsBin      string        // tollgate-ratelimit to measure ("": built from this tree)
 }
 
-func run(args []string, stderr io.Writer) error {
+func run(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("tollgate-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options
@@ -56,6 +61,8 @@ func run(args []string, stderr io.Writer) error {
 	fs.Float64Var(&o.scale, "scale", 1, "multiplier for every measured duration (0.2 for a quick smoke run)")
 	fs.BoolVar(&o.cluster, "cluster", true, "also measure the service's ingest on a 6-node Redis Cluster")
 	fs.DurationVar(&o.soak, "soak", 10*time.Minute, "after 1,000,000 requests, how long the VM memory run goes on (0: not at all)")
+	fs.BoolVar(&o.rlsOnly, "rls-only", false, "measure only the gRPC rate limit service against redis_rate (section 6) and print that section; writes no file")
+	fs.StringVar(&o.rlsBin, "rls-bin", "", "tollgate-ratelimit executable the gRPC section measures (empty: built from this tree)")
 	meshList := fs.String("mesh-gateways", "1,10,100,1000", "fleet sizes of the mesh simulation (comma-separated; the largest takes minutes)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -75,6 +82,9 @@ func run(args []string, stderr io.Writer) error {
 	}
 	logger := log.New(stderr, "tollgate-bench: ", log.Ltime)
 	r := &report{started: time.Now().UTC(), args: args, scale: o.scale, loads: map[string]perf.LoadResult{}}
+	if o.rlsOnly {
+		return measureRLSOnly(r, o, logger, stdout)
+	}
 	if err := measure(r, o, logger); err != nil {
 		return err
 	}
@@ -327,6 +337,12 @@ func measure(r *report, o options, logger *log.Logger) error {
 		cl.Stop()
 	}
 
+	// 6. The gRPC rate limit service against the per-request limiter, same Redis.
+	logger.Printf("gRPC rate limit service against redis_rate: %v keys", rlsKeys)
+	if r.rls, err = perf.CompareRLS(o.rlsBin, rdb, rlsOptions(o), rlsKeys); err != nil {
+		return fmt.Errorf("gRPC rate limit service: %w", err)
+	}
+
 	// Admin API at scale, on a Redis of its own (300,000 keys would weigh on the
 	// measurements above and below).
 	logger.Printf("admin API: usage and reset with %v caller keys", adminSizes)
@@ -334,18 +350,45 @@ func measure(r *report, o options, logger *log.Logger) error {
 		return err
 	}
 
-	// 6. Differential.
+	// 7. Differential.
 	logger.Print("differential check against redis_rate")
 	if r.diff, err = perf.Differential(ctx, rdb, 5, 400); err != nil {
 		return err
 	}
 
-	// 7. Simulation.
+	// 8. Simulation.
 	logger.Print("fleet simulation")
 	r.simGateways = perf.SweepGateways(simGateways)
 	r.simInterval = perf.SweepInterval(simIntervals)
 	logger.Printf("mesh simulation: %d keys over %v gateways", perf.MeshKeys, o.mesh)
 	r.simMesh = perf.SweepMesh(o.mesh)
+	return nil
+}
+
+// rlsKeys are the caller key counts of the gRPC section: one hot key, and as many as
+// the load comparison's.
+var rlsKeys = []int{1, 10_000}
+
+// rlsOptions is the gRPC section's load: the load comparison's clients and durations.
+func rlsOptions(o options) perf.LoadOptions {
+	return perf.LoadOptions{Duration: o.dur(5 * time.Second), Warmup: o.dur(time.Second)}
+}
+
+// measureRLSOnly runs the gRPC section alone on a Redis of its own and prints it.
+func measureRLSOnly(r *report, o options, logger *log.Logger, stdout io.Writer) error {
+	r.machine = readMachine()
+	srv, err := redistest.Launch(redistest.Options{})
+	if err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	defer srv.Stop()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+	logger.Printf("gRPC rate limit service against redis_rate: %v keys", rlsKeys)
+	if r.rls, err = perf.CompareRLS(o.rlsBin, rdb, rlsOptions(o), rlsKeys); err != nil {
+		return err
+	}
+	r.writeRLS(stdout)
 	return nil
 }
 

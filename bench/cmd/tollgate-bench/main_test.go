@@ -20,7 +20,7 @@ func TestRunRefusesBadFlags(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			err := run(c.args, io.Discard)
+			err := run(c.args, io.Discard, io.Discard)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("run(%q) = %v, want an error containing %q", c.args, err, c.want)
 			}

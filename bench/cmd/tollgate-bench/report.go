@@ -44,6 +44,7 @@ type report struct {
 	callouts          []calloutRun
 	vmMem             []perf.VMMemPoint
 	admin             []perf.AdminPoint
+	rls               []perf.RLSComparison
 }
 
 // calloutRun is one Envoy's sync callouts under load with a number of workers.
@@ -199,7 +200,7 @@ func (r *report) write(w io.Writer, charts string) error {
 		{"modules", r.moduleList()},
 	})
 	fmt.Fprintln(w, "Everything — load generator, wasm host, sync service, upstream and Redis — runs on the")
-	fmt.Fprintln(w, "same 2 cores, so each component takes CPU from the others; see [Notes](#8-notes-two-shared-cores).")
+	fmt.Fprintln(w, "same 2 cores, so each component takes CPU from the others; see [Notes](#9-notes-two-shared-cores).")
 	fmt.Fprintln(w)
 
 	r.writeTargets(w)
@@ -211,6 +212,7 @@ func (r *report) write(w io.Writer, charts string) error {
 	r.writeIngest(w)
 	r.writeAdmin(w)
 	r.writeTopCost(w)
+	r.writeRLS(w)
 	r.writeDiff(w)
 	r.writeSim(w, charts)
 	r.writeNotes(w)
@@ -274,6 +276,7 @@ func (r *report) writeTargets(w io.Writer) {
 		{"≤ 64 B per bucket in shared data", fmt.Sprintf("%d B record at most (%s, synced); the slot value adds the %s B bucket id", worstShared, worstAlgo, fmtF(worstID, 0)), yesNo(worstShared > 0 && worstShared <= 64)},
 		{"service ≥ 80 % of raw batched Lua", fmt.Sprintf("%.0f %% (%s vs %s deltas/s, 4 concurrent batches)", 100*svcRatio, fmtInt(http4.DeltasPerSec), fmtInt(raw4.DeltasPerSec)), yesNo(svcRatio >= 0.8)},
 		{"same decisions as redis_rate, retry-after within 1 ms", r.diffLine(), yesNo(diffOK)},
+		r.rlsTarget(),
 	}
 	table(w, []string{"target", "measured", ""}, rows)
 }
@@ -750,7 +753,7 @@ func (r *report) writeTopCost(w io.Writer) {
 
 func (r *report) writeDiff(w io.Writer) {
 	d := r.diff
-	fmt.Fprintln(w, "## 6. Differential check against redis_rate")
+	fmt.Fprintln(w, "## 7. Differential check against redis_rate")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "The same request sequences — times and costs — go through Tollgate's GCRA in Go")
 	fmt.Fprintln(w, "(`shared/algo`), through the sync service's Lua fragment (`ratelimit/store/scripts/algo_gcra.lua` with `bucket.lua`")
@@ -800,7 +803,7 @@ func (r *report) writeDiff(w io.Writer) {
 }
 
 func (r *report) writeSim(w io.Writer, charts string) {
-	fmt.Fprintln(w, "## 7. Fleet simulation")
+	fmt.Fprintln(w, "## 8. Fleet simulation")
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "`bench/sim` (`sim.Run`, the real `shared/lease` and `shared/algo` code on a virtual clock):\n")
 	fmt.Fprintf(w, "%d keys, token bucket 100/s, 2 workers per gateway, callout latency 1 ms + exp(1 ms) each way,\n", perf.SimKeys)
@@ -861,7 +864,7 @@ func (r *report) writeSim(w io.Writer, charts string) {
 
 func (r *report) writeNotes(w io.Writer) {
 	l := r.loads
-	fmt.Fprintln(w, "## 8. Notes: two shared cores")
+	fmt.Fprintln(w, "## 9. Notes: two shared cores")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "- **Everything competes for 2 cores.** The load generator, the wasm host's workers, the sync")
 	fmt.Fprintln(w, "  service, the upstream and redis-server share them, and other work on the machine may too")
@@ -892,4 +895,81 @@ func (r *report) writeNotes(w io.Writer) {
 	fmt.Fprintln(w, "  grow (they are ≤ workers × 10 per second plus early flushes).")
 	fmt.Fprintln(w, "- **Counting host calls** needed a small addition to `e2e/host`: `Config.CountHostCalls` and")
 	fmt.Fprintln(w, "  `Host.HostCalls()` (off for the timed runs).")
+}
+
+// rlsAt returns the gRPC section's comparison at keys caller keys.
+func (r *report) rlsAt(keys int) (perf.RLSComparison, bool) {
+	for _, c := range r.rls {
+		if c.Keys == keys {
+			return c, true
+		}
+	}
+	return perf.RLSComparison{}, false
+}
+
+// rlsTarget is the targets-table row of the gRPC section.
+func (r *report) rlsTarget() []string {
+	const what = "gRPC ShouldRateLimit: ≤ 1 Redis round trip per check (concurrent checks share pipelines)"
+	c, ok := r.rlsAt(10_000)
+	if !ok {
+		return []string{what, "not run", yesNo(false)}
+	}
+	hot, _ := r.rlsAt(1)
+	rt := c.RLS.RoundTripsPerCheck()
+	return []string{what, fmt.Sprintf("%s (10,000 keys), %s (one key), 8 clients; redis_rate %s", fmtF(rt, 3), fmtF(hot.RLS.RoundTripsPerCheck(), 3),
+		fmtF(c.Rate.RoundTripsPerCheck(), 3)), yesNo(c.RLS.Load.Checks > 0 && rt <= 1)}
+}
+
+// writeRLS is the gRPC rate limit service against the per-request limiter.
+func (r *report) writeRLS(w io.Writer) {
+	fmt.Fprintln(w, "## 6. gRPC RateLimitService against redis_rate")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Envoy's native rate limit filter asks `ShouldRateLimit` of the service's gRPC listener")
+	fmt.Fprintln(w, "(`--rls-listen`) once per request. Here the real `tollgate-ratelimit` binary runs as its own")
+	fmt.Fprintln(w, "process on the report's Redis, and 8 goroutines of this process call it closed loop over one")
+	fmt.Fprintln(w, "gRPC connection (google.golang.org/grpc, as one Envoy worker holds one), each request one")
+	fmt.Fprintf(w, "descriptor `%s=<caller key>` drawn uniformly from 1 or 10,000 keys, selecting one GCRA rule\n", perf.RLSDescriptorKey)
+	fmt.Fprintf(w, "of %s/s (never reached: every answer OK). The baseline, run right after on the same Redis with\n", fmtInt(perf.RLSLimit))
+	fmt.Fprintln(w, "the same goroutines and keys, is go-redis/redis_rate's `Allow` in this process (one EVALSHA")
+	fmt.Fprintln(w, "per check). Service CPU is the child process's utime + stime (`/proc/<pid>/stat`), client CPU")
+	fmt.Fprintln(w, "this process's (`getrusage`: the gRPC client, or redis_rate itself), Redis CPU from INFO;")
+	fmt.Fprintln(w, "checks/s per core is checks per CPU second of all three. Round trips are the service's")
+	fmt.Fprintln(w, "pipelines (`tollgate_redis_seconds_count{op=\"sync\"}`) and redis_rate's script calls.")
+	fmt.Fprintln(w, "Each check is one script call; checks that arrive while a pipeline to their Redis node is in")
+	fmt.Fprintln(w, "flight go out together in the next one (`ratelimit/store/coalesce.go`), so under load a check")
+	fmt.Fprintln(w, "costs a share of a round trip. `go run ./bench/cmd/tollgate-bench -rls-only` runs this section")
+	fmt.Fprintln(w, "alone (`-rls-bin` measures another build).")
+	fmt.Fprintln(w)
+	var rows [][]string
+	for _, c := range r.rls {
+		for _, x := range []struct {
+			name string
+			res  perf.RLSResult
+			svc  bool
+		}{{"**gRPC ShouldRateLimit**", c.RLS, true}, {"per-request redis_rate", c.Rate, false}} {
+			svc := "–"
+			if x.svc {
+				svc = fmtF(x.res.ServiceCPUPerCheck(), 1)
+			}
+			perTrip := "–"
+			if x.res.RoundTrips > 0 {
+				perTrip = fmtF(float64(x.res.Load.Checks)/float64(x.res.RoundTrips), 2)
+			}
+			rows = append(rows, []string{x.name, fmtInt(float64(c.Keys)), fmtInt(x.res.Load.ChecksPerSec), fmtInt(x.res.ChecksPerCore()),
+				svc, fmtF(x.res.ClientCPUPerCheck(), 1), fmtF(x.res.RedisCPUPerCheck(), 1),
+				fmtDur(x.res.Load.P50), fmtDur(x.res.Load.P99), fmtF(x.res.RoundTripsPerCheck(), 3), perTrip, fmtInt(float64(x.res.Load.Errors))})
+		}
+	}
+	table(w, []string{"path", "keys", "checks/s", "checks/s per core", "service CPU µs/check", "client CPU µs/check", "Redis CPU µs/check",
+		"p50", "p99", "Redis round trips/check", "checks per round trip", "errors"}, rows)
+	if c, ok := r.rlsAt(10_000); ok {
+		fmt.Fprintf(w, "At 10,000 keys the service answers %.0f %% of redis_rate's checks/s at %s its Redis CPU per check;\n",
+			100*ratio(c.RLS.Load.ChecksPerSec, c.Rate.Load.ChecksPerSec), fmtRatio(ratio(c.RLS.RedisCPUPerCheck(), c.Rate.RedisCPUPerCheck())))
+		fmt.Fprintln(w, "the service adds the gRPC hop and its own CPU (rule matching, the reply's headers), which the")
+		fmt.Fprintln(w, "library, running inside the caller, does not pay, and its script does per check what the")
+		fmt.Fprintln(w, "Wasm filter's buckets need (lease accounting beside the algorithm, the caller's penalty")
+		fmt.Fprintln(w, "record) where redis_rate's does GCRA alone. Both are per-request paths: the Wasm filter")
+		fmt.Fprintln(w, "(section 2) answers from its leases without any of this.")
+		fmt.Fprintln(w)
+	}
 }
