@@ -159,7 +159,7 @@ func measure(r *report, o options, logger *log.Logger) error {
 		return err
 	}
 	defer svc.Close()
-	st := &perf.Stack{Filter: mods[perf.FilterPkg], Empty: mods[perf.EmptyPkg], Redis: rdb, Service: svc}
+	st := &perf.Stack{Filter: mods[perf.FilterPkg], Empty: mods[perf.EmptyPkg], Floor: mods[perf.FloorPkg], Redis: rdb, Service: svc}
 	// Redis's own background work (serverCron, the service's rules polling) as a baseline.
 	idle0, _ := perf.ReadInfo(ctx, rdb)
 	time.Sleep(2 * time.Second)
@@ -215,6 +215,7 @@ func measure(r *report, o options, logger *log.Logger) error {
 		{"paced tollgate", func() (perf.LoadResult, error) { return st.RunTollgate(paced, "gcra", loadLimit, true) }},
 		{"paced redis_rate", func() (perf.LoadResult, error) { return st.RunRedisRate(paced, loadLimit) }},
 		{"http pass-through", func() (perf.LoadResult, error) { return st.RunHTTP(httpOpts, perf.HTTPPassThrough, loadLimit) }},
+		{"http floor", func() (perf.LoadResult, error) { return st.RunHTTP(httpOpts, perf.HTTPFloor, loadLimit) }},
 		{"http tollgate", func() (perf.LoadResult, error) { return st.RunHTTP(httpOpts, perf.HTTPTollgate, loadLimit) }},
 		{"http redis_rate", func() (perf.LoadResult, error) { return st.RunHTTP(httpOpts, perf.HTTPRedisRate, loadLimit) }},
 	} {
