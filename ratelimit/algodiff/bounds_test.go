@@ -130,6 +130,10 @@ func TestLuaMulDivRemExact(t *testing.T) {
 		{algo.MaxCount, algo.MaxWindowUs - 1, algo.MaxWindowUs},
 		{algo.MaxBurst, algo.MaxWindowUs, algo.MaxLimit},
 		{0, 5, 7}, {5, 0, 7}, {1, 1, maxC},
+		// around 2^52, where the script leaves the one-division path for the digit loop
+		{1 << 26, 1 << 26, 3}, {1 << 26, 1<<26 - 1, 3}, {1<<52 - 1, 1, 1<<41 + 7},
+		{1<<51 + 1, 1, 3}, {94906265, 47453132, 999999937}, {1<<52 - 1, 1, 1},
+		{67108863, 67108865, maxC}, {4503599627370495, 1, 4503599},
 	}
 	cases := 0
 	for batch := range 40 {

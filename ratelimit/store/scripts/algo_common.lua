@@ -21,9 +21,20 @@ local algo__EXACT = 9007199254740992      -- 2^53
 -- the top: each partial dividend hr*2^10 + r*d (hr, r < c, d < 2^10) stays below
 -- c*2^11 < 2^53, so every step is exact. Base 2^10 is the largest that keeps divisors up
 -- to MaxWindowUs (31 days < 2^42 µs) exact.
+--
+-- Most calls need no long division: a product ab below 2^52 is exact in a double, and
+-- so is floor(ab/c): ab/c = q + r/c lies at least 1/c below q + 1, while the double
+-- division errs by at most ab/c * 2^-53 < 1/(2c), so it rounds to [q, q + 1). That path
+-- costs a tenth of the digit loop, which every algorithm call used to run a few times.
 local algo__DIGIT = 1024
+local algo__FAST = 4503599627370496 -- 2^52
 local function algo__muldivrem(a, b, c)
   if a <= 0 or b <= 0 or c <= 0 then return 0, 0 end
+  local ab = a * b
+  if ab < algo__FAST then
+    local q = math.floor(ab / c)
+    return q, ab - q * c
+  end
   local q = math.floor(a / c)
   local r = a - q * c
   local hq, hr, rest, place = 0, 0, b, 1125899906842624 -- 2^50: b < 2^53 has 6 digits

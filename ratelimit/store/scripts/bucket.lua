@@ -4,8 +4,11 @@
 -- including fragment defines first, differs.
 local algo__BUCKET = true
 
--- algo__norm clamps p exactly as Go's Params.norm: limit, window, capacity.
+-- algo__norm clamps p exactly as Go's Params.norm: limit, window, capacity. One delta
+-- calls it a dozen times with the same p, so the result is kept in p (the callers build
+-- p once per delta and never change it).
 local function algo__norm(p)
+  if p.norm_l then return p.norm_l, p.norm_w, p.norm_c end
   local l = algo__clamp(math.floor(tonumber(p.limit) or 0), 1, algo__MAX_LIMIT)
   local w = algo__clamp(math.floor(tonumber(p.window_us) or 0), algo__MIN_WINDOW, algo__MAX_WINDOW)
   if w < l then w = l end
@@ -16,12 +19,13 @@ local function algo__norm(p)
     local m = algo__muldivrem(algo__MAX_REFILL, l, w)
     if c > m then c = m end
   end
+  p.norm_l, p.norm_w, p.norm_c = l, w, c
   return l, w, c
 end
 
 -- algo__load decodes st and brings it to now (Go tatLoad): tat, frac with the time
 -- tat + frac/l µs. A malformed state is fresh.
-local function algo__load(l, st, now)
+local function algo__load_raw(l, st, now)
   local tat, frac = now, 0
   if #st == 13 and string.byte(st, 1) == algo__TAG then
     local _, t, f = struct.unpack('<Bi8I4', st)
@@ -35,6 +39,18 @@ local function algo__load(l, st, now)
   return tat, frac
 end
 
+local algo__ld_st, algo__ld_l, algo__ld_now, algo__ld_tat, algo__ld_frac
+local function algo__load(l, st, now)
+  -- one delta loads the same state several times: the last answer is kept (strings
+  -- are interned, so the comparison is by reference)
+  if st == algo__ld_st and l == algo__ld_l and now == algo__ld_now then
+    return algo__ld_tat, algo__ld_frac
+  end
+  algo__ld_st, algo__ld_l, algo__ld_now = st, l, now
+  algo__ld_tat, algo__ld_frac = algo__load_raw(l, st, now)
+  return algo__ld_tat, algo__ld_frac
+end
+
 local function algo__encode(tat, frac)
   return struct.pack('<Bi8I4', algo__TAG, tat, frac)
 end
@@ -45,8 +61,14 @@ local function algo__used(l, w, tat, frac, now)
   return q + math.floor((r + frac + w - 1) / w)
 end
 
+-- the most permits the state can be ahead by; a pure function of (l, w) needing the
+-- long division, kept for the last pair (one delta asks for it several times)
+local algo__mn_l, algo__mn_w, algo__mn = 0, 0, 0
 local function algo__max_n(l, w)
-  return algo__muldivrem(algo__MAX_AHEAD, l, w) + 1
+  if l ~= algo__mn_l or w ~= algo__mn_w then
+    algo__mn_l, algo__mn_w, algo__mn = l, w, algo__muldivrem(algo__MAX_AHEAD, l, w) + 1
+  end
+  return algo__mn
 end
 
 local function algo__add(l, w, tat, frac, now, k)
