@@ -60,7 +60,8 @@ const (
 // RuleStats names the per-rule stats (all counters), indexed by the stat* constants.
 var RuleStats = [nRuleStats]string{"allowed", "limited", "shadow_limited", "degraded", "strict_checks", "strict_check_failures"}
 
-func ruleStatName(id, stat string) string {
+// RuleStatName is the stat name of one of rule id's stats (stat from RuleStats).
+func RuleStatName(id, stat string) string {
 	return RuleTagPrefix + id + RuleTagEnd + "tollgate.rule." + stat
 }
 
@@ -127,8 +128,8 @@ func (m *metrics) forRules(cfg *rule.Config) []*ruleStats {
 			rs = &ruleStats{}
 			for k, stat := range RuleStats {
 				var err error
-				if rs[k], err = m.host.DefineMetric(Counter, ruleStatName(id, stat)); err != nil {
-					m.host.Log(LogWarn, "tollgate: define metric "+strconv.Quote(ruleStatName(id, stat))+": "+err.Error())
+				if rs[k], err = m.host.DefineMetric(Counter, RuleStatName(id, stat)); err != nil {
+					m.host.Log(LogWarn, "tollgate: define metric "+strconv.Quote(RuleStatName(id, stat))+": "+err.Error())
 				}
 			}
 			m.rules[id] = rs
