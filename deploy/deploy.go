@@ -25,6 +25,7 @@ import (
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	filelogv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/file/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	wasmfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -51,8 +52,12 @@ const RootID = "tollgate"
 
 // strict is how both proxies read their configuration: an unknown field is an error.
 // A typed_config's "@type" resolves through the global registry, which holds only the
-// linked packages: the imports above (HCM, router, Wasm) are what envoy.yaml uses.
+// linked packages: the imports above (HCM, router, Wasm, the file access log) are what
+// envoy.yaml uses.
 var strict = protojson.UnmarshalOptions{DiscardUnknown: false}
+
+// The file access logger's types resolve only when its package is linked.
+var _ = filelogv3.FileAccessLog{}
 
 // Envoy is what CheckEnvoy found in a bootstrap.
 type Envoy struct {

@@ -5,13 +5,18 @@ import (
 	"encoding/json"
 	"os"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	filelogv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/file/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
 	extensionsv1alpha1 "istio.io/api/extensions/v1alpha1"
 
+	"github.com/tollgate-rl/tollgate/e2e/host"
+	"github.com/tollgate-rl/tollgate/filter/plugin"
 	"github.com/tollgate-rl/tollgate/shared/algo"
 	"github.com/tollgate-rl/tollgate/shared/rule"
 )
@@ -80,6 +85,53 @@ func TestEnvoyYAML(t *testing.T) {
 		}
 	}
 	checkExampleRules(t, e.Rules)
+}
+
+// TestEnvoyTelemetry: envoy.yaml's stats tag is the filter's (its per-rule stats become
+// one series per rule with a rule label) and its access log prints the filter's decision
+// in the format the project's gateway writes by default.
+func TestEnvoyTelemetry(t *testing.T) {
+	e, err := CheckEnvoy(readFile(t, envoyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var regex string
+	for _, tag := range e.Bootstrap.GetStatsConfig().GetStatsTags() {
+		if tag.GetTagName() == "rule" {
+			regex = tag.GetRegex()
+		}
+	}
+	if regex != plugin.RuleStatsTagRegex {
+		t.Fatalf("stats tag rule has regex %q, want the filter's %q", regex, plugin.RuleStatsTagRegex)
+	}
+	re := regexp.MustCompile(regex)
+	if m := re.FindStringSubmatch("wasmcustom.rule=.=v2-burst;.;tollgate.rule.limited"); m == nil || m[2] != "v2-burst" {
+		t.Fatalf("the rule tag does not extract the rule from a per-rule stat: %q", m)
+	}
+	var formats []string
+	for _, l := range e.Bootstrap.GetStaticResources().GetListeners() {
+		for _, fc := range l.GetFilterChains() {
+			for _, f := range fc.GetFilters() {
+				hcm := &hcmv3.HttpConnectionManager{}
+				if f.GetTypedConfig().UnmarshalTo(hcm) != nil {
+					continue
+				}
+				for _, al := range hcm.GetAccessLog() {
+					fl := &filelogv3.FileAccessLog{}
+					if err := al.GetTypedConfig().UnmarshalTo(fl); err != nil {
+						t.Fatal(err)
+					}
+					formats = append(formats, fl.GetLogFormat().GetTextFormatSource().GetInlineString())
+				}
+			}
+		}
+	}
+	if len(formats) != 1 || formats[0] != host.DefaultAccessLogFormat {
+		t.Fatalf("access log formats %q, want one: the gateway's %q", formats, host.DefaultAccessLogFormat)
+	}
+	if !strings.Contains(formats[0], "%FILTER_STATE(wasm."+plugin.DecisionProperty+":PLAIN)%") {
+		t.Fatalf("the access log does not print the filter's decision")
+	}
 }
 
 func TestPluginYAML(t *testing.T) {

@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/prometheus/model/rulefmt"
 	promql "github.com/prometheus/prometheus/promql/parser"
 
+	"github.com/tollgate-rl/tollgate/filter/plugin"
 	"github.com/tollgate-rl/tollgate/internal/redistest"
 	"github.com/tollgate-rl/tollgate/ratelimit/service"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
@@ -64,6 +65,10 @@ func TestDashboardAndAlerts(t *testing.T) {
 		{"shipped", dash, alerts, nil, ""},
 		{"dashboard metric renamed", rename(t, dash, "tollgate_rule_refused_requests_total", "tollgate_rule_refusals_total"), alerts,
 			[]string{"tollgate_rule_refusals_total"}, ""},
+		{"dashboard per-rule series renamed", rename(t, dash, "tollgate_rule_limited[", "tollgate_rule_rejected["), alerts,
+			[]string{"tollgate_rule_rejected"}, ""},
+		{"alert histogram renamed", dash, rename(t, alerts, "tollgate_sync_rtt_ms_bucket", "tollgate_sync_rtt_bucket"),
+			[]string{"tollgate_sync_rtt_bucket"}, ""},
 		{"alert metric renamed", dash, rename(t, alerts, "tollgate_answers_degraded", "tollgate_degraded_answers"),
 			[]string{"tollgate_degraded_answers"}, ""},
 		{"alert not PromQL", dash, rename(t, alerts, "sum(rate(tollgate_bucket_evictions[5m])) > 0", "sum(rate(tollgate_bucket_evictions[5m]) > 0"),
@@ -175,9 +180,9 @@ func exportedMetrics(t *testing.T) map[string]bool {
 // filterMetricNames reads the filter's metric definitions (every def(kind, "name") in
 // filter/plugin/metrics.go) as Envoy's Prometheus endpoint names them: the stat name
 // with every character outside [a-zA-Z0-9_:] turned into '_' (tollgate.requests_allowed
-// → tollgate_requests_allowed). The per-rule "tollgate.rule.<id>.rejected" stats have
-// one name per rule and are not used by the dashboard; the service's per-rule series
-// (tollgate_rule_*{rule}) are.
+// → tollgate_requests_allowed); a histogram adds its _bucket, _sum and _count series.
+// The per-rule stats (plugin.RuleStats) are named as envoy.yaml's stats tag leaves them:
+// the rule cut out into a label (tollgate_rule_limited{rule="api"}).
 func filterMetricNames(t *testing.T) []string {
 	t.Helper()
 	f, err := parser.ParseFile(token.NewFileSet(), filterMetrics, nil, 0)
@@ -201,9 +206,22 @@ func filterMetricNames(t *testing.T) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, envoyPrometheusName(filterPrefix+name))
+		prom := envoyPrometheusName(filterPrefix + name)
+		out = append(out, prom)
+		if kind, ok := call.Args[0].(*ast.Ident); ok && kind.Name == "Histogram" {
+			out = append(out, prom+"_bucket", prom+"_sum", prom+"_count")
+		}
 		return true
 	})
+	tag := regexp.MustCompile(plugin.RuleStatsTagRegex)
+	for _, stat := range plugin.RuleStats {
+		name := plugin.RuleStatName("api", stat)
+		m := tag.FindStringSubmatchIndex(name)
+		if m == nil || name[m[4]:m[5]] != "api" {
+			t.Fatalf("the rule tag does not extract the rule from %q", name)
+		}
+		out = append(out, envoyPrometheusName(name[:m[2]]+name[m[3]:]))
+	}
 	if len(out) < 10 {
 		t.Fatalf("found %d metric definitions in %s: has the filter changed how it defines them?", len(out), filterMetrics)
 	}

@@ -31,6 +31,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
@@ -59,6 +60,15 @@ type Config struct {
 
 	// Properties adds or overrides properties by dotted path ("node.metadata.region").
 	Properties map[string]string
+
+	// StatsTags are applied to the plugin's stat names when exported to Prometheus, as
+	// Envoy's stats_config.stats_tags are (nil: DefaultStatsTags; empty: none).
+	StatsTags []StatsTag
+
+	// OnStreamDone, if set, is called once a stream ends with what an access log needs:
+	// the request, the status the client got, and the filter state the plugin set.
+	// It is called with the VM locked and must not call back into the Host.
+	OnStreamDone func(AccessEntry)
 
 	// Clusters maps a cluster name (the proxy_http_call upstream) to its endpoints
 	// ("127.0.0.1:8080"), used round robin.
@@ -132,6 +142,7 @@ type Host struct {
 	vms      []*vm
 	shared   *SharedData
 	metrics  *metricRegistry
+	registry *prometheus.Registry // exports metrics and the host's own counters
 	logs     *logRing
 	clusters map[string]*cluster
 	client   *http.Client
@@ -233,6 +244,18 @@ func New(cfg Config) (*Host, error) {
 	if h.shared == nil {
 		h.shared = NewSharedData()
 	}
+	tagSpec := cfg.StatsTags
+	if tagSpec == nil {
+		tagSpec = DefaultStatsTags
+	}
+	tags, err := compileTags(tagSpec)
+	if err != nil {
+		return nil, fmt.Errorf("host: %w", err)
+	}
+	h.registry = prometheus.NewRegistry()
+	h.registry.MustRegister(&collector{tags: tags, stats: func() []Metric {
+		return append(h.metrics.snapshot(), h.hostMetrics()...)
+	}})
 	for name, eps := range cfg.Clusters {
 		if len(eps) == 0 {
 			return nil, fmt.Errorf("host: cluster %q has no endpoints", name)
@@ -821,14 +844,20 @@ func (h *Host) Stats() Stats {
 	}
 }
 
-// WritePrometheus writes the plugin's metrics (names sanitised with PrometheusName)
-// and the host's own counters (wasmhost_*) in the Prometheus text format.
-func (h *Host) WritePrometheus(w io.Writer) error {
-	if err := writePrometheus(w, h.metrics.snapshot()); err != nil {
-		return err
-	}
+// WritePrometheus writes the plugin's metrics and the host's own counters (wasmhost_*)
+// in the Prometheus text format, as Envoy's /stats/prometheus does (see Gatherer).
+func (h *Host) WritePrometheus(w io.Writer) error { return writePrometheus(w, h.registry) }
+
+// Gatherer serves the plugin's metrics as Envoy's /stats/prometheus would: names with
+// the stats tags cut out and sanitised (PrometheusName), the tags as labels, counters,
+// gauges and histograms (on Envoy's default buckets) as such; and the host's own
+// counters, wasmhost_*.
+func (h *Host) Gatherer() prometheus.Gatherer { return h.registry }
+
+// hostMetrics are the host's own counters as metrics.
+func (h *Host) hostMetrics() []Metric {
 	s := h.Stats()
-	host := []Metric{
+	return []Metric{
 		{Type: MetricCounter, Name: "wasmhost_requests_total", Value: s.Requests},
 		{Type: MetricCounter, Name: "wasmhost_local_replies_total", Value: s.LocalReplies},
 		{Type: MetricCounter, Name: "wasmhost_paused_total", Value: s.Paused},
@@ -843,7 +872,6 @@ func (h *Host) WritePrometheus(w io.Writer) error {
 		{Type: MetricGauge, Name: "wasmhost_shared_data_keys", Value: int64(s.SharedDataKeys)},
 		{Type: MetricGauge, Name: "wasmhost_shared_data_bytes", Value: int64(s.SharedDataBytes)},
 	}
-	return writePrometheus(w, host)
 }
 
 // Logs returns the most recent plugin log lines, oldest first.

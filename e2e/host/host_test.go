@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -545,13 +546,68 @@ func TestMetrics(t *testing.T) {
 	for _, line := range []string{
 		"# TYPE probe_requests counter\nprobe_requests 2\n",
 		"# TYPE probe_gauge gauge\nprobe_gauge 40\n",
+		"# TYPE probe_latency histogram\n",
+		"probe_latency_bucket{le=\"5\"} 0\n",
+		"probe_latency_bucket{le=\"10\"} 2\n",
 		"probe_latency_count 2\n",
 		"probe_latency_sum 14\n",
+		// Per-rule stats: one series per rule of one metric, the tag cut from the name.
+		"# TYPE probe_rule_hits counter\nprobe_rule_hits{rule=\"api\"} 6\nprobe_rule_hits{rule=\"web\"} 2\n",
 		"wasmhost_requests_total 2\n",
 	} {
 		if !strings.Contains(buf.String(), line) {
 			t.Errorf("Prometheus output lacks %q:\n%s", line, buf.String())
 		}
+	}
+}
+
+// TestStatsTags: stats tags follow Envoy's convention (the first group is cut from the
+// name, the second is the value), applied in order; a regex without two groups is refused.
+func TestStatsTags(t *testing.T) {
+	tags, err := compileTags([]StatsTag{DefaultStatsTags[0], {Name: "shard", Regex: `^tollgate\.shard\.((\d+)\.)`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		stat, name string
+		tags       map[string]string
+	}{
+		{"rule=.=api;.;tollgate.rule.allowed", "tollgate.rule.allowed", map[string]string{"rule": "api"}},
+		{"wasmcustom.rule=.=a.b-c;.;tollgate.rule.limited", "wasmcustom.tollgate.rule.limited", map[string]string{"rule": "a.b-c"}},
+		{"tollgate.shard.3.errors", "tollgate.shard.errors", map[string]string{"shard": "3"}},
+		{"tollgate.requests_allowed", "tollgate.requests_allowed", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.stat, func(t *testing.T) {
+			name, got := extractTags(tags, tt.stat)
+			if name != tt.name || !maps.Equal(got, tt.tags) {
+				t.Fatalf("extractTags(%q) = %q %v, want %q %v", tt.stat, name, got, tt.name, tt.tags)
+			}
+		})
+	}
+	if _, err := compileTags([]StatsTag{{Name: "x", Regex: `(one)`}}); err == nil {
+		t.Fatal("a regex with one group was accepted")
+	}
+}
+
+// TestAccessEntry: a finished stream hands its status and the properties the plugin set
+// (as Envoy's filter state, "wasm." + path) to OnStreamDone.
+func TestAccessEntry(t *testing.T) {
+	var mu sync.Mutex
+	var got []AccessEntry
+	h := newHost(t, Config{Workers: 1, OnStreamDone: func(e AccessEntry) {
+		mu.Lock()
+		got = append(got, e)
+		mu.Unlock()
+	}})
+	r := h.Handle(get("/setprop?path=tollgate&value=decision:limited"))
+	if r.Get("x-status") != "0" {
+		t.Fatalf("proxy_set_property: status %q", r.Get("x-status"))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || got[0].Status != 200 || got[0].FilterState["wasm.tollgate"] != "decision:limited" {
+		t.Fatalf("access entries %+v", got)
 	}
 }
 

@@ -3,9 +3,13 @@ package host
 import (
 	"fmt"
 	"io"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
 )
 
 // metric is one stat shared by every VM that defines the same (type, name), as Envoy's
@@ -18,7 +22,15 @@ type metric struct {
 	value int64 // counter, gauge, or the last recorded histogram value
 	count uint64
 	sum   uint64
+	// buckets counts a histogram's values per bound of HistogramBuckets (not
+	// cumulative; the last counts values above every bound).
+	buckets []uint64
 }
+
+// HistogramBuckets are Envoy's default histogram bucket bounds
+// (stats_config.histogram_bucket_settings unset): a plugin records raw values and the
+// proxy sorts them into these.
+var HistogramBuckets = []float64{0.5, 1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000, 600000, 1800000, 3600000}
 
 // metricRegistry holds the stats of one Host.
 type metricRegistry struct {
@@ -110,6 +122,11 @@ func (v *vmMetrics) record(id uint32, value uint64) Status {
 		m.value = int64(value)
 		m.count++
 		m.sum += value
+		if m.buckets == nil {
+			m.buckets = make([]uint64, len(HistogramBuckets)+1)
+		}
+		i := sort.SearchFloat64s(HistogramBuckets, float64(value)) // first bound >= value
+		m.buckets[i]++
 	}
 	return StatusOK
 }
@@ -136,6 +153,8 @@ type Metric struct {
 	Value int64  // counter or gauge value; for a histogram the last recorded value
 	Count uint64 // histogram: number of recorded values
 	Sum   uint64 // histogram: sum of recorded values
+	// Buckets: a histogram's cumulative counts per bound of HistogramBuckets.
+	Buckets []uint64
 }
 
 func (r *metricRegistry) snapshot() []Metric {
@@ -148,8 +167,19 @@ func (r *metricRegistry) snapshot() []Metric {
 	out := make([]Metric, 0, len(all))
 	for _, m := range all {
 		m.mu.Lock()
-		out = append(out, Metric{Type: int(m.typ), Name: m.name, Value: m.value, Count: m.count, Sum: m.sum})
+		x := Metric{Type: int(m.typ), Name: m.name, Value: m.value, Count: m.count, Sum: m.sum}
+		if m.typ == MetricHistogram {
+			x.Buckets = make([]uint64, len(HistogramBuckets))
+			var cum uint64
+			for i := range HistogramBuckets {
+				if m.buckets != nil {
+					cum += m.buckets[i]
+				}
+				x.Buckets[i] = cum
+			}
+		}
 		m.mu.Unlock()
+		out = append(out, x)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Name != out[j].Name {
@@ -183,24 +213,144 @@ func PrometheusName(name string) string {
 	return b.String()
 }
 
-// writePrometheus writes metrics in the Prometheus text exposition format. Histograms
-// are exported as three gauges (last value, _count, _sum): the ABI gives the host raw
-// samples but no bucket layout, and the tests only need totals.
-func writePrometheus(w io.Writer, metrics []Metric) error {
-	for _, m := range metrics {
-		name := PrometheusName(m.Name)
-		var err error
-		switch m.Type {
-		case MetricCounter:
-			_, err = fmt.Fprintf(w, "# TYPE %s counter\n%s %d\n", name, name, m.Value)
-		case MetricGauge:
-			_, err = fmt.Fprintf(w, "# TYPE %s gauge\n%s %d\n", name, name, m.Value)
-		default:
-			_, err = fmt.Fprintf(w, "# TYPE %s gauge\n%s %d\n# TYPE %s_count gauge\n%s_count %d\n# TYPE %s_sum gauge\n%s_sum %d\n",
-				name, name, m.Value, name, name, m.Count, name, name, m.Sum)
-		}
+// StatsTag is one of Envoy's stats_config.stats_tags: where Regex matches a stat's
+// name, its second capture group becomes the value of the tag Name and its first is
+// cut from the name. Istio's extraStatTags generate such tags.
+type StatsTag struct {
+	Name  string
+	Regex string
+}
+
+// DefaultStatsTags are the tags the gateway applies, as envoy.yaml configures Envoy
+// for Tollgate (and Istio's extraStatTags ["rule"] does): the rule of a per-rule stat.
+var DefaultStatsTags = []StatsTag{{Name: "rule", Regex: `(rule=\.=(.+?);\.;)`}}
+
+type tagExtractor struct {
+	name string
+	re   *regexp.Regexp
+}
+
+func compileTags(tags []StatsTag) ([]tagExtractor, error) {
+	out := make([]tagExtractor, 0, len(tags))
+	for _, t := range tags {
+		re, err := regexp.Compile(t.Regex)
 		if err != nil {
-			return fmt.Errorf("write metric %q: %w", m.Name, err)
+			return nil, fmt.Errorf("stats tag %q: %w", t.Name, err)
+		}
+		if re.NumSubexp() < 2 {
+			return nil, fmt.Errorf("stats tag %q: regex %q needs two capture groups (what to cut, the value)", t.Name, t.Regex)
+		}
+		out = append(out, tagExtractor{name: t.Name, re: re})
+	}
+	return out, nil
+}
+
+// extractTags applies tags to a stat name as Envoy's tag extractors do, in order, each
+// on what the previous left: the tag-extracted name and the tags found.
+func extractTags(tags []tagExtractor, name string) (string, map[string]string) {
+	var found map[string]string
+	for _, t := range tags {
+		m := t.re.FindStringSubmatchIndex(name)
+		if m == nil || m[2] < 0 || m[4] < 0 {
+			continue
+		}
+		if found == nil {
+			found = map[string]string{}
+		}
+		found[t.name] = name[m[4]:m[5]]
+		name = name[:m[2]] + name[m[3]:]
+	}
+	return name, found
+}
+
+// collector exports a Host's stats the way Envoy's /stats/prometheus does: each stat's
+// tag-extracted name sanitised (tollgate.requests_allowed → tollgate_requests_allowed,
+// counters without a _total suffix), its tags as labels, counters as counters, gauges
+// as gauges and histograms as histograms on Envoy's default buckets.
+type collector struct {
+	tags []tagExtractor
+	// stats returns the metrics to export (the plugin's and the host's own).
+	stats func() []Metric
+}
+
+func (c *collector) Describe(chan<- *prometheus.Desc) {} // unchecked: the stats appear as plugins define them
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	type series struct {
+		m      Metric
+		labels map[string]string
+	}
+	fams := map[string][]series{}
+	var order []string
+	for _, m := range c.stats() {
+		name, labels := extractTags(c.tags, m.Name)
+		pn := PrometheusName(name)
+		if _, ok := fams[pn]; !ok {
+			order = append(order, pn)
+		}
+		fams[pn] = append(fams[pn], series{m, labels})
+	}
+	for _, pn := range order {
+		ss := fams[pn]
+		// Every series of a family carries the same label names (Prometheus requires it):
+		// a tag a stat lacks is the empty label.
+		var names []string
+		for _, s := range ss {
+			for k := range s.labels {
+				if !contains(names, k) {
+					names = append(names, k)
+				}
+			}
+		}
+		sort.Strings(names)
+		desc := prometheus.NewDesc(pn, "Envoy stat "+ss[0].m.Name, names, nil)
+		for _, s := range ss {
+			vals := make([]string, len(names))
+			for i, k := range names {
+				vals[i] = s.labels[k]
+			}
+			var pm prometheus.Metric
+			var err error
+			switch s.m.Type {
+			case MetricCounter:
+				pm, err = prometheus.NewConstMetric(desc, prometheus.CounterValue, float64(s.m.Value), vals...)
+			case MetricGauge:
+				pm, err = prometheus.NewConstMetric(desc, prometheus.GaugeValue, float64(s.m.Value), vals...)
+			default:
+				b := make(map[float64]uint64, len(HistogramBuckets))
+				for i, bound := range HistogramBuckets {
+					b[bound] = s.m.Buckets[i]
+				}
+				pm, err = prometheus.NewConstHistogram(desc, s.m.Count, float64(s.m.Sum), b, vals...)
+			}
+			if err != nil {
+				ch <- prometheus.NewInvalidMetric(desc, err)
+				continue
+			}
+			ch <- pm
+		}
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// writePrometheus writes what reg gathers in the Prometheus text format.
+func writePrometheus(w io.Writer, reg prometheus.Gatherer) error {
+	fams, err := reg.Gather()
+	if err != nil {
+		return fmt.Errorf("gather metrics: %w", err)
+	}
+	enc := expfmt.NewEncoder(w, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, f := range fams {
+		if err := enc.Encode(f); err != nil {
+			return fmt.Errorf("write metric %q: %w", f.GetName(), err)
 		}
 	}
 	return nil

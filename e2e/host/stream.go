@@ -222,6 +222,40 @@ func (v *vm) sendLocal(c *pctx, lr *localReply) {
 	signal(c.resume)
 }
 
+// AccessEntry is what the host knows of a finished stream, for an access log.
+type AccessEntry struct {
+	Request *Request
+	Worker  int
+	// Status is the status the client got (0: reset, no answer); Details the local
+	// reply's details (Envoy's %RESPONSE_CODE_DETAILS%), "via_upstream" otherwise.
+	Status  int
+	Details string
+	// FilterState holds what the plugin set with proxy_set_property, under Envoy's
+	// filter-state keys: "wasm." + the property path.
+	FilterState map[string]string
+}
+
+// accessEntry describes a finished stream context.
+func (c *pctx) accessEntry(worker int) AccessEntry {
+	e := AccessEntry{Request: c.req, Worker: worker}
+	switch {
+	case c.local != nil:
+		e.Status, e.Details = c.local.status, c.local.details
+	case c.respMap != nil && !c.reset:
+		if s, ok := c.respMap.get(":status"); ok {
+			e.Status, _ = strconv.Atoi(s)
+		}
+		e.Details = "via_upstream"
+	}
+	if len(c.props) > 0 {
+		e.FilterState = make(map[string]string, len(c.props))
+		for path, v := range c.props {
+			e.FilterState["wasm."+strings.ReplaceAll(path, "\x00", ".")] = string(v)
+		}
+	}
+	return e
+}
+
 // newStream creates a stream context under the active root and runs
 // proxy_on_context_create. The caller holds v.mu.
 func (v *vm) newStream(req *Request) (*pctx, error) {
@@ -245,6 +279,9 @@ func (v *vm) endStream(c *pctx) {
 	c.logPhase = false
 	_, _ = v.call(c, v.fns.onDone, uint64(c.id))
 	_, _ = v.call(c, v.fns.onDelete, uint64(c.id))
+	if f := v.host.cfg.OnStreamDone; f != nil {
+		f(c.accessEntry(v.index))
+	}
 	delete(v.contexts, c.id)
 	c.parent.streams--
 	if c.parent.retired && c.parent.streams == 0 && c.parent.drained != nil {

@@ -42,6 +42,10 @@ func proxySetSharedData(keyData *byte, keySize uint32, valueData *byte, valueSiz
 	return statusUnimplemented
 }
 
+func proxySetProperty(pathData *byte, pathSize uint32, valueData *byte, valueSize uint32) uint32 {
+	return statusUnimplemented
+}
+
 func proxyGetProperty(pathData *byte, pathSize uint32, retData, retSize *uint32) uint32 {
 	return statusUnimplemented
 }

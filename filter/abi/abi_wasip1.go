@@ -39,6 +39,9 @@ func proxySetSharedData(keyData *byte, keySize uint32, valueData *byte, valueSiz
 //go:wasmimport env proxy_get_property
 func proxyGetProperty(pathData *byte, pathSize uint32, retData, retSize *uint32) uint32
 
+//go:wasmimport env proxy_set_property
+func proxySetProperty(pathData *byte, pathSize uint32, valueData *byte, valueSize uint32) uint32
+
 //go:wasmimport env proxy_set_tick_period_milliseconds
 func proxySetTickPeriodMilliseconds(period uint32) uint32
 

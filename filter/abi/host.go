@@ -191,6 +191,15 @@ func (h Host) GetProperty(path ...string) ([]byte, error) {
 	return buf, nil
 }
 
+// SetProperty sets a property of the current stream. Envoy keeps it in the stream's
+// filter state under "wasm." + path (so an access log prints it with
+// %FILTER_STATE(wasm.<path>:PLAIN)%); path is one segment here, the only form the
+// filter needs, so it is passed as is, without an encoding buffer. The host copies value.
+func (h Host) SetProperty(path string, value []byte) error {
+	st := proxySetProperty(strData(path), uint32(len(path)), bytesData(value), uint32(len(value)))
+	return statusErr(st, "proxy_set_property", path)
+}
+
 // PluginConfig reads the plugin configuration; valid only during OnPluginStart (the
 // binding already passes it there, this is for code that wants to re-read it).
 func (h Host) PluginConfig() ([]byte, error) {

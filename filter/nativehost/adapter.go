@@ -96,6 +96,20 @@ func (a adapter) Property(path ...string) ([]byte, error) {
 	return nil, errNotFound
 }
 
+// SetProperty keeps the value in the stream's filter state; a root context has none
+// (Envoy answers NotFound there too).
+func (a adapter) SetProperty(path string, value []byte) error {
+	s := a.w.cur
+	if s == nil {
+		return errNotFound
+	}
+	if s.FilterState == nil {
+		s.FilterState = map[string]string{}
+	}
+	s.FilterState[path] = string(value)
+	return nil
+}
+
 func (a adapter) SetTickPeriod(ms uint32) error {
 	a.w.tickMs = ms
 	return nil

@@ -83,7 +83,10 @@ type Stream struct {
 	Local *LocalReply
 	// Response holds the headers the filter added to the upstream's response.
 	Response [][2]string
-	s        *plugin.Stream
+	// FilterState holds what the filter set with proxy_set_property, by path (Envoy's
+	// filter state "wasm.<path>").
+	FilterState map[string]string
+	s           *plugin.Stream
 }
 
 // Admitted reports whether the request went to the upstream.

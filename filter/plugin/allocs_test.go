@@ -2,6 +2,7 @@ package plugin_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/tollgate-rl/tollgate/filter/plugin"
@@ -19,6 +20,7 @@ type quietHost struct {
 	status  uint32 // of the last local reply
 	metrics []int64
 	now     int64
+	state   []byte // the last property set (the decision metadata)
 }
 
 var errQuiet = errors.New("quiet host: not available")
@@ -44,6 +46,10 @@ func (h *quietHost) SharedSet(key string, value []byte, cas uint32) (bool, error
 }
 func (h *quietHost) Property(...string) ([]byte, error) { return nil, errQuiet }
 func (h *quietHost) SetTickPeriod(uint32) error         { return nil }
+func (h *quietHost) SetProperty(_ string, v []byte) error {
+	h.state = append(h.state[:0], v...)
+	return nil
+}
 func (h *quietHost) HTTPCall(string, [][2]string, []byte, uint32) (uint32, error) {
 	return 0, errQuiet
 }
@@ -98,6 +104,9 @@ func TestRequestAllocations(t *testing.T) {
 			}
 			for range 1000 {
 				request()
+			}
+			if !strings.HasPrefix(string(h.state), "rule=") {
+				t.Fatalf("decision metadata %q, want one set per request", h.state)
 			}
 			if len(h.added) != tc.headers || h.status != 0 {
 				t.Fatalf("answer (local reply %d) carries %d headers, want %d: %v", h.status, len(h.added), tc.headers, h.added)

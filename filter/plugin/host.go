@@ -24,6 +24,9 @@ type Host interface {
 	// CAS mismatch.
 	SharedSet(key string, value []byte, cas uint32) (ok bool, err error)
 	Property(path ...string) ([]byte, error)
+	// SetProperty sets a one-segment property of the current stream (Envoy: the filter
+	// state "wasm.<path>"); the host copies value.
+	SetProperty(path string, value []byte) error
 	SetTickPeriod(ms uint32) error
 	// HTTPCall dispatches a callout; the answer arrives through Root.OnHTTPCallResponse
 	// (or Stream.OnHTTPCallResponse when dispatched from a stream).

@@ -1,9 +1,14 @@
 package plugin
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/tollgate-rl/tollgate/shared/rule"
+)
 
 // metrics are the filter's Envoy stats. Names follow Envoy's dotted convention with a
 // "tollgate." prefix; Envoy's Prometheus endpoint turns them into tollgate_* series.
+// Every stat is defined at configuration time and counted by id on the hot path.
 type metrics struct {
 	host Host
 
@@ -14,16 +19,54 @@ type metrics struct {
 	urgentDropped, deltasRuleGone, deltasRefused         uint32
 	breakerState                                         uint32
 	rulesVersion, rulesRejected, leaseGranted, evictions uint32
-	penalized                                            uint32
+	penalized, slots, slotsUsed, syncRTT                 uint32
 
-	// per-rule rejection counters, defined lazily and capped to keep cardinality bounded.
-	perRule map[string]uint32
+	// rules holds each rule id's per-rule stats, defined once per id (a reconfiguration
+	// that keeps a rule keeps its ids: Envoy hands out a new id on every definition).
+	rules map[string]*ruleStats
 }
 
+// ruleStats are one rule's stat ids, indexed by the stat* constants (names in RuleStats).
+type ruleStats [nRuleStats]uint32
+
+const (
+	statAllowed       = iota // requests the rule admitted
+	statLimited              // requests the rule refused (429)
+	statShadowLimited        // requests the (shadow) rule would have refused
+	statDegraded             // decisions on the rule made without the service
+	statStrictChecks         // the strict rule's checks sent to the service
+	statStrictFailed         // those that failed (no usable answer)
+	nRuleStats
+)
+
+// maxPerRuleMetrics bounds the rules with stats of their own (6 series each), whatever
+// the rule sets a long-running gateway sees.
 const maxPerRuleMetrics = 200
 
+// Per-rule stats. Their names carry the rule in Istio's tag encoding, "rule=.=<id>;.;"
+// before "tollgate.rule.<stat>": Istio's extraStatTags ["rule"] generates exactly the
+// stats_tags regex that strips it into a "rule" tag, and envoy.yaml configures the same
+// one, so Prometheus sees one series per rule of one metric,
+// tollgate_rule_allowed{rule="api"}, not one metric name per rule. Rule ids
+// ([A-Za-z0-9_.-]) never contain the ";.;" that ends the tag.
+const (
+	RuleTagPrefix = "rule=.="
+	RuleTagEnd    = ";.;"
+	// RuleStatsTagRegex is the stats_tags regex (Envoy's convention: the first group is
+	// cut from the name, the second is the tag's value).
+	RuleStatsTagRegex = `(rule=\.=(.+?);\.;)`
+)
+
+// RuleStats names the per-rule stats (all counters), indexed by the stat* constants.
+var RuleStats = [nRuleStats]string{"allowed", "limited", "shadow_limited", "degraded", "strict_checks", "strict_check_failures"}
+
+// RuleStatName is the stat name of one of rule id's stats (stat from RuleStats).
+func RuleStatName(id, stat string) string {
+	return RuleTagPrefix + id + RuleTagEnd + "tollgate.rule." + stat
+}
+
 func newMetrics(h Host) *metrics {
-	m := &metrics{host: h, perRule: map[string]uint32{}}
+	m := &metrics{host: h, rules: map[string]*ruleStats{}}
 	def := func(kind MetricKind, name string) uint32 {
 		id, err := h.DefineMetric(kind, "tollgate."+name)
 		if err != nil {
@@ -57,6 +100,13 @@ func newMetrics(h Host) *metrics {
 	m.rulesRejected = def(Counter, "rules_rejected")
 	m.leaseGranted = def(Counter, "lease_granted")
 	m.evictions = def(Counter, "bucket_evictions")
+	// The bucket table's occupancy: slots (its size) and slots used (each worker adds
+	// the slots it creates; a slot is never deleted, only taken over).
+	m.slots = def(Gauge, "bucket_table_slots")
+	m.slotsUsed = def(Gauge, "bucket_table_slots_used")
+	// Sync round trip in milliseconds, from a batch's send to its answer (Envoy's
+	// default histogram buckets, 0.5 ms to 1 h, suit milliseconds).
+	m.syncRTT = def(Histogram, "sync_rtt_ms")
 	return m
 }
 
@@ -64,19 +114,43 @@ func (m *metrics) inc(id uint32)           { m.host.IncrementMetric(id, 1) }
 func (m *metrics) add(id uint32, n int64)  { m.host.IncrementMetric(id, n) }
 func (m *metrics) set(id uint32, v uint64) { m.host.RecordMetric(id, v) }
 
-// ruleRejected counts a rejection by rule id (bounded number of series).
-func (m *metrics) ruleRejected(rule string) {
-	id, ok := m.perRule[rule]
-	if !ok {
-		if len(m.perRule) >= maxPerRuleMetrics {
-			return
+// forRules returns the per-rule stats of cfg's rules, parallel to cfg.Rules, defining
+// those of rules not seen before; nil entries beyond maxPerRuleMetrics rule ids.
+func (m *metrics) forRules(cfg *rule.Config) []*ruleStats {
+	out := make([]*ruleStats, len(cfg.Rules))
+	for i := range cfg.Rules {
+		id := cfg.Rules[i].ID
+		rs, ok := m.rules[id]
+		if !ok {
+			if len(m.rules) >= maxPerRuleMetrics {
+				continue
+			}
+			rs = &ruleStats{}
+			for k, stat := range RuleStats {
+				var err error
+				if rs[k], err = m.host.DefineMetric(Counter, RuleStatName(id, stat)); err != nil {
+					m.host.Log(LogWarn, "tollgate: define metric "+strconv.Quote(RuleStatName(id, stat))+": "+err.Error())
+				}
+			}
+			m.rules[id] = rs
 		}
-		var err error
-		id, err = m.host.DefineMetric(Counter, "tollgate.rule."+rule+".rejected")
-		if err != nil {
-			return
-		}
-		m.perRule[rule] = id
+		out[i] = rs
 	}
-	m.inc(id)
+	return out
+}
+
+// ruleStats returns the stats of an applied rule, or nil when per-rule stats are off or
+// the rule is not of the installed set (a request paused across a rule-set swap).
+func (p *Plugin) ruleStats(a *rule.Applied) *ruleStats {
+	if a.Index < 0 || a.Index >= len(p.rstats) || a.Rule != &p.cfg.Rules[a.Index] {
+		return nil
+	}
+	return p.rstats[a.Index]
+}
+
+// countRule counts one of an applied rule's stats.
+func (p *Plugin) countRule(a *rule.Applied, stat int) {
+	if rs := p.ruleStats(a); rs != nil {
+		p.m.inc(rs[stat])
+	}
 }

@@ -66,6 +66,9 @@ type Plugin struct {
 	// bearer is "Bearer <secret>" (none when no secret is configured).
 	bearer string
 
+	// rstats are the installed rules' stats, parallel to cfg.Rules (nil: rule_stats off).
+	rstats []*ruleStats
+
 	// per-request scratch (a VM is single threaded)
 	applied []rule.Applied
 	ops     []bucketOp
@@ -75,6 +78,7 @@ type Plugin struct {
 	scratch lease.Record
 	hdrBuf  [][2]string
 	callBuf []byte
+	meta    []byte // a decision's filter-state value
 }
 
 type callKind uint8
@@ -121,6 +125,7 @@ func (p *Plugin) OnPluginStart(data []byte) bool {
 	}
 	if p.m == nil {
 		p.m = newMetrics(p.host)
+		p.table.m = p.m
 	}
 	p.base = cfg
 	p.install(cfg, cfg.Version)
@@ -137,6 +142,7 @@ func (p *Plugin) OnPluginStart(data []byte) bool {
 	if s.TableSlots > 0 && uint64(s.TableSlots) != p.table.slots {
 		p.table.slots = uint64(s.TableSlots)
 	}
+	p.m.set(p.m.slots, p.table.slots)
 	// A rule set fetched from the service by another worker (or before a restart of this
 	// VM) is newer than the plugin configuration: enforce it.
 	p.loadSharedRules()
@@ -166,8 +172,12 @@ func (p *Plugin) install(cfg *rule.Config, version uint64) {
 		}
 	}
 	p.texts = newTexts(cfg)
+	p.rstats = nil
 	if p.m != nil {
 		p.m.set(p.m.rulesVersion, version)
+		if cfg.Telemetry.RuleStats {
+			p.rstats = p.m.forRules(cfg)
+		}
 	}
 }
 
@@ -330,6 +340,7 @@ func (p *Plugin) parseFetched(body []byte, version uint64) (*rule.Config, error)
 		return nil, errors.New("no plugin configuration")
 	}
 	cfg.Sync = p.base.Sync
+	cfg.Telemetry = p.base.Telemetry
 	cfg.Version = version
 	return cfg, nil
 }

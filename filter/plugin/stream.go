@@ -83,11 +83,13 @@ func (s *Stream) decideRequest(now int64, hdrs [][2]string) Action {
 	switch lv := p.checkLists(&req); lv.Verdict {
 	case rule.ListDeny:
 		p.m.inc(p.m.denied)
+		s.setDecision(decDenied, nil, 0, -1, false)
 		s.hb.Reset()
 		s.reply(403, "tollgate_denied", p.bodyDenied(lv.Pattern, lv.ByAddress))
 		return Pause
 	case rule.ListAllow:
 		p.m.inc(p.m.bypassed)
+		s.setDecision(decBypassed, nil, 0, -1, false)
 		s.hb.Reset()
 		s.hb.Bypass()
 		s.headers = s.hb.Pairs()
@@ -127,6 +129,7 @@ func (s *Stream) header(name string) (string, bool) {
 // answer turns a verdict into a local reply or the headers for the upstream's response.
 func (s *Stream) answer(now int64, v verdict, ops []bucketOp, states []wire.State) Action {
 	p := s.p
+	s.counted(&v, ops, states)
 	switch {
 	case v.failClosed:
 		p.m.inc(p.m.failClosed)
@@ -140,7 +143,6 @@ func (s *Stream) answer(now int64, v verdict, ops []bucketOp, states []wire.Stat
 	case v.reject != nil:
 		op := v.reject
 		p.m.inc(p.m.rejected)
-		p.m.ruleRejected(op.a.Rule.ID)
 		if op.dec.Penalized {
 			p.m.inc(p.m.penalized)
 		}
@@ -249,6 +251,9 @@ func (s *Stream) pause(now int64, applied []rule.Applied) Action {
 		if err == nil {
 			if len(st.strict) > 0 {
 				p.m.inc(p.m.strictChecks)
+				for _, a := range st.strict {
+					p.countRule(a, statStrictChecks)
+				}
 			}
 			if len(st.checks) > len(st.strict) {
 				p.m.inc(p.m.acquires)
@@ -284,6 +289,13 @@ func checkDelta(a *rule.Applied, w int, prm algo.Params, flags uint8, elapsedMs 
 	}
 }
 
+// strictFailed counts a failed check against each strict rule it asked about.
+func (s *Stream) strictFailed() {
+	for _, a := range s.paused.strict {
+		s.p.countRule(a, statStrictFailed)
+	}
+}
+
 // unavailable decides a paused request without the service: a fail-closed strict rule
 // answers 503; everything else is decided locally, degraded.
 func (s *Stream) unavailable(now int64) Action {
@@ -314,6 +326,7 @@ func (s *Stream) settle(now int64) {
 	}
 	s.paused.settled = true
 	p.m.inc(p.m.checkFailed)
+	s.strictFailed()
 	if s.unavailable(now) == Continue {
 		if err := p.host.ResumeRequest(); err != nil {
 			p.host.Log(LogError, "tollgate: resume: "+err.Error())
@@ -347,6 +360,7 @@ func (s *Stream) onCheckResponse(now int64, headers [][2]string, body []byte) {
 	var act Action
 	if headerValue(headers, ":status") != "200" || wire.DecodeReply(body, &reply) != nil || len(reply.States) != len(s.paused.checks) {
 		p.m.inc(p.m.checkFailed)
+		s.strictFailed()
 		act = s.unavailable(now)
 	} else {
 		p.sync.answered(now)

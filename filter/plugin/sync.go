@@ -34,6 +34,7 @@ type syncer struct {
 	term     uint32
 	inflight bool
 	token    uint32
+	sentUs   int64 // when this worker sent the batch in flight (the RTT histogram's start)
 	// hedge is a second callout carrying the batch in flight, sent when the first is
 	// still unanswered at the next tick (0: none); the first answer of the two counts.
 	hedge    uint32
@@ -403,7 +404,7 @@ func (s *syncer) send(now int64, body []byte) {
 		s.failed(now, true)
 		return
 	}
-	s.inflight, s.token, s.hedge = true, token, 0
+	s.inflight, s.token, s.hedge, s.sentUs = true, token, 0, now
 	p.calls[token] = call{kind: callSync}
 	s.setState(func(st *syncState) { st.SentUs = now })
 	p.m.inc(p.m.syncSent)
@@ -502,6 +503,7 @@ func (s *syncer) onResponse(now int64, token uint32, headers [][2]string, body [
 	s.refresh(now, 0)
 	switch {
 	case status == "200":
+		p.m.set(p.m.syncRTT, uint64(max(0, now-s.sentUs)/1000))
 	case len(status) == 3 && status[0] == '4' && status != "429" && status != "408":
 		// The service will never accept this batch (wrong secret, too large): resending
 		// it forever would block every later report. Its consumption goes back to the

@@ -23,6 +23,8 @@ type table struct {
 	slots  uint64
 	probes int
 	idleUs int64
+	// m counts the slots this worker creates (nil in tests of the table alone).
+	m *metrics
 	// fence is the CAS value slots are created with (see fenceCas); 0 until known.
 	fence uint32
 	// scratch buffers: a wasm VM is single threaded, so one set per worker suffices.
@@ -118,7 +120,13 @@ func (t *table) store(id string, s *slot) (bool, error) {
 	if !s.found {
 		cas = t.fenceCas()
 	}
-	return t.host.SharedSet(t.slotKey(s.n), t.valBuf, cas)
+	ok, err := t.host.SharedSet(t.slotKey(s.n), t.valBuf, cas)
+	if ok && !s.found && t.m != nil {
+		// This worker created the slot: a slot another worker created meanwhile fails
+		// the fence's CAS, so each slot is counted once.
+		t.m.add(t.m.slotsUsed, 1)
+	}
+	return ok, err
 }
 
 // fenceCas is the CAS value a missing slot is created with. Envoy ignores the CAS of a set

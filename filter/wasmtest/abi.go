@@ -214,6 +214,7 @@ var SpecEnvImports = map[string]FuncSig{
 	"proxy_get_shared_data":              spec(i32s(5), i32),
 	"proxy_set_shared_data":              spec(i32s(5), i32),
 	"proxy_get_property":                 spec(i32s(4), i32),
+	"proxy_set_property":                 spec(i32s(4), i32),
 	"proxy_set_tick_period_milliseconds": spec(i32s(1), i32),
 	"proxy_http_call":                    spec(i32s(10), i32),
 	"proxy_continue_stream":              spec(i32s(1), i32),

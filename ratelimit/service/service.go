@@ -8,9 +8,7 @@ package service
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,6 +26,7 @@ import (
 	"github.com/tollgate-rl/tollgate/ratelimit/rules"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
 	"github.com/tollgate-rl/tollgate/ratelimit/top"
+	"github.com/tollgate-rl/tollgate/shared/keyhash"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
@@ -490,11 +489,8 @@ func (s *Service) redisError(w http.ResponseWriter, err error) {
 
 // KeyHash names a caller key in logs: callers' keys are personal data (and often
 // credentials), and an operator who needs to find a caller's lines hashes the key the
-// same way. 64 bits of SHA-256, hex.
-func KeyHash(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return hex.EncodeToString(sum[:8])
-}
+// same way (package keyhash, which the filter's access-log metadata uses too).
+func KeyHash(key string) string { return keyhash.String(key) }
 
 // audit logs an admin change: who, from where, what.
 func (s *Service) audit(r *http.Request, action string, attrs ...any) {

@@ -155,6 +155,7 @@ func FuzzParse(f *testing.F) {
 		f.Add(data)
 	}
 	f.Add([]byte(`{"rules":[{"id":"a","limit":1,"window":"1s","key":{"source":"route"}}]}`))
+	f.Add([]byte(`{"telemetry":{"rule_stats":false,"decision_metadata":true},"rules":[{"id":"a","limit":1,"window":"1s"}]}`))
 	req := &Request{Method: "GET", Host: "api.example.com:443", Path: "/search/x?q=1", PeerAddr: "10.1.2.3:5555",
 		Header: func(name string) (string, bool) {
 			switch name {

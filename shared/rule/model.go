@@ -36,6 +36,9 @@ type Config struct {
 	// Sync configures the filter's connection to the sync service (filter only; ignored by
 	// the service).
 	Sync Sync
+	// Telemetry chooses what the filter reports beyond its fixed stats (filter only;
+	// ignored by the service).
+	Telemetry Telemetry
 	// RetryJitterMs bounds the random jitter added to Retry-After (default 1000 when the
 	// field is absent; an explicit 0 disables jitter).
 	RetryJitterMs int64
@@ -73,6 +76,17 @@ type Sync struct {
 	BreakerOpenMs   int64  // longest backoff between syncs while failing (default 1000)
 	IdleTTLMs       int64  // buckets idle this long are dropped from shared data (default 120000)
 	TableSlots      int64  // shared-data slots for buckets: memory is bounded by them (default 65536)
+}
+
+// Telemetry is what the filter reports per decision. Both default to on; an operator
+// turns one off to save its cost (a few host calls per request) or, for the metadata, when
+// the access log must not carry even a key's hash.
+type Telemetry struct {
+	// RuleStats: per-rule stats (tollgate.rule.* with a rule tag, see the README).
+	RuleStats bool
+	// DecisionMetadata: each decision is set as the filter state "wasm.tollgate" (rule,
+	// decision, remaining, limit, degraded, key hash) for the access log.
+	DecisionMetadata bool
 }
 
 // Pattern is one allow/deny entry: a key glob (`*`, `?`) or an IP/CIDR.

@@ -49,7 +49,7 @@ func Parse(data []byte) (*Config, error) {
 	}
 	var errs errList
 	root, err := parseObject("", gjson.ParseBytes(data),
-		"version", "retry_jitter_ms", "trusted_hops", "sync", "key", "allow", "deny", "tiers", "rules")
+		"version", "retry_jitter_ms", "trusted_hops", "sync", "telemetry", "key", "allow", "deny", "tiers", "rules")
 	if errs.add(err) {
 		return nil, errs.err()
 	}
@@ -63,6 +63,8 @@ func Parse(data []byte) (*Config, error) {
 		errs.add(err)
 	}
 	c.Sync, err = parseSync(root.at("sync"), root.get("sync"))
+	errs.add(err)
+	c.Telemetry, err = parseTelemetry(root.at("telemetry"), root.get("telemetry"))
 	errs.add(err)
 	c.DefaultKey = builtinDefaultKey()
 	if v := root.get("key"); v.Exists() {

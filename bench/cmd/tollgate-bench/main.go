@@ -188,6 +188,10 @@ func measure(r *report, o options, logger *log.Logger) error {
 		return err
 	}
 	r.costs = costs
+	logger.Print("decision cost: telemetry off and on (interleaved rounds)")
+	if r.telemetry, err = perf.MeasureTelemetry(mods[perf.FilterPkg], perf.CostOptions{Round: o.dur(300 * time.Millisecond)}); err != nil {
+		return err
+	}
 
 	// 2. Against a per-request limiter.
 	base := perf.LoadOptions{Duration: o.dur(5 * time.Second), Warmup: o.dur(time.Second)}

@@ -28,6 +28,7 @@ type report struct {
 	moduleSizes  []moduleSize
 	costs        []perf.Cost // empty, floor, filter, filter (default key)[, first version's floor, filter]
 	firstErr     error       // why the first version's modules were not measured
+	telemetry    perf.TelemetryCost
 	loads        map[string]perf.LoadResult
 	dists        []perf.RedisCost
 	shared       []perf.SharedMem
@@ -268,6 +269,8 @@ func (r *report) writeTargets(w io.Writer) {
 		{"failing that, ≥ 2× faster than the first version, same rounds", r.firstLine(), yesNo(r.firstSpeedup() >= 2)},
 		{"through the gateway host, 10,000 keys: ≥ 80 % of the pass-through module's requests/s", fmt.Sprintf("%.0f %% (%s vs %s req/s)", 100*ratio(l["http tollgate"].ChecksPerSec, l["http pass-through"].ChecksPerSec),
 			fmtInt(l["http tollgate"].ChecksPerSec), fmtInt(l["http pass-through"].ChecksPerSec)) + httpFloorNote(l), yesNo(ratio(l["http tollgate"].ChecksPerSec, l["http pass-through"].ChecksPerSec) >= 0.8)},
+		{"per-rule stats and decision metadata add ≤ 10 % to the decision", fmt.Sprintf("%+.1f %% (%s vs %s ns, telemetry on vs off)", 100*r.telemetry.Overhead(),
+			fmtInt(r.telemetry.On.NsPerRequest), fmtInt(r.telemetry.Off.NsPerRequest)), yesNo(r.telemetry.Off.NsPerRequest > 0 && r.telemetry.Overhead() <= 0.10)},
 		{"module size ≤ 3 MB", r.filterSize(), yesNo(r.filterBytes() > 0 && r.filterBytes() <= 3_000_000)},
 		{"≤ 2 host→guest allocations per single-rule request", fmt.Sprintf("%s (key from a header); %s with the default key (IP fallback)", fmtF(real.AllocsPerRequest, 2), fmtF(r.cost(3).AllocsPerRequest, 2)), yesNo(real.AllocsPerRequest <= 2)},
 		{"≥ 20× the checks/s of a per-request Redis limiter", fmt.Sprintf("%.2f× (%s vs %s checks/s, 10k keys, 8 clients)", checksRatio, fmtInt(tg.ChecksPerSec), fmtInt(rr.ChecksPerSec)), yesNo(checksRatio >= 20)},
@@ -341,7 +344,8 @@ func (r *report) writeCost(w io.Writer) {
 	fmt.Fprintln(w, "matching, key extraction, the lease decision, encoding the record, formatting five headers,")
 	fmt.Fprintln(w, "and the Go runtime's allocator and GC inside the module), and the rest is its extra host calls")
 	fmt.Fprintf(w, "(%s per request against the floor's %s). The host calls themselves are close to the floor:\n", fmtF(real.HostCallsPerRequest, 0), fmtF(fl.HostCallsPerRequest, 0))
-	fmt.Fprintln(w, "one header-map read, one shared-data get and set, one metric increment, and one more response")
+	fmt.Fprintln(w, "one header-map read, one shared-data get and set, two metric increments (the total and the")
+	fmt.Fprintln(w, "rule's), the decision metadata for the access log (one `proxy_set_property`), and one more response")
 	fmt.Fprintln(w, "header (`ratelimit-policy`).")
 	if def := r.cost(3); def.HostCallsPerRequest > real.HostCallsPerRequest {
 		fmt.Fprintf(w, "With the default key (header, falling back to the client IP) the filter makes %s host calls\n", fmtF(def.HostCallsPerRequest, 2))
@@ -364,6 +368,21 @@ func (r *report) writeCost(w io.Writer) {
 	}
 	fmt.Fprintln(w, "`go test -run '^$' -bench Decision ./bench/perf` measures the same three modules as Go")
 	fmt.Fprintln(w, "benchmarks (`BenchmarkDecision/{empty,floor,filter}`).")
+	fmt.Fprintln(w)
+	t := r.telemetry
+	fmt.Fprintln(w, "**What the telemetry costs.** The same module and rule with the plugin configuration's")
+	fmt.Fprintln(w, "`telemetry` off and on (per-rule stats, and the decision set as the filter state")
+	fmt.Fprintln(w, "`wasm.tollgate` for the access log), timed in interleaved rounds as above:")
+	fmt.Fprintln(w)
+	var trows [][]string
+	for _, c := range []perf.Cost{t.Off, t.On} {
+		trows = append(trows, []string{c.Module, fmtInt(c.NsPerRequest), fmtF(c.HostCallsPerRequest, 2), fmtF(c.AllocsPerRequest, 2), hostCalls(c.HostCalls)})
+	}
+	table(w, []string{"module", "ns/request", "host calls", "allocs", "host calls per request"}, trows)
+	fmt.Fprintf(w, "Telemetry adds %+.1f %% to the decision: one `proxy_increment_metric` (the rule's counter) and one\n", 100*t.Overhead())
+	fmt.Fprintln(w, "`proxy_set_property` per request, the metadata formatted into a reused buffer with the key's")
+	fmt.Fprintln(w, "SHA-256 (no guest allocation). `go test -run '^$' -bench Telemetry ./bench/perf` measures the")
+	fmt.Fprintln(w, "same pair as Go benchmarks.")
 	fmt.Fprintln(w)
 }
 

@@ -5,8 +5,9 @@
 // Each request is filtered on one of --workers VMs (chosen by the client connection,
 // as a connection stays on one Envoy worker), then forwarded to --upstream. The
 // filter's proxy_http_call reaches the clusters given with --cluster. The admin
-// listener (--metrics-listen) serves /metrics (Prometheus text), /stats (JSON), /logs
-// and POST /config (hot reload); SIGHUP re-reads --config. SIGTERM and SIGINT drain
+// listener (--metrics-listen) serves /metrics (Prometheus text, as Envoy's
+// /stats/prometheus), /stats (JSON), /logs and POST /config (hot reload); --access-log
+// writes one line per request in Envoy's format syntax; SIGHUP re-reads --config. SIGTERM and SIGINT drain
 // and stop the gateway.
 package main
 
@@ -26,6 +27,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tollgate-rl/tollgate/e2e/host"
 )
@@ -77,6 +80,8 @@ type options struct {
 	calloutFailuresReset bool
 	failOpen             bool
 	cacheDir             string
+	accessLog            string
+	accessLogFormat      string
 }
 
 var logLevels = map[string]int{
@@ -104,6 +109,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.calloutFailuresReset, "callout-failures-as-reset", false, "deliver callout timeouts/connect failures as 0 headers instead of Envoy's 504/503")
 	fs.BoolVar(&o.failOpen, "fail-open", false, "let requests through unfiltered when a VM has failed (else 503)")
 	fs.StringVar(&o.cacheDir, "cache-dir", "", "directory for wazero's compilation cache (faster restarts)")
+	fs.StringVar(&o.accessLog, "access-log", "", "file to append one access-log line per request to (\"-\": stdout; empty: off)")
+	fs.StringVar(&o.accessLogFormat, "access-log-format", host.DefaultAccessLogFormat, "access-log line in Envoy's format syntax (%REQ(..)%, %RESPONSE_CODE%, %FILTER_STATE(wasm.tollgate:PLAIN)%, ...)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `tollgate-gateway runs a proxy-wasm HTTP filter (ABI v0.2.1) the way Envoy does and
 proxies requests through it.
@@ -139,14 +146,18 @@ Signals: SIGHUP re-reads --config; SIGTERM/SIGINT drain and exit.
 	if o.nodeID == "" {
 		o.nodeID, _ = os.Hostname()
 	}
+	if _, err := host.ParseAccessLogFormat(o.accessLogFormat); err != nil {
+		return o, fmt.Errorf("--access-log-format: %w", err)
+	}
 	return o, nil
 }
 
 // gateway is the proxy and admin handlers around one Host.
 type gateway struct {
-	opts   options
-	host   *host.Host
-	logger *log.Logger
+	opts      options
+	host      *host.Host
+	logger    *log.Logger
+	accessLog *accessLog // nil: off
 }
 
 func newGateway(o options, logger *log.Logger) (*gateway, error) {
@@ -167,6 +178,17 @@ func newGateway(o options, logger *log.Logger) (*gateway, error) {
 		upstream = u
 	}
 	level := logLevels[o.logLevel]
+	var al *accessLog
+	if o.accessLog != "" {
+		var err error
+		if al, err = openAccessLog(o.accessLog, o.accessLogFormat); err != nil {
+			return nil, err
+		}
+	}
+	var onDone func(host.AccessEntry)
+	if al != nil {
+		onDone = al.write
+	}
 	h, err := host.New(host.Config{
 		WasmPath:               o.wasm,
 		Workers:                o.workers,
@@ -184,11 +206,15 @@ func newGateway(o options, logger *log.Logger) (*gateway, error) {
 		CalloutFailuresAsReset: o.calloutFailuresReset,
 		FailOpen:               o.failOpen,
 		CompilationCacheDir:    o.cacheDir,
+		OnStreamDone:           onDone,
 	})
 	if err != nil {
+		if al != nil {
+			_ = al.Close()
+		}
 		return nil, err
 	}
-	return &gateway{opts: o, host: h, logger: logger}, nil
+	return &gateway{opts: o, host: h, logger: logger, accessLog: al}, nil
 }
 
 // ServeHTTP filters one request and writes the result.
@@ -199,12 +225,9 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // admin serves the operator endpoints.
 func (g *gateway) admin() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("content-type", "text/plain; version=0.0.4")
-		if err := g.host.WritePrometheus(w); err != nil {
-			g.logger.Printf("write /metrics: %v", err)
-		}
-	})
+	// As Envoy's /stats/prometheus: per-rule stats are one series per rule with a rule
+	// label (stats tags), histograms are histograms.
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g.host.Gatherer(), promhttp.HandlerOpts{ErrorLog: g.logger}))
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("content-type", "application/json")
 		enc := json.NewEncoder(w)
@@ -259,6 +282,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer g.host.Close()
+	if g.accessLog != nil {
+		defer g.accessLog.Close() // after the host: the last streams end in its Close
+	}
 
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {

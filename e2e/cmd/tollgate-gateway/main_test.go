@@ -39,6 +39,7 @@ func TestParseFlags(t *testing.T) {
 		{name: "bad endpoint", args: []string{"--wasm", "f.wasm", "--cluster", "svc=nohostport"}, wantErr: "endpoint"},
 		{name: "bad log level", args: []string{"--wasm", "f.wasm", "--log-level", "loud"}, wantErr: "--log-level"},
 		{name: "stray argument", args: []string{"--wasm", "f.wasm", "extra"}, wantErr: "unexpected arguments"},
+		{name: "bad access log format", args: []string{"--wasm", "f.wasm", "--access-log-format", "%BYTES_SENT%"}, wantErr: "unsupported operator %BYTES_SENT%"},
 		{name: "repeated clusters", args: []string{"--wasm", "f.wasm", "--cluster", "a=127.0.0.1:1,127.0.0.1:2", "--cluster", "b=[::1]:3", "--node-id", "n1"},
 			check: func(t *testing.T, o options) {
 				if len(o.clusters["a"]) != 2 || o.clusters["b"][0] != "[::1]:3" || o.nodeID != "n1" || o.workers != 2 {
@@ -69,7 +70,7 @@ func TestHelpMentionsEveryFlag(t *testing.T) {
 	if err == nil {
 		t.Fatal("--help did not stop parsing")
 	}
-	for _, f := range []string{"--wasm", "-config", "-workers", "-listen", "-upstream", "-cluster", "-metrics-listen", "-node-id", "SIGHUP", "/metrics"} {
+	for _, f := range []string{"--wasm", "-config", "-workers", "-listen", "-upstream", "-cluster", "-metrics-listen", "-node-id", "-access-log", "SIGHUP", "/metrics"} {
 		if !strings.Contains(buf.String(), strings.TrimLeft(f, "-")) {
 			t.Errorf("help lacks %q", f)
 		}
@@ -85,7 +86,8 @@ func TestGatewayProxiesThroughTheFilter(t *testing.T) {
 	}))
 	defer backend.Close()
 
-	o, err := parseFlags([]string{"--wasm", wasm, "--upstream", backend.URL, "--node-id", "gw-test"}, io.Discard)
+	accessLog := filepath.Join(t.TempDir(), "access.log")
+	o, err := parseFlags([]string{"--wasm", wasm, "--upstream", backend.URL, "--node-id", "gw-test", "--access-log", accessLog}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,6 +96,7 @@ func TestGatewayProxiesThroughTheFilter(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.host.Close()
+	defer g.accessLog.Close()
 	proxy := httptest.NewServer(g)
 	defer proxy.Close()
 	admin := httptest.NewServer(g.admin())
@@ -126,6 +129,19 @@ func TestGatewayProxiesThroughTheFilter(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("access log", func(t *testing.T) {
+		g.accessLog.flush()
+		b, err := os.ReadFile(accessLog)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{`"GET /pass?q=1 HTTP/1.1" 200 via_upstream`, `"GET /local HTTP/1.1" 429 `} {
+			if !strings.Contains(string(b), want) {
+				t.Errorf("access log lacks %q:\n%s", want, b)
+			}
+		}
+	})
 
 	t.Run("reset stream drops the connection", func(t *testing.T) {
 		if resp, err := http.Get(proxy.URL + "/close"); err == nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
+	"github.com/tollgate-rl/tollgate/ratelimit/top"
 )
 
 // httpClient is for control-plane calls (admin API, metrics): short timeouts, so a dead
@@ -108,4 +109,17 @@ func (a Admin) Bucket(key, rule string, window int) (*store.BucketUsage, int64, 
 		}
 	}
 	return nil, u.NowUs, nil
+}
+
+// Top returns GET /v1/top for rule: its keys with the most refusals.
+func (a Admin) Top(rule string) (*top.List, error) {
+	b, _, err := a.do(http.MethodGet, "/v1/top?rule="+url.QueryEscape(rule), nil, "")
+	if err != nil {
+		return nil, err
+	}
+	var l top.List
+	if err := json.Unmarshal(b, &l); err != nil {
+		return nil, fmt.Errorf("top of %q: %w", rule, err)
+	}
+	return &l, nil
 }

@@ -49,6 +49,9 @@ func proxySetSharedData(key *byte, keySize uint32, value *byte, valueSize uint32
 //go:wasmimport env proxy_get_property
 func proxyGetProperty(path *byte, pathSize uint32, retPtr, retSize *uint32) uint32
 
+//go:wasmimport env proxy_set_property
+func proxySetProperty(path *byte, pathSize uint32, value *byte, valueSize uint32) uint32
+
 //go:wasmimport env proxy_set_tick_period_milliseconds
 func proxySetTickPeriod(ms uint32) uint32
 
@@ -231,6 +234,8 @@ var (
 	counterID  uint32
 	gaugeID    uint32
 	histID     uint32
+	ruleAPI    uint32 // per-rule counters in Istio's tag encoding
+	ruleWeb    uint32
 	ticksID    uint32
 	calls      = map[uint32]call{} // callout token -> waiting stream
 	flushToken uint32
@@ -283,6 +288,8 @@ func onConfigure(root, size uint32) uint32 {
 	gaugeID = define(1, "probe.gauge")
 	histID = define(2, "probe.latency")
 	ticksID = define(0, "probe.ticks")
+	ruleAPI = define(0, "rule=.=api;.;probe.rule.hits")
+	ruleWeb = define(0, "rule=.=web;.;probe.rule.hits")
 	for _, w := range strings.Split(cfg, ",") {
 		if v, ok := strings.CutPrefix(w, "tick="); ok {
 			ms, _ := strconv.Atoi(v)
@@ -361,6 +368,8 @@ func onRequestHeaders(id, n, eos uint32) uint32 {
 		proxyRecordMetric(gaugeID, 42)
 		proxyIncrementMetric(gaugeID, -2)
 		proxyRecordMetric(histID, 7)
+		proxyIncrementMetric(ruleAPI, 3)
+		proxyIncrementMetric(ruleWeb, 1)
 		var v, hv uint64
 		gst := proxyGetMetric(counterID, &v)
 		hst := proxyGetMetric(histID, &hv)
@@ -389,6 +398,11 @@ func onRequestHeaders(id, n, eos uint32) uint32 {
 		var ns uint64
 		proxyGetCurrentTimeNanoseconds(&ns)
 		reply(200, "", []pair{{"x-host-ns", strconv.FormatUint(ns, 10)}, {"x-wasi-ns", strconv.FormatInt(time.Now().UnixNano(), 10)}})
+		return 1
+	case "/setprop":
+		path, v := q["path"], q["value"]
+		st := proxySetProperty(bp(path), uint32(len(path)), bp(v), uint32(len(v)))
+		reply(200, "", []pair{{"x-status", utoa(st)}})
 		return 1
 	case "/pause":
 		return 1
