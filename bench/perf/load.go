@@ -230,7 +230,7 @@ func requests(o LoadOptions) func(k int) *host.Request {
 // Stack is what a load run needs: the modules, the Redis server and the sync service.
 type Stack struct {
 	Filter, Empty []byte
-	Floor         []byte // the floor module, for the HTTP comparison (optional)
+	Floor         []byte        // the floor module, for the HTTP comparison (optional)
 	Redis         *redis.Client // for INFO and for the per-request limiter
 	Service       *Service
 }
