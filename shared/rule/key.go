@@ -42,6 +42,15 @@ func (k *KeySource) extract(req *Request, depth int) string {
 		v = NormalizePath(req.Path)
 	case KeyComposite:
 		v = k.composite(req, depth)
+	case KeyQuery:
+		if raw, ok := queryParam(requestQuery(req), k.Query); ok {
+			v = strings.TrimSpace(queryUnescape(raw))
+		}
+	case KeyProperty:
+		v = propertyValue(req, k.Property)
+	}
+	if v != "" && (k.StripPrefix != "" || k.Lower) {
+		v = k.transform(v)
 	}
 	if v == "" && k.Fallback != nil {
 		return k.Fallback.extract(req, depth+1)
