@@ -75,6 +75,8 @@ func TestRequestAllocations(t *testing.T) {
 			{"id":"search","match":{"prefix":"/v1/search","methods":["GET"]},"algorithm":"gcra",` + limits + `,"window":"1s","burst":1000000},
 			{"id":"tenant","key":{"source":"header","name":"x-tenant"},"algorithm":"sliding_window_counter",` + limits + `,"window":"10s"}]}`, 5},
 		{"default key", `{"rules":[{"id":"api",` + limits + `,"window":"1s"}]}`, 5},
+		{"match conditions and query key", `{"rules":[{"id":"api","key":{"source":"query","name":"q"},"match":{"hosts":["api.example.com"],"prefix":"/v1",
+			"headers":[{"name":"x-tenant","exact":"acme"},{"name":"user-agent","regex":"^tollgate"}],"query":[{"name":"q"}],"not":{"methods":["DELETE"]}},` + limits + `,"window":"1s"}]}`, 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &quietHost{shared: shareddata.New(), now: t0, request: [][2]string{

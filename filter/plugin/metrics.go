@@ -15,6 +15,7 @@ type metrics struct {
 	breakerState                                         uint32
 	rulesVersion, rulesRejected, leaseGranted, evictions uint32
 	penalized                                            uint32
+	keyMissing                                           uint32 // refused by a missing_key "deny" policy
 
 	// per-rule rejection counters, defined lazily and capped to keep cardinality bounded.
 	perRule map[string]uint32
@@ -57,6 +58,7 @@ func newMetrics(h Host) *metrics {
 	m.rulesRejected = def(Counter, "rules_rejected")
 	m.leaseGranted = def(Counter, "lease_granted")
 	m.evictions = def(Counter, "bucket_evictions")
+	m.keyMissing = def(Counter, "requests_key_missing")
 	return m
 }
 
