@@ -77,6 +77,7 @@ type options struct {
 	calloutFailuresReset bool
 	failOpen             bool
 	cacheDir             string
+	jwtPayloadInMetadata string // --jwt-payload-in-metadata
 }
 
 var logLevels = map[string]int{
@@ -104,6 +105,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.calloutFailuresReset, "callout-failures-as-reset", false, "deliver callout timeouts/connect failures as 0 headers instead of Envoy's 504/503")
 	fs.BoolVar(&o.failOpen, "fail-open", false, "let requests through unfiltered when a VM has failed (else 503)")
 	fs.StringVar(&o.cacheDir, "cache-dir", "", "directory for wazero's compilation cache (faster restarts)")
+	fs.StringVar(&o.jwtPayloadInMetadata, "jwt-payload-in-metadata", "", "stand in for jwt_authn: put the bearer token's payload (signature NOT checked) in dynamic metadata under this key")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `tollgate-gateway runs a proxy-wasm HTTP filter (ABI v0.2.1) the way Envoy does and
 proxies requests through it.
@@ -140,6 +142,14 @@ Signals: SIGHUP re-reads --config; SIGTERM/SIGINT drain and exit.
 		o.nodeID, _ = os.Hostname()
 	}
 	return o, nil
+}
+
+// jwtAuthn is the jwt_authn stand-in for --jwt-payload-in-metadata (nil when empty).
+func jwtAuthn(payloadKey string) *host.JWTAuthn {
+	if payloadKey == "" {
+		return nil
+	}
+	return &host.JWTAuthn{PayloadInMetadata: payloadKey}
 }
 
 // gateway is the proxy and admin handlers around one Host.
@@ -184,6 +194,7 @@ func newGateway(o options, logger *log.Logger) (*gateway, error) {
 		CalloutFailuresAsReset: o.calloutFailuresReset,
 		FailOpen:               o.failOpen,
 		CompilationCacheDir:    o.cacheDir,
+		JWTAuthn:               jwtAuthn(o.jwtPayloadInMetadata),
 	})
 	if err != nil {
 		return nil, err
