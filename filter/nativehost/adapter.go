@@ -96,6 +96,14 @@ func (a adapter) Property(path ...string) ([]byte, error) {
 	return nil, errNotFound
 }
 
+func (a adapter) AppendProperty(dst []byte, path ...string) ([]byte, error) {
+	v, err := a.Property(path...)
+	if err != nil {
+		return dst, err
+	}
+	return append(dst, v...), nil
+}
+
 func (a adapter) SetTickPeriod(ms uint32) error {
 	a.w.tickMs = ms
 	return nil

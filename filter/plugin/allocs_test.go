@@ -44,6 +44,12 @@ func (h *quietHost) SharedSet(key string, value []byte, cas uint32) (bool, error
 }
 func (h *quietHost) Property(...string) ([]byte, error) { return nil, errQuiet }
 func (h *quietHost) SetTickPeriod(uint32) error         { return nil }
+func (h *quietHost) AppendProperty(dst []byte, path ...string) ([]byte, error) {
+	if len(path) > 0 && path[len(path)-1] == "sub" {
+		return append(dst, "user-1"...), nil
+	}
+	return dst, errQuiet
+}
 func (h *quietHost) HTTPCall(string, [][2]string, []byte, uint32) (uint32, error) {
 	return 0, errQuiet
 }
@@ -75,6 +81,8 @@ func TestRequestAllocations(t *testing.T) {
 			{"id":"search","match":{"prefix":"/v1/search","methods":["GET"]},"algorithm":"gcra",` + limits + `,"window":"1s","burst":1000000},
 			{"id":"tenant","key":{"source":"header","name":"x-tenant"},"algorithm":"sliding_window_counter",` + limits + `,"window":"10s"}]}`, 5},
 		{"default key", `{"rules":[{"id":"api",` + limits + `,"window":"1s"}]}`, 5},
+		{"metadata key", `{"rules":[{"id":"api","key":{"source":"composite","parts":[{"source":"metadata","namespace":"envoy.filters.http.jwt_authn","path":"my_payload.sub"},
+			{"source":"header","name":"x-tenant"}]},` + limits + `,"window":"1s"}]}`, 5},
 		{"match conditions and query key", `{"rules":[{"id":"api","key":{"source":"query","name":"q"},"match":{"hosts":["api.example.com"],"prefix":"/v1",
 			"headers":[{"name":"x-tenant","exact":"acme"},{"name":"user-agent","regex":"^tollgate"}],"query":[{"name":"q"}],"not":{"methods":["DELETE"]}},` + limits + `,"window":"1s"}]}`, 5},
 	} {

@@ -23,9 +23,10 @@ type Host interface {
 	// SharedSet stores value if cas still matches (0: unconditionally); ok is false on a
 	// CAS mismatch.
 	SharedSet(key string, value []byte, cas uint32) (ok bool, err error)
-	// Property returns a property's value in memory the caller keeps (it may alias it
-	// for as long as it likes: the binding returns a fresh buffer every call).
 	Property(path ...string) ([]byte, error)
+	// AppendProperty appends a property's value to dst (the request path's reads: a
+	// reused dst makes them allocation-free).
+	AppendProperty(dst []byte, path ...string) ([]byte, error)
 	SetTickPeriod(ms uint32) error
 	// HTTPCall dispatches a callout; the answer arrives through Root.OnHTTPCallResponse
 	// (or Stream.OnHTTPCallResponse when dispatched from a stream).

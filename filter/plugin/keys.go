@@ -9,15 +9,18 @@ import (
 
 // property reads a proxy property (dynamic metadata, filter state) for a key source.
 // The path's tokens were built when the rules were parsed, so the call passes them as
-// they are. The value is the binding's own copy (Host.Property), which the key may
-// alias: a key outlives the request only as a copy (bucket ids, a paused request's
-// clone).
+// they are. Values are appended to propBuf, which decideRequest empties for every
+// request: a key aliases it while the request is decided, and outlives the request only
+// as a copy (bucket ids, a paused request's clone). When propBuf grows, the values read
+// before keep the old array.
 func (p *Plugin) property(path []string) (string, bool) {
-	v, err := p.host.Property(path...)
-	if err != nil || len(v) == 0 {
+	start := len(p.propBuf)
+	buf, err := p.host.AppendProperty(p.propBuf, path...)
+	if err != nil || len(buf) == start {
 		return "", false
 	}
-	return unsafe.String(&v[0], len(v)), true
+	p.propBuf = buf
+	return unsafe.String(&buf[start], len(buf)-start), true
 }
 
 // missingKey returns the first enforcing rule that refuses the request because its key

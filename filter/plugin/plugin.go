@@ -74,6 +74,7 @@ type Plugin struct {
 	viewBuf []header.Window
 	idBuf   []byte
 	body    []byte // a local reply's body
+	propBuf []byte // property values read for the current request's keys
 	scratch lease.Record
 	hdrBuf  [][2]string
 	callBuf []byte

@@ -81,8 +81,10 @@ func (s *Stream) decideRequest(now int64, hdrs [][2]string) Action {
 		Header:   s.headerFn,
 		Peer:     p.peerFn,     // read only if a key source or list needs the address
 		Property: p.propertyFn, // read only by metadata and filter_state key sources
+		KeyBuf:   &p.propBuf,   // composite and lower-cased keys are built here
 	}
 
+	p.propBuf = p.propBuf[:0]
 	switch lv := p.checkLists(&req); lv.Verdict {
 	case rule.ListDeny:
 		p.m.inc(p.m.denied)

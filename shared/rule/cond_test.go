@@ -186,15 +186,18 @@ func TestMatchAllocations(t *testing.T) {
 	   "match":{"hosts":["api.example.com"],"prefix":"/v1","path":"/v1/x","headers":[{"name":"x-env","exact":"prod"},{"name":"x-b","prefix":"b"},{"name":"ua","regex":"^c"}],
 	            "query":[{"name":"k"},{"name":"f","exact":"csv file"}],"not":{"headers":[{"name":"x-internal"}]}}},
 	  {"id":"b","limit":9,"window":"1s","key":{"source":"metadata","namespace":"ns","path":"p.sub","strip_prefix":"u-"}},
-	  {"id":"c","limit":9,"window":"1s","key":{"source":"header","name":"authorization","strip_prefix":"Bearer ","lowercase":true}}]}`)
-	req := &Request{Method: "GET", Host: "api.example.com", Path: "/v1/x?k=key1&f=csv+file",
-		Header:   headers("x-env", "prod", "x-b", "bb", "ua", "cc", "authorization", "Bearer tok"),
-		Property: props("metadata\x00filter_metadata\x00ns\x00p\x00sub", "u-7")}
+	  {"id":"c","limit":9,"window":"1s","key":{"source":"header","name":"authorization","strip_prefix":"Bearer ","lowercase":true}},
+	  {"id":"d","limit":9,"window":"1s","key":{"source":"composite","parts":[{"source":"metadata","namespace":"ns","path":"p.sub"},{"source":"query","name":"k","lowercase":true}]}}]}`)
+	keyBuf := make([]byte, 0, 64)
+	req := &Request{Method: "GET", Host: "api.example.com", Path: "/v1/x?k=Key1&f=csv+file",
+		Header:   headers("x-env", "prod", "x-b", "bb", "ua", "cc", "authorization", "Bearer TOK"),
+		Property: props("metadata\x00filter_metadata\x00ns\x00p\x00sub", "u-7"),
+		KeyBuf:   &keyBuf}
 	buf := c.Apply(req, make([]Applied, 0, 4))
-	if len(buf) != 3 || buf[0].Key != "key1" || buf[1].Key != "7" || buf[2].Key != "tok" {
+	if len(buf) != 4 || buf[0].Key != "Key1" || buf[1].Key != "7" || buf[2].Key != "tok" || buf[3].Key != "u-7:key1" {
 		t.Fatalf("got %+v", buf)
 	}
-	if allocs := testing.AllocsPerRun(200, func() { buf = c.Apply(req, buf[:0]) }); allocs != 0 {
+	if allocs := testing.AllocsPerRun(200, func() { keyBuf = keyBuf[:0]; buf = c.Apply(req, buf[:0]) }); allocs != 0 {
 		t.Errorf("Apply allocates %.1f times per call", allocs)
 	}
 }

@@ -1,6 +1,9 @@
 package rule
 
-import "strings"
+import (
+	"strings"
+	"unsafe"
+)
 
 // maxPropertyLen bounds a property value taken as a key; longer ones are shortened like
 // every key (see KeySource.Extract), this only refuses absurd ones outright.
@@ -28,16 +31,25 @@ func propertyValue(req *Request, path []string) string {
 	return strings.TrimSpace(v)
 }
 
-// transform applies StripPrefix and Lower. Stripping never allocates; lower-casing
-// allocates only for a value that has upper-case letters.
-func (k *KeySource) transform(v string) string {
+// transform applies StripPrefix and Lower. Stripping never allocates; lower-casing a
+// value with upper-case letters writes into req.KeyBuf, or allocates without one.
+func (k *KeySource) transform(req *Request, v string) string {
 	if p := k.StripPrefix; p != "" && len(v) >= len(p) && strings.EqualFold(v[:len(p)], p) {
 		v = strings.TrimLeft(v[len(p):], " ")
 	}
 	if k.Lower {
 		for i := 0; i < len(v); i++ {
 			if c := v[i]; c >= 'A' && c <= 'Z' {
-				return strings.ToLower(v)
+				if req.KeyBuf == nil {
+					return strings.ToLower(v)
+				}
+				buf := *req.KeyBuf
+				start := len(buf)
+				for j := 0; j < len(v); j++ {
+					buf = append(buf, lower(v[j]))
+				}
+				*req.KeyBuf = buf
+				return unsafe.String(&buf[start], len(v))
 			}
 		}
 	}

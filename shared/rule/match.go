@@ -16,8 +16,8 @@ import (
 // Apply runs on every request in the filter, so it allocates nothing for the common
 // cases: pass a reused dst[:0]; the path is normalised in place unless it needs
 // rewriting; regexps run only for rules that configure them; the default key and the
-// tier are computed at most once per call. (JWT keys and composite keys cost one
-// allocation each.)
+// tier are computed at most once per call. (JWT keys cost one allocation; composite and
+// lower-cased keys one each unless the request has a KeyBuf.)
 func (c *Config) Apply(req *Request, dst []Applied) []Applied {
 	if c == nil || req == nil {
 		return dst

@@ -212,6 +212,10 @@ type Request struct {
 	// Property reads a proxy property by its path's tokens (dynamic metadata, filter
 	// state); nil: none.
 	Property func(path []string) (string, bool)
+	// KeyBuf, when set, is where keys that must be built (composite keys, lower-cased
+	// values) are appended instead of allocated: those keys then alias it and are valid
+	// until the caller reuses it.
+	KeyBuf *[]byte
 }
 
 // Applied is one rule applied to one request: the resolved key, limits and cost.
