@@ -27,6 +27,7 @@ type report struct {
 
 	moduleSizes  []moduleSize
 	costs        []perf.Cost
+	match        perf.MatchCost
 	loads        map[string]perf.LoadResult
 	dists        []perf.RedisCost
 	shared       []perf.SharedMem
@@ -263,6 +264,8 @@ func (r *report) writeTargets(w io.Writer) {
 		{"filter decision ≤ 1.5× the floor module", fmt.Sprintf("%.2f× (%s vs %s ns)", costRatio, fmtInt(real.NsPerRequest), fmtInt(floor.NsPerRequest)), yesNo(costRatio <= 1.5)},
 		{"through the gateway host, 10,000 keys: ≥ 80 % of the pass-through module's requests/s", fmt.Sprintf("%.0f %% (%s vs %s req/s)", 100*ratio(l["http tollgate"].ChecksPerSec, l["http pass-through"].ChecksPerSec),
 			fmtInt(l["http tollgate"].ChecksPerSec), fmtInt(l["http pass-through"].ChecksPerSec)), yesNo(ratio(l["http tollgate"].ChecksPerSec, l["http pass-through"].ChecksPerSec) >= 0.8)},
+		{"three match conditions (host + path prefix + header exact) ≤ 1.15× a prefix match", fmt.Sprintf("%.3f× (%s vs %s ns)", r.match.Ratio(),
+			fmtInt(r.match.Three.NsPerRequest), fmtInt(r.match.Prefix.NsPerRequest)), yesNo(r.match.Ratio() > 0 && r.match.Ratio() <= 1.15)},
 		{"module size ≤ 3 MB", r.filterSize(), yesNo(r.filterBytes() > 0 && r.filterBytes() <= 3_000_000)},
 		{"≤ 2 host→guest allocations per single-rule request", fmt.Sprintf("%s (key from a header); %s with the default key (IP fallback)", fmtF(real.AllocsPerRequest, 2), fmtF(r.cost(3).AllocsPerRequest, 2)), yesNo(real.AllocsPerRequest <= 2)},
 		{"≥ 20× the checks/s of a per-request Redis limiter", fmt.Sprintf("%.2f× (%s vs %s checks/s, 10k keys, 8 clients)", checksRatio, fmtInt(tg.ChecksPerSec), fmtInt(rr.ChecksPerSec)), yesNo(checksRatio >= 20)},
