@@ -222,3 +222,28 @@ func FuzzQueryEqual(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkApplyMatch is rule.Apply natively for a prefix-only rule and for one that
+// also matches the host and a header's exact value (the compiled module's comparison is
+// bench/perf's BenchmarkMatchConditions).
+func BenchmarkApplyMatch(b *testing.B) {
+	req := &Request{Method: "GET", Host: "api.example.com", Path: "/v1/search?q=tollgate",
+		Header: headers("user-agent", "tollgate-bench/1", "accept", "application/json", "x-api-key", "k-bench", "x-forwarded-proto", "http")}
+	for _, tc := range []struct{ name, match string }{
+		{"prefix", `{"prefix":"/v1/search"}`},
+		{"host+prefix+header", `{"hosts":["api.example.com"],"prefix":"/v1/search","headers":[{"name":"x-forwarded-proto","exact":"http"}]}`},
+		{"host+prefix", `{"hosts":["api.example.com"],"prefix":"/v1/search"}`},
+		{"prefix+header", `{"prefix":"/v1/search","headers":[{"name":"x-forwarded-proto","exact":"http"}]}`},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			c := mustParse(b, `{"key":{"source":"header","name":"x-api-key"},"rules":[{"id":"api","limit":9,"window":"1s","match":`+tc.match+`}]}`)
+			buf := make([]Applied, 0, 4)
+			b.ReportAllocs()
+			for b.Loop() {
+				if buf = c.Apply(req, buf[:0]); len(buf) != 1 {
+					b.Fatal("rule not applied")
+				}
+			}
+		})
+	}
+}
