@@ -247,3 +247,21 @@ func BenchmarkApplyMatch(b *testing.B) {
 		})
 	}
 }
+
+// TestValidMatchAndKeysFixture: the valid fixture of the new syntax (also a FuzzParse
+// seed) parses to what it says.
+func TestValidMatchAndKeysFixture(t *testing.T) {
+	c, err := Parse(readFixture(t, "valid_match_and_keys.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkInvariants(t, c)
+	tu := c.RuleByID("tenant-user")
+	if c.DefaultKey.Kind != KeyProperty || c.DefaultKey.Fallback.StripPrefix != "Bearer " || !c.DefaultKey.Fallback.Lower ||
+		c.RuleByID("tenant").MissingKey != (MissingKey{Action: MissingDeny, Status: 401}) ||
+		len(tu.Match.Headers) != 3 || tu.Match.Headers[2].Kind != ValueRegex || len(tu.Match.Query) != 2 || !tu.Match.Query[1].Not ||
+		tu.Match.Not == nil || tu.Match.Not.Path != "/v1/health" || tu.MissingKey.Key.Query != "api_key" ||
+		strings.Join(tu.Key.Parts[1].Property, "/") != "metadata/filter_metadata/envoy.filters.http.jwt_authn/my_payload/sub" {
+		t.Fatalf("parsed to %+v", c)
+	}
+}
