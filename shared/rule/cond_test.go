@@ -265,3 +265,28 @@ func TestValidMatchAndKeysFixture(t *testing.T) {
 		t.Fatalf("parsed to %+v", c)
 	}
 }
+
+// FuzzQueryParam: the first parameter queryParam finds, decoded, is the first value
+// net/url gives for the name (for queries net/url accepts whole).
+func FuzzQueryParam(f *testing.F) {
+	for _, s := range [][2]string{{"a=1&b=2", "b"}, {"%61=x&a=y", "a"}, {"a&a=2", "a"}, {"q=a+b%20c", "q"}, {"=x&k", "k"}, {"k=%zz", "k"}} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, q, name string) {
+		if name == "" {
+			return
+		}
+		vals, err := url.ParseQuery(q)
+		if err != nil {
+			return
+		}
+		raw, ok := queryParam(q, name)
+		want, wantOK := vals[name]
+		if ok != wantOK {
+			t.Fatalf("queryParam(%q, %q) found=%v, net/url %v", q, name, ok, wantOK)
+		}
+		if ok && queryUnescape(raw) != want[0] {
+			t.Fatalf("queryParam(%q, %q) = %q (decoded %q), net/url %q", q, name, raw, queryUnescape(raw), want[0])
+		}
+	})
+}
