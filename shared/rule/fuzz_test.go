@@ -89,9 +89,52 @@ func checkInvariants(t testing.TB, c *Config) {
 		if !r.Key.IsZero() {
 			checkKeySource(t, &r.Key, 1)
 		}
+		checkMatch(t, r.ID, &r.Match, true)
+		switch mk := r.MissingKey; mk.Action {
+		case MissingSkip:
+		case MissingDeny:
+			if mk.Status != 401 && mk.Status != 403 {
+				t.Fatalf("rule %q: deny status %d", r.ID, mk.Status)
+			}
+		case MissingFallback:
+			if mk.Key == nil {
+				t.Fatalf("rule %q: fallback without a key", r.ID)
+			}
+			checkKeySource(t, mk.Key, 1)
+		default:
+			t.Fatalf("rule %q: missing-key action %d", r.ID, mk.Action)
+		}
 	}
 	if c.RuleByID("no such rule!") != nil {
 		t.Fatal("RuleByID found an invalid id")
+	}
+}
+
+func checkMatch(t testing.TB, id string, m *Match, top bool) {
+	t.Helper()
+	if m.Path != "" && NormalizePath(m.Path) != m.Path {
+		t.Fatalf("rule %q: path %q not normalised", id, m.Path)
+	}
+	for _, list := range [][]ValueMatch{m.Headers, m.Query} {
+		if len(list) > maxConditions {
+			t.Fatalf("rule %q: %d conditions", id, len(list))
+		}
+		for _, c := range list {
+			if c.Name == "" || (c.Kind == ValueRegex) != (c.Regex != nil) || c.Kind == ValuePrefix && c.Value == "" {
+				t.Fatalf("rule %q: bad condition %+v", id, c)
+			}
+		}
+	}
+	for _, c := range m.Headers {
+		if c.Name != strings.ToLower(c.Name) {
+			t.Fatalf("rule %q: header %q not lower-case", id, c.Name)
+		}
+	}
+	if m.Not != nil {
+		if !top || m.Not.isEmpty() || m.Not.Not != nil {
+			t.Fatalf("rule %q: bad not block %+v", id, m.Not)
+		}
+		checkMatch(t, id, m.Not, false)
 	}
 }
 
