@@ -1,6 +1,8 @@
 package rule
 
 import (
+	"strconv"
+
 	"github.com/tidwall/gjson"
 )
 
@@ -96,7 +98,7 @@ func parseValueMatch(path string, e gjson.Result, headers bool, c *ValueMatch) e
 			continue
 		}
 		if set != "" {
-			return fieldError(o.at(k), "cannot be combined with "+quote(set)+" (want one of "+kinds+")")
+			return fieldError(o.at(k), "cannot be combined with "+strconv.Quote(set)+" (want one of "+kinds+")")
 		}
 		set = k
 	}
@@ -139,5 +141,3 @@ func parseValueMatch(path string, e gjson.Result, headers bool, c *ValueMatch) e
 	}
 	return nil
 }
-
-func quote(s string) string { return "\"" + s + "\"" }
