@@ -22,6 +22,12 @@ const (
 		"rules":[{"id":"api","limit":1000000,"window":"1s"},
 		         {"id":"search","match":{"prefix":"/v1/search","methods":["GET"]},"algorithm":"gcra","limit":1000000,"window":"1s","burst":1000000},
 		         {"id":"tenant","key":{"source":"header","name":"x-tenant"},"algorithm":"sliding_window_counter","limit":1000000,"window":"10s"}]}`
+	// allocConditions matches on host, path prefix, a header, a query parameter and a
+	// negated method, keyed by tenant:user from jwt_authn's dynamic metadata.
+	allocConditions = `{"rules":[{"id":"tenant-user","limit":1000000,"window":"1s",
+		"match":{"hosts":["api.example.com"],"prefix":"/v1","headers":[{"name":"x-tenant","exact":"acme"}],"query":[{"name":"q"}],"not":{"methods":["DELETE"]}},
+		"key":{"source":"composite","parts":[{"source":"metadata","namespace":"envoy.filters.http.jwt_authn","path":"my_payload.tenant"},
+		                                     {"source":"metadata","namespace":"envoy.filters.http.jwt_authn","path":"my_payload.sub","lowercase":true}]}}]}`
 )
 
 func allocRequest() *wasmhost.Request {
@@ -33,7 +39,8 @@ func allocRequest() *wasmhost.Request {
 			{"x-tenant", "acme"},
 			{"x-request-id", "7d1b5c1e-3a4f-4c1e-9b7a-2f6c1d0e8a11"},
 		},
-		RemoteAddr: "10.1.2.3:50123", LocalAddr: "10.0.0.1:8080"}
+		RemoteAddr: "10.1.2.3:50123", LocalAddr: "10.0.0.1:8080",
+		Metadata: wasmhost.Metadata{wasmhost.JWTAuthnFilter: {"my_payload": map[string]any{"tenant": "acme", "sub": "User-1"}}}}
 }
 
 // TestGuestHeapAllocations counts the Go heap allocations the compiled module makes per
@@ -47,12 +54,14 @@ func TestGuestHeapAllocations(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		config string
-		// buckets is the request's shared-data reads: each value the host returns needs
-		// one proxy_on_memory_allocate, and the request headers one more.
-		buckets int
+		// buckets is the request's shared-data reads and props its property reads: each
+		// value the host returns needs one proxy_on_memory_allocate, and the request
+		// headers one more.
+		buckets, props int
 	}{
-		{"one rule", allocOneRule, 1},
-		{"three rules", allocThreeRules, 3},
+		{"one rule", allocOneRule, 1, 0},
+		{"three rules", allocThreeRules, 3, 0},
+		{"match conditions and metadata key", allocConditions, 1, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, err := wasmhost.New(wasmhost.Config{Wasm: wasm, PluginConfig: []byte(tc.config), Workers: 1,
@@ -92,7 +101,7 @@ func TestGuestHeapAllocations(t *testing.T) {
 			if allocs1 != allocs0 {
 				t.Errorf("%d guest heap allocations in %d steady-state requests (%.3f per request), want 0", allocs1-allocs0, n, perReq)
 			}
-			if want := float64(1 + tc.buckets); hostAllocs > want {
+			if want := float64(1 + tc.buckets + tc.props); hostAllocs > want {
 				t.Errorf("%.2f host→guest allocations per request, want at most %.0f", hostAllocs, want)
 			}
 		})

@@ -83,6 +83,9 @@ func (h *host) SharedSet(key string, value []byte, cas uint32) (bool, error) {
 func (h *host) Property(path ...string) ([]byte, error) { return h.GetProperty(path...) }
 
 func (h *host) SetProperty(path string, value []byte) error { return h.Host.SetProperty(path, value) }
+func (h *host) AppendProperty(dst []byte, path ...string) ([]byte, error) {
+	return h.Host.AppendProperty(dst, path...)
+}
 
 func (h *host) HTTPCall(cluster string, headers [][2]string, body []byte, timeoutMs uint32) (uint32, error) {
 	return h.DispatchHTTPCall(cluster, headers, body, nil, timeoutMs)

@@ -127,6 +127,11 @@ type Config struct {
 	// way those releases would.
 	WASI WASIMode
 
+	// JWTAuthn, when set, stands in for Envoy's jwt_authn filter running before the
+	// plugin: a request's bearer token payload is put in its dynamic metadata (see
+	// JWTAuthn). Nil: requests carry only the Metadata they were given.
+	JWTAuthn *JWTAuthn
+
 	// Clock replaces the time the module reads (WASI clock_time_get, both clocks, and
 	// proxy_get_current_time_nanoseconds), for deterministic tests. The monotonic clock
 	// follows it but never goes back. Ticks, timeouts and callouts keep real time.

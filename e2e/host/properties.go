@@ -30,6 +30,9 @@ func (v *vm) property(c *pctx, path string) ([]byte, Status) {
 		return []byte(cfg.NodeID), StatusOK
 	}
 	if !c.isRoot() && c.req != nil {
+		if val, st, ok := metadataProperty(c.req, parts); ok {
+			return val, st
+		}
 		if val, ok := requestProperty(c, parts); ok {
 			return val, StatusOK
 		}

@@ -22,6 +22,11 @@ type Request struct {
 	Body       []byte
 	RemoteAddr string // downstream peer "ip:port" (source.address, source.port)
 	LocalAddr  string // listener address (destination.address, destination.port)
+	// Metadata is the request's dynamic metadata as filters before this one left it
+	// (served as metadata.filter_metadata.<filter>...); see Config.JWTAuthn.
+	Metadata Metadata
+	// FilterState holds string filter-state objects by name (filter_state.<name>).
+	FilterState map[string]string
 }
 
 func (r *Request) scheme() string {
@@ -260,6 +265,9 @@ func (c *pctx) accessEntry(worker int) AccessEntry {
 // proxy_on_context_create. The caller holds v.mu.
 func (v *vm) newStream(req *Request) (*pctx, error) {
 	root := v.root
+	if j := v.host.cfg.JWTAuthn; j != nil && req != nil {
+		req = j.apply(req)
+	}
 	c := &pctx{parent: root, req: req, resume: make(chan struct{}, 1)}
 	c.id = v.allocID()
 	v.contexts[c.id] = c

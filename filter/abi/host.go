@@ -200,6 +200,30 @@ func (h Host) SetProperty(path string, value []byte) error {
 	return statusErr(st, "proxy_set_property", path)
 }
 
+// AppendProperty is GetProperty appending the value to dst: the host's copy lands in
+// the binding's scratch buffer and is copied into dst, so a caller that reuses dst
+// reads properties on every request without allocating.
+func (h Host) AppendProperty(dst []byte, path ...string) ([]byte, error) {
+	encBuf = AppendPropertyPath(encBuf[:0], path)
+	if len(encBuf) > maxPairsLen {
+		releaseEncBuf()
+		return dst, &CallError{Func: "proxy_get_property", Err: ErrBadArgument}
+	}
+	resetReturn()
+	scratchArmed = true
+	st := proxyGetProperty(bytesData(encBuf), uint32(len(encBuf)), &retPtr, &retSize)
+	releaseEncBuf()
+	// The bytes are copied into dst right below, so they may stay in scratch.
+	buf, _, ok := takeReturned()
+	if err := statusErr(st, "proxy_get_property", ""); err != nil {
+		return dst, err
+	}
+	if !ok {
+		return dst, &CallError{Func: "proxy_get_property", Err: ErrInvalidMemoryAccess}
+	}
+	return append(dst, buf...), nil
+}
+
 // PluginConfig reads the plugin configuration; valid only during OnPluginStart (the
 // binding already passes it there, this is for code that wants to re-read it).
 func (h Host) PluginConfig() ([]byte, error) {

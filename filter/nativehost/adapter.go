@@ -110,6 +110,14 @@ func (a adapter) SetProperty(path string, value []byte) error {
 	return nil
 }
 
+func (a adapter) AppendProperty(dst []byte, path ...string) ([]byte, error) {
+	v, err := a.Property(path...)
+	if err != nil {
+		return dst, err
+	}
+	return append(dst, v...), nil
+}
+
 func (a adapter) SetTickPeriod(ms uint32) error {
 	a.w.tickMs = ms
 	return nil

@@ -50,6 +50,12 @@ func (h *quietHost) SetProperty(_ string, v []byte) error {
 	h.state = append(h.state[:0], v...)
 	return nil
 }
+func (h *quietHost) AppendProperty(dst []byte, path ...string) ([]byte, error) {
+	if len(path) > 0 && path[len(path)-1] == "sub" {
+		return append(dst, "user-1"...), nil
+	}
+	return dst, errQuiet
+}
 func (h *quietHost) HTTPCall(string, [][2]string, []byte, uint32) (uint32, error) {
 	return 0, errQuiet
 }
@@ -81,6 +87,10 @@ func TestRequestAllocations(t *testing.T) {
 			{"id":"search","match":{"prefix":"/v1/search","methods":["GET"]},"algorithm":"gcra",` + limits + `,"window":"1s","burst":1000000},
 			{"id":"tenant","key":{"source":"header","name":"x-tenant"},"algorithm":"sliding_window_counter",` + limits + `,"window":"10s"}]}`, 5},
 		{"default key", `{"rules":[{"id":"api",` + limits + `,"window":"1s"}]}`, 5},
+		{"metadata key", `{"rules":[{"id":"api","key":{"source":"composite","parts":[{"source":"metadata","namespace":"envoy.filters.http.jwt_authn","path":"my_payload.sub"},
+			{"source":"header","name":"x-tenant"}]},` + limits + `,"window":"1s"}]}`, 5},
+		{"match conditions and query key", `{"rules":[{"id":"api","key":{"source":"query","name":"q"},"match":{"hosts":["api.example.com"],"prefix":"/v1",
+			"headers":[{"name":"x-tenant","exact":"acme"},{"name":"user-agent","regex":"^tollgate"}],"query":[{"name":"q"}],"not":{"methods":["DELETE"]}},` + limits + `,"window":"1s"}]}`, 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &quietHost{shared: shareddata.New(), now: t0, request: [][2]string{

@@ -27,6 +27,9 @@ type Host interface {
 	// SetProperty sets a one-segment property of the current stream (Envoy: the filter
 	// state "wasm.<path>"); the host copies value.
 	SetProperty(path string, value []byte) error
+	// AppendProperty appends a property's value to dst (the request path's reads: a
+	// reused dst makes them allocation-free).
+	AppendProperty(dst []byte, path ...string) ([]byte, error)
 	SetTickPeriod(ms uint32) error
 	// HTTPCall dispatches a callout; the answer arrives through Root.OnHTTPCallResponse
 	// (or Stream.OnHTTPCallResponse when dispatched from a stream).

@@ -20,6 +20,7 @@ type metrics struct {
 	breakerState                                         uint32
 	rulesVersion, rulesRejected, leaseGranted, evictions uint32
 	penalized, slots, slotsUsed, syncRTT                 uint32
+	keyMissing                                           uint32 // refused by a missing_key "deny" policy
 
 	// rules holds each rule id's per-rule stats, defined once per id (a reconfiguration
 	// that keeps a rule keeps its ids: Envoy hands out a new id on every definition).
@@ -107,6 +108,7 @@ func newMetrics(h Host) *metrics {
 	// Sync round trip in milliseconds, from a batch's send to its answer (Envoy's
 	// default histogram buckets, 0.5 ms to 1 h, suit milliseconds).
 	m.syncRTT = def(Histogram, "sync_rtt_ms")
+	m.keyMissing = def(Counter, "requests_key_missing")
 	return m
 }
 

@@ -54,6 +54,8 @@ type Plugin struct {
 	worker    uint32
 	strictSeq uint64
 	peerFn    func() string // p.peerAddr, bound once so requests do not allocate it
+	// propertyFn is p.property, bound once like peerFn.
+	propertyFn func([]string) (string, bool)
 	// texts is the installed rule set's fixed header text.
 	texts texts
 	// free holds finished streams for the next requests to reuse (with their buffers).
@@ -75,6 +77,7 @@ type Plugin struct {
 	viewBuf []header.Window
 	idBuf   []byte
 	body    []byte // a local reply's body
+	propBuf []byte // property values read for the current request's keys
 	scratch lease.Record
 	hdrBuf  [][2]string
 	callBuf []byte
@@ -109,6 +112,7 @@ func New(h Host) *Plugin {
 	p.sync = newSyncer(p, p.worker)
 	p.strictSeq = uint64(now)
 	p.peerFn = p.peerAddr
+	p.propertyFn = p.property
 	return p
 }
 

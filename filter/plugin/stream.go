@@ -75,11 +75,16 @@ func (s *Stream) decideRequest(now int64, hdrs [][2]string) Action {
 	req := rule.Request{
 		Method: headerValue(hdrs, ":method"),
 		Host:   headerValue(hdrs, ":authority"),
-		Path:   stripQuery(headerValue(hdrs, ":path")),
-		Header: s.headerFn,
-		Peer:   p.peerFn, // read only if a key source or list needs the address
+		// With the query: rules match the normalised path, which drops it, and query
+		// conditions and keys read it.
+		Path:     headerValue(hdrs, ":path"),
+		Header:   s.headerFn,
+		Peer:     p.peerFn,     // read only if a key source or list needs the address
+		Property: p.propertyFn, // read only by metadata and filter_state key sources
+		KeyBuf:   &p.propBuf,   // composite and lower-cased keys are built here
 	}
 
+	p.propBuf = p.propBuf[:0]
 	switch lv := p.checkLists(&req); lv.Verdict {
 	case rule.ListDeny:
 		p.m.inc(p.m.denied)
@@ -99,6 +104,14 @@ func (s *Stream) decideRequest(now int64, hdrs [][2]string) Action {
 	applied := p.cfg.Apply(&req, p.applied[:0])
 	p.applied = applied
 	if len(applied) == 0 {
+		return Continue
+	}
+	if a := p.missingKey(applied); a != nil {
+		s.hb.Reset()
+		s.reply(uint32(a.Refuse), "tollgate_key_missing", p.bodyKeyMissing(a))
+		return Pause
+	}
+	if applied = withoutRefusals(applied); len(applied) == 0 {
 		return Continue
 	}
 	if p.cfg.syncEnabled() {
@@ -468,13 +481,4 @@ func (p *Plugin) acquired(now int64, op *bucketOp, st *wire.State) {
 			return
 		}
 	}
-}
-
-func stripQuery(path string) string {
-	for i := 0; i < len(path); i++ {
-		if path[i] == '?' || path[i] == '#' {
-			return path[:i]
-		}
-	}
-	return path
 }

@@ -89,9 +89,52 @@ func checkInvariants(t testing.TB, c *Config) {
 		if !r.Key.IsZero() {
 			checkKeySource(t, &r.Key, 1)
 		}
+		checkMatch(t, r.ID, &r.Match, true)
+		switch mk := r.MissingKey; mk.Action {
+		case MissingSkip:
+		case MissingDeny:
+			if mk.Status != 401 && mk.Status != 403 {
+				t.Fatalf("rule %q: deny status %d", r.ID, mk.Status)
+			}
+		case MissingFallback:
+			if mk.Key == nil {
+				t.Fatalf("rule %q: fallback without a key", r.ID)
+			}
+			checkKeySource(t, mk.Key, 1)
+		default:
+			t.Fatalf("rule %q: missing-key action %d", r.ID, mk.Action)
+		}
 	}
 	if c.RuleByID("no such rule!") != nil {
 		t.Fatal("RuleByID found an invalid id")
+	}
+}
+
+func checkMatch(t testing.TB, id string, m *Match, top bool) {
+	t.Helper()
+	if m.Path != "" && NormalizePath(m.Path) != m.Path {
+		t.Fatalf("rule %q: path %q not normalised", id, m.Path)
+	}
+	for _, list := range [][]ValueMatch{m.Headers, m.Query} {
+		if len(list) > maxConditions {
+			t.Fatalf("rule %q: %d conditions", id, len(list))
+		}
+		for _, c := range list {
+			if c.Name == "" || (c.Kind == ValueRegex) != (c.Regex != nil) || c.Kind == ValuePrefix && c.Value == "" {
+				t.Fatalf("rule %q: bad condition %+v", id, c)
+			}
+		}
+	}
+	for _, c := range m.Headers {
+		if c.Name != strings.ToLower(c.Name) {
+			t.Fatalf("rule %q: header %q not lower-case", id, c.Name)
+		}
+	}
+	if m.Not != nil {
+		if !top || m.Not.isEmpty() || m.Not.Not != nil {
+			t.Fatalf("rule %q: bad not block %+v", id, m.Not)
+		}
+		checkMatch(t, id, m.Not, false)
 	}
 }
 
@@ -127,6 +170,14 @@ func checkKeySource(t testing.TB, k *KeySource, depth int) {
 			t.Fatalf("bad ip source %+v", k)
 		}
 	case KeyRoute:
+	case KeyQuery:
+		if k.Query == "" {
+			t.Fatalf("bad query source %+v", k)
+		}
+	case KeyProperty:
+		if len(k.Property) < 2 || len(k.Property) > maxPropertyTokens {
+			t.Fatalf("bad property source %+v", k)
+		}
 	case KeyComposite:
 		if len(k.Parts) < 2 || len(k.Parts) > maxParts {
 			t.Fatalf("bad composite %+v", k)
@@ -156,6 +207,13 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Add([]byte(`{"rules":[{"id":"a","limit":1,"window":"1s","key":{"source":"route"}}]}`))
 	f.Add([]byte(`{"telemetry":{"rule_stats":false,"decision_metadata":true},"rules":[{"id":"a","limit":1,"window":"1s"}]}`))
+	f.Add([]byte(`{"rules":[{"id":"a","limit":1,"window":"1s","match":{"hosts":["api.example.com"],"path":"/search/x",
+	  "headers":[{"name":"x-plan","exact":"pro"},{"name":"x-api-key","prefix":"sk_"},{"name":"x-id","regex":"^[0-9]+$","not":true}],
+	  "query":[{"name":"q","exact":"1"},{"name":"debug","not":true}],"not":{"methods":["DELETE"]}},
+	  "key":{"source":"composite","parts":[{"source":"metadata","namespace":"envoy.filters.http.jwt_authn","path":"my_payload.tenant"},
+	    {"source":"header","name":"authorization","strip_prefix":"Bearer ","lowercase":true}]},
+	  "missing_key":{"action":"deny","status":403}},
+	 {"id":"b","limit":1,"window":"1s","key":{"source":"query","name":"q"},"missing_key":{"action":"fallback","key":{"source":"filter_state","name":"t"}}}]}`))
 	req := &Request{Method: "GET", Host: "api.example.com:443", Path: "/search/x?q=1", PeerAddr: "10.1.2.3:5555",
 		Header: func(name string) (string, bool) {
 			switch name {
@@ -163,6 +221,12 @@ func FuzzParse(f *testing.F) {
 				return "sk_ent_1", true
 			case "x-plan":
 				return "pro", true
+			}
+			return "", false
+		},
+		Property: func(path []string) (string, bool) {
+			if len(path) > 0 && path[len(path)-1] == "tenant" {
+				return "acme", true
 			}
 			return "", false
 		}}
@@ -186,6 +250,12 @@ func FuzzParse(f *testing.F) {
 		}
 		checkInvariants(t, c)
 		for _, a := range c.Apply(req, nil) {
+			if a.Refuse != 0 {
+				if a.Key != "" || a.Refuse != 401 && a.Refuse != 403 || a.Rule.MissingKey.Action != MissingDeny {
+					t.Fatalf("bad refusal %+v", a)
+				}
+				continue
+			}
 			if a.Key == "" || len(a.Key) > MaxKeyLen || a.Cost < 1 || len(a.Windows) == 0 {
 				t.Fatalf("bad applied %+v", a)
 			}

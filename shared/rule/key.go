@@ -3,6 +3,7 @@ package rule
 import (
 	"net/netip"
 	"strings"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 )
@@ -42,6 +43,15 @@ func (k *KeySource) extract(req *Request, depth int) string {
 		v = NormalizePath(req.Path)
 	case KeyComposite:
 		v = k.composite(req, depth)
+	case KeyQuery:
+		if raw, ok := queryParam(requestQuery(req), k.Query); ok {
+			v = strings.TrimSpace(queryUnescape(raw))
+		}
+	case KeyProperty:
+		v = propertyValue(req, k.Property)
+	}
+	if v != "" && (k.StripPrefix != "" || k.Lower) {
+		v = k.transform(req, v)
 	}
 	if v == "" && k.Fallback != nil {
 		return k.Fallback.extract(req, depth+1)
@@ -63,6 +73,18 @@ func (k *KeySource) composite(req *Request, depth int) string {
 			return ""
 		}
 		n += len(parts[i])
+	}
+	if req.KeyBuf != nil {
+		buf := *req.KeyBuf
+		start := len(buf)
+		for i := range k.Parts {
+			if i > 0 {
+				buf = append(buf, ':')
+			}
+			buf = append(buf, parts[i]...)
+		}
+		*req.KeyBuf = buf
+		return unsafe.String(&buf[start], len(buf)-start)
 	}
 	var b strings.Builder
 	b.Grow(n)

@@ -9,13 +9,15 @@ import (
 
 // Apply appends to dst every rule that matches req, in config order, with its caller
 // key, windows (override > tier > the rule's own), tier and cost resolved, and returns
-// the extended slice. A rule whose key cannot be extracted is left out.
+// the extended slice. A rule whose key cannot be extracted is left out, unless its
+// MissingKey policy says otherwise: a fallback source's key is used, or the rule is
+// appended with Refuse set (and no key or windows) for the caller to refuse the request.
 //
 // Apply runs on every request in the filter, so it allocates nothing for the common
 // cases: pass a reused dst[:0]; the path is normalised in place unless it needs
 // rewriting; regexps run only for rules that configure them; the default key and the
-// tier are computed at most once per call. (JWT keys and composite keys cost one
-// allocation each.)
+// tier are computed at most once per call. (JWT keys cost one allocation; composite and
+// lower-cased keys one each unless the request has a KeyBuf.)
 func (c *Config) Apply(req *Request, dst []Applied) []Applied {
 	if c == nil || req == nil {
 		return dst
@@ -30,7 +32,7 @@ func (c *Config) Apply(req *Request, dst []Applied) []Applied {
 	)
 	for i := range c.Rules {
 		r := &c.Rules[i]
-		if r.DescriptorOnly || !r.Match.matches(req.Method, host, path) {
+		if r.DescriptorOnly || !r.Match.matches(req, host, path) {
 			continue
 		}
 		var key string
@@ -43,7 +45,16 @@ func (c *Config) Apply(req *Request, dst []Applied) []Applied {
 			key = r.Key.Extract(req)
 		}
 		if key == "" {
-			continue
+			switch r.MissingKey.Action {
+			case MissingDeny:
+				dst = append(dst, Applied{Rule: r, Index: i, Refuse: r.MissingKey.Status, Cost: 1})
+				continue
+			case MissingFallback:
+				key = r.MissingKey.Key.Extract(req)
+			}
+			if key == "" {
+				continue
+			}
 		}
 		a := Applied{Rule: r, Key: key, Windows: r.Windows, Cost: r.costFor(path), Index: i}
 		if o := r.overrideFor(key); o >= 0 {
@@ -73,38 +84,8 @@ func (c *Config) defaultKey() *KeySource {
 // IsZero reports whether k is the zero KeySource, which a Rule uses to mean "the
 // config's default key source" (a parsed header source always has a name).
 func (k *KeySource) IsZero() bool {
-	return k.Kind == KeyHeader && k.Header == "" && k.Claim == "" && k.TrustedHops == 0 && k.Parts == nil && k.Fallback == nil
-}
-
-func (m *Match) matches(method, host, path string) bool {
-	if m.Prefix != "" && !hasPathPrefix(path, m.Prefix) {
-		return false
-	}
-	if len(m.Methods) > 0 {
-		ok := false
-		for _, x := range m.Methods {
-			if strings.EqualFold(x, method) {
-				ok = true
-				break
-			}
-		}
-		if !ok {
-			return false
-		}
-	}
-	if len(m.Hosts) > 0 {
-		ok := false
-		for _, h := range m.Hosts {
-			if globMatch(h, host, true) {
-				ok = true
-				break
-			}
-		}
-		if !ok {
-			return false
-		}
-	}
-	return m.Regex == nil || m.Regex.MatchString(path)
+	return k.Kind == KeyHeader && k.Header == "" && k.Claim == "" && k.TrustedHops == 0 && k.Parts == nil && k.Fallback == nil &&
+		k.Query == "" && k.Property == nil && k.StripPrefix == "" && !k.Lower
 }
 
 // hasPathPrefix matches whole segments: "/search" covers "/search" and "/search/x" but

@@ -144,6 +144,9 @@ type Rule struct {
 	// filter) leaves it out, only descriptors select it. A rule with both applies on
 	// both paths, to one quota.
 	DescriptorOnly bool
+	// MissingKey is what happens to a request the rule matches but whose key cannot
+	// be found (default: skip the rule).
+	MissingKey MissingKey
 
 	overrideIdx *globSet // built by Parse; nil: linear scan
 }
@@ -169,6 +172,12 @@ type Match struct {
 	Regex   *regexp.Regexp // against the normalised path
 	Methods []string       // upper-case
 	Hosts   []string       // globs, lower-case, port and IPv6 brackets stripped
+	// Path is an exact normalised path ("" matches every path).
+	Path string
+	// Headers and Query must all hold (see ValueMatch); Not, when set, must not match.
+	Headers []ValueMatch
+	Query   []ValueMatch
+	Not     *Match
 }
 
 // KeySourceKind says where a caller's key comes from.
@@ -180,6 +189,8 @@ const (
 	KeyIP
 	KeyRoute
 	KeyComposite
+	KeyQuery    // a query parameter
+	KeyProperty // a proxy property: dynamic metadata, filter state
 )
 
 // KeySource extracts a caller key from a request.
@@ -190,6 +201,12 @@ type KeySource struct {
 	TrustedHops int         // KeyIP: x-forwarded-for hops added by trusted proxies (0: use the peer address)
 	Parts       []KeySource // KeyComposite: joined with ":"
 	Fallback    *KeySource  // used when this source yields nothing
+	Query       string      // KeyQuery: parameter name
+	Property    []string    // KeyProperty: the property path's tokens
+	// StripPrefix (ASCII case-insensitive, then leading spaces) and Lower transform a
+	// header, query or property value before it becomes the key.
+	StripPrefix string
+	Lower       bool
 }
 
 // Request is what matching and key extraction see of an HTTP request. Header names are
@@ -204,6 +221,15 @@ type Request struct {
 	// Peer, when set and PeerAddr is empty, is asked for the peer address the first time a
 	// decision needs it (reading it costs the filter a host call that copies data in).
 	Peer func() string
+	// Query is the raw query string (without "?"); when empty it is taken from Path.
+	Query string
+	// Property reads a proxy property by its path's tokens (dynamic metadata, filter
+	// state); nil: none.
+	Property func(path []string) (string, bool)
+	// KeyBuf, when set, is where keys that must be built (composite keys, lower-cased
+	// values) are appended instead of allocated: those keys then alias it and are valid
+	// until the caller reuses it.
+	KeyBuf *[]byte
 }
 
 // Applied is one rule applied to one request: the resolved key, limits and cost.
@@ -218,4 +244,7 @@ type Applied struct {
 	// override whose windows apply (0: none), so a caller can keep what it derives
 	// from each window (the filter's header text) beside the rule set.
 	Index, Override int
+	// Refuse, when non-zero, is the status (401 or 403) the request is refused with
+	// because the rule's key is missing and its MissingKey policy denies; Key is then "".
+	Refuse int
 }

@@ -29,7 +29,9 @@ const (
 	maxHosts       = 64
 	maxPatternLen  = 256 // glob or CIDR
 	maxRegexLen    = 1024
-	maxKeyDepth    = 4 // nesting of composite parts and fallbacks
+	maxRegexProg   = 2000 // instructions of a compiled regex (regexp/syntax)
+	maxConditions  = 16   // header or query conditions per match block
+	maxKeyDepth    = 4    // nesting of composite parts and fallbacks
 	maxParts       = 8
 	maxTrustedHops = 16
 	maxNesting     = 64 // JSON nesting depth; the deepest valid config needs 8

@@ -14,12 +14,13 @@ func parseKeySource(path string, v gjson.Result, depth int) (KeySource, error) {
 	if depth > maxKeyDepth {
 		return k, fieldError(path, "key sources nested deeper than "+itoa(maxKeyDepth)+" levels")
 	}
-	o, err := parseObject(path, v, "source", "name", "claim", "header", "trusted_hops", "parts", "fallback")
+	o, err := parseObject(path, v, "source", "name", "claim", "header", "trusted_hops", "parts", "fallback",
+		"namespace", "path", "strip_prefix", "lowercase")
 	if err != nil {
 		return k, err
 	}
 	if !o.has("source") {
-		return k, fieldError(o.at("source"), "required (header, jwt, ip, route or composite)")
+		return k, fieldError(o.at("source"), "required ("+keySourceNames+")")
 	}
 	src, err := parseString(o.at("source"), o.get("source"))
 	if err != nil {
@@ -37,8 +38,17 @@ func parseKeySource(path string, v gjson.Result, depth int) (KeySource, error) {
 		k.Kind = KeyRoute
 	case "composite":
 		k.Kind, allowed = KeyComposite, []string{"parts"}
+	case "query":
+		k.Kind, allowed = KeyQuery, []string{"name", "strip_prefix", "lowercase"}
+	case "metadata":
+		k.Kind, allowed = KeyProperty, []string{"namespace", "path", "strip_prefix", "lowercase"}
+	case "filter_state":
+		k.Kind, allowed = KeyProperty, []string{"name", "strip_prefix", "lowercase"}
 	default:
-		return k, fieldError(o.at("source"), "unknown key source "+quoteShort(src)+" (want header, jwt, ip, route or composite)")
+		return k, fieldError(o.at("source"), "unknown key source "+quoteShort(src)+" (want "+keySourceNames+")")
+	}
+	if src == "header" {
+		allowed = append(allowed, "strip_prefix", "lowercase")
 	}
 	// Fields of another source are errors in document order, like unknown fields.
 	var bad string
@@ -59,6 +69,10 @@ func parseKeySource(path string, v gjson.Result, depth int) (KeySource, error) {
 			return k, fieldError(o.at("name"), "required for source \"header\"")
 		}
 		if k.Header, err = parseHeaderName(o.at("name"), o.get("name")); err != nil {
+			return k, err
+		}
+	case KeyQuery, KeyProperty:
+		if err := parseValueSource(o, src, &k); err != nil {
 			return k, err
 		}
 	case KeyJWTClaim:
@@ -99,6 +113,9 @@ func parseKeySource(path string, v gjson.Result, depth int) (KeySource, error) {
 				return k, err
 			}
 		}
+	}
+	if err := parseTransforms(o, &k); err != nil {
+		return k, err
 	}
 	if fv := o.get("fallback"); fv.Exists() {
 		fb, err := parseKeySource(o.at("fallback"), fv, depth+1)

@@ -2,6 +2,7 @@ package rule
 
 import (
 	"regexp"
+	"regexp/syntax"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -52,7 +53,26 @@ func parseRegex(path string, v gjson.Result) (*regexp.Regexp, error) {
 	if err != nil {
 		return nil, &FieldError{Field: path, Msg: "invalid regex " + quoteShort(s) + ": " + err.Error(), Err: err}
 	}
+	// A short pattern can still compile to a large program ("(a{100}){10}" is a
+	// thousand instructions), and a program's size is what every request pays for.
+	if n := regexProgSize(s); n > maxRegexProg {
+		return nil, fieldError(path, "regex "+quoteShort(s)+" is too large: its program has "+itoa(n)+" instructions, at most "+itoa(maxRegexProg))
+	}
 	return re, nil
+}
+
+// regexProgSize is the number of instructions of s's compiled program, the measure
+// regexp's matchers run over (s is known to compile).
+func regexProgSize(s string) int {
+	re, err := syntax.Parse(s, syntax.Perl)
+	if err != nil {
+		return 0
+	}
+	prog, err := syntax.Compile(re.Simplify())
+	if err != nil {
+		return 0
+	}
+	return len(prog.Inst)
 }
 
 // parsePrefix validates a path prefix and stores it normalised, so "/api/" and "/api"
@@ -80,12 +100,25 @@ func parsePrefix(path string, v gjson.Result) (string, error) {
 }
 
 func parseMatch(path string, v gjson.Result) (Match, error) {
+	return parseMatchBlock(path, v, true)
+}
+
+// parseMatchBlock reads a match block; withNot allows a "not" block inside (one level:
+// a negated block holds no "not" of its own).
+func parseMatchBlock(path string, v gjson.Result, withNot bool) (Match, error) {
 	var m Match
 	if !v.Exists() {
 		return m, nil
 	}
-	o, err := parseObject(path, v, "prefix", "regex", "methods", "hosts")
+	fields := []string{"prefix", "path", "regex", "methods", "hosts", "headers", "query"}
+	if withNot {
+		fields = append(fields, "not")
+	}
+	o, err := parseObject(path, v, fields...)
 	if err != nil {
+		return m, err
+	}
+	if err := parseConditions(o, &m); err != nil {
 		return m, err
 	}
 	if pv := o.get("prefix"); pv.Exists() {

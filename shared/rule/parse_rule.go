@@ -123,7 +123,8 @@ func parseRules(path string, v gjson.Result, tiers []Tier, tiersOK bool) ([]Rule
 // are only read once the algorithm is known (they are checked against it).
 func parseRule(path string, v gjson.Result, tiers []Tier, tiersOK bool, r *Rule) error {
 	o, err := parseObject(path, v, "id", "version", "match", "key", "algorithm", "limit", "window", "burst",
-		"windows", "cost", "costs", "tiers", "overrides", "fail", "shadow", "strict", "descriptors")
+		"windows", "cost", "costs", "tiers", "overrides", "fail", "shadow", "strict", "descriptors",
+		"missing_key")
 	if err != nil {
 		return err
 	}
@@ -146,6 +147,10 @@ func parseRule(path string, v gjson.Result, tiers []Tier, tiersOK bool, r *Rule)
 	}
 	if kv := o.get("key"); kv.Exists() {
 		r.Key, err = parseKeySource(o.at("key"), kv, 1)
+		errs.add(err)
+	}
+	if mv := o.get("missing_key"); mv.Exists() {
+		r.MissingKey, err = parseMissingKey(o.at("missing_key"), mv)
 		errs.add(err)
 	}
 	algoOK := true

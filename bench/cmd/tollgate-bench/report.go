@@ -29,6 +29,7 @@ type report struct {
 	costs        []perf.Cost // empty, floor, filter, filter (default key)[, first version's floor, filter]
 	firstErr     error       // why the first version's modules were not measured
 	telemetry    perf.TelemetryCost
+	match        perf.MatchCost
 	loads        map[string]perf.LoadResult
 	dists        []perf.RedisCost
 	shared       []perf.SharedMem
@@ -271,6 +272,8 @@ func (r *report) writeTargets(w io.Writer) {
 			fmtInt(l["http tollgate"].ChecksPerSec), fmtInt(l["http pass-through"].ChecksPerSec)) + httpFloorNote(l), yesNo(ratio(l["http tollgate"].ChecksPerSec, l["http pass-through"].ChecksPerSec) >= 0.8)},
 		{"per-rule stats and decision metadata add ≤ 10 % to the decision", fmt.Sprintf("%+.1f %% (%s vs %s ns, telemetry on vs off)", 100*r.telemetry.Overhead(),
 			fmtInt(r.telemetry.On.NsPerRequest), fmtInt(r.telemetry.Off.NsPerRequest)), yesNo(r.telemetry.Off.NsPerRequest > 0 && r.telemetry.Overhead() <= 0.10)},
+		{"three match conditions (host + path prefix + header exact) ≤ 1.15× a prefix match", fmt.Sprintf("%.3f× (%s vs %s ns)", r.match.Ratio(),
+			fmtInt(r.match.Three.NsPerRequest), fmtInt(r.match.Prefix.NsPerRequest)), yesNo(r.match.Ratio() > 0 && r.match.Ratio() <= 1.15)},
 		{"module size ≤ 3 MB", r.filterSize(), yesNo(r.filterBytes() > 0 && r.filterBytes() <= 3_000_000)},
 		{"≤ 2 host→guest allocations per single-rule request", fmt.Sprintf("%s (key from a header); %s with the default key (IP fallback)", fmtF(real.AllocsPerRequest, 2), fmtF(r.cost(3).AllocsPerRequest, 2)), yesNo(real.AllocsPerRequest <= 2)},
 		{"≥ 20× the checks/s of a per-request Redis limiter", fmt.Sprintf("%.2f× (%s vs %s checks/s, 10k keys, 8 clients)", checksRatio, fmtInt(tg.ChecksPerSec), fmtInt(rr.ChecksPerSec)), yesNo(checksRatio >= 20)},

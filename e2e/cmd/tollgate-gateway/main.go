@@ -82,6 +82,7 @@ type options struct {
 	cacheDir             string
 	accessLog            string
 	accessLogFormat      string
+	jwtPayloadInMetadata string // --jwt-payload-in-metadata
 }
 
 var logLevels = map[string]int{
@@ -111,6 +112,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.cacheDir, "cache-dir", "", "directory for wazero's compilation cache (faster restarts)")
 	fs.StringVar(&o.accessLog, "access-log", "", "file to append one access-log line per request to (\"-\": stdout; empty: off)")
 	fs.StringVar(&o.accessLogFormat, "access-log-format", host.DefaultAccessLogFormat, "access-log line in Envoy's format syntax (%REQ(..)%, %RESPONSE_CODE%, %FILTER_STATE(wasm.tollgate:PLAIN)%, ...)")
+	fs.StringVar(&o.jwtPayloadInMetadata, "jwt-payload-in-metadata", "", "stand in for jwt_authn: put the bearer token's payload (signature NOT checked) in dynamic metadata under this key")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `tollgate-gateway runs a proxy-wasm HTTP filter (ABI v0.2.1) the way Envoy does and
 proxies requests through it.
@@ -150,6 +152,14 @@ Signals: SIGHUP re-reads --config; SIGTERM/SIGINT drain and exit.
 		return o, fmt.Errorf("--access-log-format: %w", err)
 	}
 	return o, nil
+}
+
+// jwtAuthn is the jwt_authn stand-in for --jwt-payload-in-metadata (nil when empty).
+func jwtAuthn(payloadKey string) *host.JWTAuthn {
+	if payloadKey == "" {
+		return nil
+	}
+	return &host.JWTAuthn{PayloadInMetadata: payloadKey}
 }
 
 // gateway is the proxy and admin handlers around one Host.
@@ -207,6 +217,7 @@ func newGateway(o options, logger *log.Logger) (*gateway, error) {
 		FailOpen:               o.failOpen,
 		CompilationCacheDir:    o.cacheDir,
 		OnStreamDone:           onDone,
+		JWTAuthn:               jwtAuthn(o.jwtPayloadInMetadata),
 	})
 	if err != nil {
 		if al != nil {

@@ -69,6 +69,9 @@ type GatewayConfig struct {
 	Sync     Sync
 	// Upstream is the URL allowed requests go to; empty answers 200 "ok".
 	Upstream string
+	// JWTAuthn stands in for Envoy's jwt_authn filter before the plugin (bearer token
+	// payloads in dynamic metadata); nil: none.
+	JWTAuthn *host.JWTAuthn
 }
 
 // PluginConfig returns the plugin configuration the gateway's filter receives.
@@ -142,6 +145,7 @@ func StartGateway(cfg GatewayConfig) (*Gateway, error) {
 		// A request the filter pauses waits at most this long (a strict check).
 		StreamIdleTimeout: 10 * time.Second,
 		UpstreamTimeout:   10 * time.Second,
+		JWTAuthn:          cfg.JWTAuthn,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway %q: %w", cfg.NodeID, err)
