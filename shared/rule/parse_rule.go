@@ -123,7 +123,8 @@ func parseRules(path string, v gjson.Result, tiers []Tier, tiersOK bool) ([]Rule
 // are only read once the algorithm is known (they are checked against it).
 func parseRule(path string, v gjson.Result, tiers []Tier, tiersOK bool, r *Rule) error {
 	o, err := parseObject(path, v, "id", "version", "match", "key", "algorithm", "limit", "window", "burst",
-		"windows", "cost", "costs", "tiers", "overrides", "fail", "shadow", "strict", "descriptors")
+		"windows", "cost", "costs", "tiers", "overrides", "fail", "shadow", "strict", "descriptors",
+		"degraded_limit", "rollout_percent")
 	if err != nil {
 		return err
 	}
@@ -199,6 +200,7 @@ func parseRule(path string, v gjson.Result, tiers []Tier, tiersOK bool, r *Rule)
 		r.Strict, err = parseBool(o.at("strict"), sv)
 		errs.add(err)
 	}
+	errs.add(parseRuleLevers(o, r, algoOK))
 	return errs.err()
 }
 
