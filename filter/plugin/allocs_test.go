@@ -28,7 +28,7 @@ func (h *quietHost) AddResponseHeaders(pairs [][2]string) error {
 	h.added = append(h.added, pairs...)
 	return nil
 }
-func (h *quietHost) SendLocalReply(status uint32, _ string, _ []byte, headers [][2]string) error {
+func (h *quietHost) SendLocalReply(status uint32, _ string, _ []byte, headers [][2]string, _ int32) error {
 	h.status = status
 	h.added = append(h.added, headers...)
 	return nil
@@ -75,6 +75,10 @@ func TestRequestAllocations(t *testing.T) {
 			{"id":"search","match":{"prefix":"/v1/search","methods":["GET"]},"algorithm":"gcra",` + limits + `,"window":"1s","burst":1000000},
 			{"id":"tenant","key":{"source":"header","name":"x-tenant"},"algorithm":"sliding_window_counter",` + limits + `,"window":"10s"}]}`, 5},
 		{"default key", `{"rules":[{"id":"api",` + limits + `,"window":"1s"}]}`, 5},
+		// The levers cost nothing per request: a rollout (this key is in the enforced 90 %),
+		// a degraded limit, and a shadowed rule (the key outside a 1 % rollout).
+		{"levers", `{"key":{"source":"header","name":"x-api-key"},"rules":[{"id":"api",` + limits + `,"window":"1s","rollout_percent":90,"degraded_limit":10},
+			{"id":"canary",` + limits + `,"window":"1s","rollout_percent":1}]}`, 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &quietHost{shared: shareddata.New(), now: t0, request: [][2]string{
