@@ -46,9 +46,9 @@ func (r *Request) Get(name string) string {
 // Response is what the client receives: the upstream's response after the filter's
 // changes, or a local reply.
 type Response struct {
-	Status  int
-	Header  []Pair // lower-case names, without ":status"
-	Body    []byte
+	Status int
+	Header []Pair // lower-case names, without ":status"
+	Body   []byte
 	// Trailer is the upstream's trailers (a gRPC response's grpc-status), passed through.
 	Trailer []Pair
 	Local   bool   // a local reply (the filter's proxy_send_local_response, or the host's own: upstream failure, stream timeout, failed VM)
