@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tollgate-rl/tollgate/internal/redistest"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
 	"github.com/tollgate-rl/tollgate/shared/algo"
 	"github.com/tollgate-rl/tollgate/shared/wire"
@@ -18,6 +19,8 @@ import (
 // them raw. Usage and reset take the raw key either way, and the log never shows it.
 func TestKeyHashing(t *testing.T) {
 	secret := []byte("key-hash-s3cret")
+	// Its own Redis: the rule sets stored here must not reach the package's other tests.
+	srv := redistest.StartStandalone(t)
 	for _, tc := range []struct {
 		name     string
 		secret   []byte
@@ -33,7 +36,7 @@ func TestKeyHashing(t *testing.T) {
 		{"no secret", nil, "", true, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			in := start(t, opts{svc: func(c *Config) { c.KeyHashSecret = tc.secret }})
+			in := start(t, opts{addrs: srv.Addrs(), svc: func(c *Config) { c.KeyHashSecret = tc.secret }})
 			rid := uniq("hashed")
 			doc := fmt.Sprintf(`{"rules": [{"id": %q, "limit": 100, "window": "1m"}]}`, rid)
 			if tc.hashing != "" {
