@@ -111,10 +111,24 @@ func TestLevers(t *testing.T) {
 
 	t.Run("rollout", func(t *testing.T) {
 		doc := `{"key":{"source":"ip","trusted_hops":1},"rules":[{"id":"canary","match":{"prefix":"/levers"},"limit":1,"window":"1h","rollout_percent":10}]}`
-		onVersion(t, gws, put(t, doc), "/levers")
+		put(t, doc)
 		r := &rule.Rule{ID: "canary", ShadowBP: 9000}
 		const keys = 10000
 		prefix := "10." + strconv.Itoa(int(time.Now().UnixNano()%200))
+		// Every worker enforces the new rule set: a probe from a key inside the rollout
+		// (one per worker: each spends its permit) is answered under the canary policy.
+		probe := 0
+		for i, c := range workers {
+			for probe++; !r.RolledOut(ipOf("10.250", probe)); probe++ {
+			}
+			ip := ipOf("10.250", probe)
+			if err := harness.Poll(10*time.Second, 10*time.Millisecond, func() (bool, error) {
+				a := get(c, base(i), ip)
+				return strings.Contains(a.Get("RateLimit-Policy"), `"canary-1h"`), nil
+			}); err != nil {
+				t.Fatalf("worker %d never enforced the canary rule: %v", i, err)
+			}
+		}
 		var mu sync.Mutex
 		refused, mismatched := 0, 0
 		var wg sync.WaitGroup
