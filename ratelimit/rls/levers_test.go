@@ -3,9 +3,8 @@ package rls
 import (
 	"testing"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/tollgate-rl/tollgate/shared/header"
 	"github.com/tollgate-rl/tollgate/shared/rule"
