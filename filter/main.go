@@ -59,8 +59,8 @@ func (h *host) AddResponseHeaders(pairs [][2]string) error {
 	return h.AddHeaders(abi.MapResponseHeaders, pairs)
 }
 
-func (h *host) SendLocalReply(status uint32, details string, body []byte, headers [][2]string) error {
-	return h.Host.SendLocalReply(status, details, body, headers, -1)
+func (h *host) SendLocalReply(status uint32, details string, body []byte, headers [][2]string, grpcStatus int32) error {
+	return h.Host.SendLocalReply(status, details, body, headers, grpcStatus)
 }
 
 func (h *host) SharedGet(key string) ([]byte, uint32, bool, error) {

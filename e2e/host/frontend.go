@@ -11,8 +11,9 @@ import (
 // hopByHopResponse headers are the connection's business, not the filter's.
 var hopByHopResponse = map[string]bool{"connection": true, "keep-alive": true, "transfer-encoding": true, "content-length": true}
 
-// HTTPFrontend returns the HTTP side of the gateway: each request is read (body up to
-// maxBody bytes, else 413), handed to a worker picked by the client's address (a
+// HTTPFrontend returns the HTTP side of the gateway (serve it with Protocols, for gRPC
+// clients): each request is read (body up to maxBody bytes, else 413), handed to a
+// worker picked by the client's address (a
 // connection stays on one worker, as in Envoy), run through the filter and the upstream,
 // and written back; a reset stream drops the connection. The gateway binary, the e2e
 // harness and the demo all serve through it.
@@ -68,4 +69,17 @@ func (f frontend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(resp.Status)
 	_, _ = w.Write(resp.Body)
+	for _, p := range resp.Trailer {
+		w.Header().Add(http.TrailerPrefix+p[0], p[1])
+	}
+}
+
+// Protocols is what the gateway's listener speaks: HTTP/1.1 and HTTP/2 over cleartext
+// (h2c with prior knowledge, what gRPC clients use without TLS), as an Envoy listener
+// with the HTTP connection manager's codec_type AUTO does.
+func Protocols() *http.Protocols {
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	return p
 }

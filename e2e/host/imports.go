@@ -473,11 +473,17 @@ func hSendLocalResponse(v *vm, mod api.Module, s []uint64) Status {
 		// Envoy has no decoder callbacks on a root context: nothing is sent.
 		return StatusOK
 	}
+	grpcStatus := int(int32(u32(s[7])))
+	if grpcStatus < 0 || grpcStatus > maxGRPCStatus {
+		grpcStatus = -1 // Envoy takes only a known status; anything else is "none"
+	}
 	v.sendLocal(c, &localReply{
-		status:  int(u32(s[0])),
-		details: string(details),
-		body:    append([]byte(nil), body...),
-		headers: pairs,
+		status:     int(u32(s[0])),
+		details:    string(details),
+		body:       append([]byte(nil), body...),
+		headers:    pairs,
+		grpc:       c.req != nil && IsGRPC(c.req.Get("content-type")),
+		grpcStatus: grpcStatus,
 	})
 	return StatusOK
 }

@@ -51,9 +51,11 @@ func (r *Request) Get(name string) string {
 // Response is what the client receives: the upstream's response after the filter's
 // changes, or a local reply.
 type Response struct {
-	Status  int
-	Header  []Pair // lower-case names, without ":status"
-	Body    []byte
+	Status int
+	Header []Pair // lower-case names, without ":status"
+	Body   []byte
+	// Trailer is the upstream's trailers (a gRPC response's grpc-status), passed through.
+	Trailer []Pair
 	Local   bool   // a local reply (the filter's proxy_send_local_response, or the host's own: upstream failure, stream timeout, failed VM)
 	Details string // response code details of a local reply, as Envoy's %RESPONSE_CODE_DETAILS%
 	Reset   bool   // the stream was reset (proxy_close_stream, client gone): nothing reaches the client
@@ -193,7 +195,27 @@ func upstreamRequest(orig *Request, m *headerMap) *Request {
 // Utility::sendLocalReply does: ":status", then the plugin's headers (added, not
 // replaced), then content-length set to the body size and content-type text/plain
 // when the plugin set none; an empty body drops both.
+//
+// A gRPC request's local reply is trailers-only, as Envoy sends it: ":status" 200,
+// content-type application/grpc, grpc-status (the filter's, else mapped from the HTTP
+// status) and grpc-message (the body, percent-encoded), then the plugin's headers; no
+// body.
 func localResponsePairs(lr *localReply) *headerMap {
+	if lr.grpc {
+		m := newHeaderMap([]Pair{{":status", "200"}, {"content-type", "application/grpc"}})
+		st := lr.grpcStatus
+		if st < 0 {
+			st = HTTPToGRPCStatus(lr.status)
+		}
+		m.add("grpc-status", strconv.Itoa(st))
+		if len(lr.body) > 0 {
+			m.add("grpc-message", PercentEncodeGRPC(lr.body))
+		}
+		for _, p := range lr.headers {
+			m.add(p[0], p[1])
+		}
+		return m
+	}
 	m := newHeaderMap([]Pair{{":status", strconv.Itoa(lr.status)}})
 	for _, p := range lr.headers {
 		m.add(p[0], p[1])
@@ -388,7 +410,7 @@ func (v *vm) serve(ctx context.Context, req *Request, upstream Upstream, allowPa
 	case c.reset:
 		resp = &Response{Reset: true}
 	case c.local != nil:
-		resp = &Response{Local: true, Details: c.local.details, Body: c.local.body}
+		resp = &Response{Local: true, Details: c.local.details, Body: c.local.sentBody()}
 		respMap = localResponsePairs(c.local)
 	default:
 		up := upstreamRequest(req, c.reqMap)
@@ -424,7 +446,7 @@ func (v *vm) serve(ctx context.Context, req *Request, upstream Upstream, allowPa
 		}
 		if c.local != localBefore {
 			// The filter replaced the upstream response with a local reply.
-			resp = &Response{Local: true, Details: c.local.details, Body: c.local.body}
+			resp = &Response{Local: true, Details: c.local.details, Body: c.local.sentBody()}
 			c.respMap = localResponsePairs(c.local)
 		} else if len(resp.Body) > 0 && v.fns.onResponseBody != nil && !c.reset {
 			c.body, c.bodyType = resp.Body, bufResponseBody

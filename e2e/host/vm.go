@@ -125,6 +125,20 @@ type localReply struct {
 	details string
 	body    []byte
 	headers []Pair
+	// grpc: the request is a gRPC request, answered trailers-only (localResponsePairs);
+	// grpcStatus is the status the filter asked for (-1: mapped from status, as Envoy
+	// does).
+	grpc       bool
+	grpcStatus int
+}
+
+// sentBody is the body the client receives: none for a gRPC answer, whose message
+// travels in grpc-message.
+func (lr *localReply) sentBody() []byte {
+	if lr.grpc {
+		return nil
+	}
+	return lr.body
 }
 
 // errPaused reports that a direct Exchange found the filter paused the stream.

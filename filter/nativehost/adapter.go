@@ -46,7 +46,7 @@ func (a adapter) AddResponseHeaders(pairs [][2]string) error {
 	return nil
 }
 
-func (a adapter) SendLocalReply(status uint32, details string, body []byte, headers [][2]string) error {
+func (a adapter) SendLocalReply(status uint32, details string, body []byte, headers [][2]string, grpcStatus int32) error {
 	s := a.w.cur
 	if s == nil {
 		return errNoStream
@@ -55,7 +55,7 @@ func (a adapter) SendLocalReply(status uint32, details string, body []byte, head
 		return nil // the first local reply of a stream wins
 	}
 	s.Local = &LocalReply{Status: status, Details: strings.Clone(details), Body: append([]byte(nil), body...),
-		Headers: clonePairs(headers)}
+		Headers: clonePairs(headers), GRPCStatus: grpcStatus}
 	return nil
 }
 

@@ -98,6 +98,8 @@ type LocalReply struct {
 	Details string
 	Body    []byte
 	Headers [][2]string
+	// GRPCStatus is the gRPC status the filter asked for (-1: none).
+	GRPCStatus int32
 }
 
 // Header returns the first value of a header of the answer the client got (the local

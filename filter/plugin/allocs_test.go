@@ -30,7 +30,7 @@ func (h *quietHost) AddResponseHeaders(pairs [][2]string) error {
 	h.added = append(h.added, pairs...)
 	return nil
 }
-func (h *quietHost) SendLocalReply(status uint32, _ string, _ []byte, headers [][2]string) error {
+func (h *quietHost) SendLocalReply(status uint32, _ string, _ []byte, headers [][2]string, _ int32) error {
 	h.status = status
 	h.added = append(h.added, headers...)
 	return nil
@@ -91,6 +91,10 @@ func TestRequestAllocations(t *testing.T) {
 			{"source":"header","name":"x-tenant"}]},` + limits + `,"window":"1s"}]}`, 5},
 		{"match conditions and query key", `{"rules":[{"id":"api","key":{"source":"query","name":"q"},"match":{"hosts":["api.example.com"],"prefix":"/v1",
 			"headers":[{"name":"x-tenant","exact":"acme"},{"name":"user-agent","regex":"^tollgate"}],"query":[{"name":"q"}],"not":{"methods":["DELETE"]}},` + limits + `,"window":"1s"}]}`, 5},
+		// The levers cost nothing per request: a rollout (this key is in the enforced 90 %),
+		// a degraded limit, and a shadowed rule (the key outside a 1 % rollout).
+		{"levers", `{"key":{"source":"header","name":"x-api-key"},"rules":[{"id":"api",` + limits + `,"window":"1s","rollout_percent":90,"degraded_limit":10},
+			{"id":"canary",` + limits + `,"window":"1s","rollout_percent":1}]}`, 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &quietHost{shared: shareddata.New(), now: t0, request: [][2]string{

@@ -19,12 +19,16 @@ func (p *Plugin) views(now int64, ops []bucketOp, strict []wire.State) []header.
 	v := p.viewBuf[:0]
 	for i := range ops {
 		op := &ops[i]
-		if op.a.Rule.Shadow {
+		if op.shadow {
 			continue
 		}
 		q, w := quota(op.params)
+		fixed := p.texts.of(op.a, op.w)
+		if op.w < len(op.a.Windows) && op.params != op.a.Windows[op.w] {
+			fixed = nil // a degraded limit: the headers say what is enforced (formatted)
+		}
 		v = append(v, header.Window{
-			Fixed:          p.texts.of(op.a, op.w),
+			Fixed:          fixed,
 			Limit:          q,
 			Remaining:      op.dec.Remaining,
 			WindowSeconds:  w,
@@ -84,6 +88,23 @@ func (p *Plugin) bodyDenied(pattern string, byAddress bool) []byte {
 
 func (p *Plugin) body503(rule string, secs int64) []byte {
 	p.body = header.AppendBody503(p.body[:0], secs, rule)
+	return p.body
+}
+
+// grpc429, grpcUnavailable and grpcDenied are the grpc-message of gRPC refusals (plain
+// text: the proxy percent-encodes it into the header).
+func (p *Plugin) grpc429(rule string, secs int64) []byte {
+	p.body = header.AppendGRPCMessage(p.body[:0], "rate limited by rule ", rule, secs)
+	return p.body
+}
+
+func (p *Plugin) grpcUnavailable(rule string, secs int64) []byte {
+	p.body = header.AppendGRPCMessage(p.body[:0], "rate limiter unavailable for rule ", rule, secs)
+	return p.body
+}
+
+func (p *Plugin) grpcDenied(pattern string) []byte {
+	p.body = header.AppendGRPCMessage(p.body[:0], "denied by ", pattern, -1)
 	return p.body
 }
 

@@ -21,6 +21,9 @@ type bucketOp struct {
 	// requests so that deciding allocates nothing.
 	nextBuf algo.State
 	dec     lease.Decision
+	// shadow: the rule only reports for this request (rule.Config.Shadowed: a shadow
+	// rule, enforcement shadow, or a key outside the rule's rollout).
+	shadow  bool
 	written bool
 	// charged: an acquire admitted the request on this bucket (the service took the
 	// cost); it is not decided or written again.
@@ -70,6 +73,7 @@ func (p *Plugin) buildOps(applied []rule.Applied, skipStrict bool) []bucketOp {
 			// nothing writes again.
 			op.id = unsafe.String(&p.idBuf[start], len(p.idBuf)-start)
 			op.a, op.w, op.params = a, w, a.Windows[w]
+			op.shadow = p.cfg.Shadowed(a)
 		}
 	}
 	p.ops = ops
@@ -114,6 +118,17 @@ func detach(ops []bucketOp) {
 // decides without the service (lease.Env.AcquireFailed).
 func (p *Plugin) decide(now int64, ops []bucketOp, commit, acquireFailed bool) verdict {
 	env := p.env(now, acquireFailed)
+	degraded := env.Sync && (!env.Healthy || env.AcquireFailed)
+	for i := range ops {
+		// While degraded a rule's degraded_limit replaces its limit; the params are
+		// picked before deciding so that undo gives back against the same ones.
+		if op := &ops[i]; op.a.Rule.DegradedLimit > 0 && op.w < len(op.a.Windows) {
+			op.params = op.a.Windows[op.w]
+			if degraded {
+				op.params = op.a.Rule.Degraded(op.params)
+			}
+		}
+	}
 	for attempt := 0; attempt < maxCASAttempts; attempt++ {
 		var v verdict
 		for i := range ops {
@@ -128,7 +143,7 @@ func (p *Plugin) decide(now int64, ops []bucketOp, commit, acquireFailed bool) v
 				p.m.inc(p.m.evictions)
 			}
 			op.next, op.dec = lease.DecideTo(op.nextBuf, op.s.rec, op.params, now, op.a.Cost, env)
-			if op.dec.Acquire && op.a.Rule.Shadow {
+			if op.dec.Acquire && op.shadow {
 				// A shadow rule never makes a request wait for the service, and never
 				// refuses: a bucket that would acquire decides on the gateway's own state
 				// instead, as if the acquire had failed (reported like a degraded
@@ -148,18 +163,18 @@ func (p *Plugin) decide(now int64, ops []bucketOp, commit, acquireFailed bool) v
 			}
 			if op.dec.Degraded {
 				v.degraded = true
-				if op.a.Rule.Fail == rule.FailClosed && !op.a.Rule.Shadow {
+				if op.a.Rule.Fail == rule.FailClosed && !op.shadow {
 					v.failClosed = true
 					v.reject = op
 				}
 			}
 			switch {
 			case op.dec.Acquire:
-				if !op.a.Rule.Shadow {
+				if !op.shadow {
 					v.acquire = true
 				}
 			case !op.dec.Allowed:
-				if op.a.Rule.Shadow {
+				if op.shadow {
 					if v.shadow == nil {
 						v.shadow = op
 					}
@@ -213,7 +228,7 @@ func (p *Plugin) decide(now int64, ops []bucketOp, commit, acquireFailed bool) v
 	v := verdict{exhausted: true, degraded: true}
 	for i := range ops {
 		op := &ops[i]
-		if !op.charged && op.a.Rule.Fail == rule.FailClosed && !op.a.Rule.Shadow {
+		if !op.charged && op.a.Rule.Fail == rule.FailClosed && !op.shadow {
 			v.failClosed, v.reject = true, op
 			return v
 		}

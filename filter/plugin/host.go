@@ -16,7 +16,10 @@ type Host interface {
 	// given before they return, as proxies do: the plugin reuses its buffers.
 	// AddResponseHeaders adds the pairs in order and stops at the first failure.
 	AddResponseHeaders(pairs [][2]string) error
-	SendLocalReply(status uint32, details string, body []byte, headers [][2]string) error
+	// SendLocalReply's grpcStatus is the gRPC status of a gRPC request's answer (-1:
+	// none): the proxy then answers trailers-only (HTTP 200, grpc-status, grpc-message
+	// from body), as Envoy's local replies to gRPC requests do.
+	SendLocalReply(status uint32, details string, body []byte, headers [][2]string, grpcStatus int32) error
 	// SharedGet returns the value and its CAS token; found is false for a missing key.
 	// The value is valid until the next SharedGet (the binding reuses one buffer).
 	SharedGet(key string) (value []byte, cas uint32, found bool, err error)

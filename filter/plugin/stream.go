@@ -22,6 +22,9 @@ type Stream struct {
 	// replied is set once the filter sent a local reply (which must not get the headers
 	// a second time if the proxy runs the reply through this filter's response path).
 	replied bool
+	// grpc is set for a gRPC request (content-type application/grpc...): its refusals
+	// are gRPC statuses, not JSON bodies.
+	grpc bool
 	// hdrs are the request headers, valid while OnRequestHeaders runs.
 	hdrs     [][2]string
 	headerFn func(string) (string, bool) // s.header, bound once per Stream
@@ -72,6 +75,7 @@ func (s *Stream) OnRequestHeaders(int, bool) Action {
 // decideRequest decides the request whose headers s.hdrs holds.
 func (s *Stream) decideRequest(now int64, hdrs [][2]string) Action {
 	p := s.p
+	s.grpc = isGRPC(headerValue(hdrs, "content-type"))
 	req := rule.Request{
 		Method: headerValue(hdrs, ":method"),
 		Host:   headerValue(hdrs, ":authority"),
@@ -90,6 +94,10 @@ func (s *Stream) decideRequest(now int64, hdrs [][2]string) Action {
 		p.m.inc(p.m.denied)
 		s.setDecision(decDenied, nil, 0, -1, false)
 		s.hb.Reset()
+		if s.grpc {
+			s.replyGRPC(403, "tollgate_denied", header.GRPCPermissionDenied, p.grpcDenied(lv.Pattern))
+			return Pause
+		}
 		s.reply(403, "tollgate_denied", p.bodyDenied(lv.Pattern, lv.ByAddress))
 		return Pause
 	case rule.ListAllow:
@@ -101,6 +109,9 @@ func (s *Stream) decideRequest(now int64, hdrs [][2]string) Action {
 		return Continue
 	}
 
+	if p.cfg.Off() {
+		return Continue // enforcement off: no rule applies
+	}
 	applied := p.cfg.Apply(&req, p.applied[:0])
 	p.applied = applied
 	if len(applied) == 0 {
@@ -151,6 +162,10 @@ func (s *Stream) answer(now int64, v verdict, ops []bucketOp, states []wire.Stat
 		secs := p.retryAfter(retry)
 		s.hb.Reset()
 		s.hb.Refused(p.views(now, ops, states), true, secs, v.reject.a.Rule.ID)
+		if s.grpc {
+			s.replyGRPC(503, "tollgate_unavailable", header.GRPCUnavailable, p.grpcUnavailable(v.reject.a.Rule.ID, secs))
+			return Pause
+		}
 		s.reply(503, "tollgate_unavailable", p.body503(v.reject.a.Rule.ID, secs))
 		return Pause
 	case v.reject != nil:
@@ -162,6 +177,10 @@ func (s *Stream) answer(now int64, v verdict, ops []bucketOp, states []wire.Stat
 		secs := p.retryAfter(op.dec.RetryAfterUs)
 		s.hb.Reset()
 		s.hb.Refused(p.views(now, ops, states), v.degraded, secs, op.a.Rule.ID)
+		if s.grpc {
+			s.replyGRPC(429, "tollgate_rate_limited", header.GRPCResourceExhausted, p.grpc429(op.a.Rule.ID, secs))
+			return Pause
+		}
 		s.reply(429, "tollgate_rate_limited", p.body429(op, secs))
 		return Pause
 	}
@@ -182,10 +201,41 @@ func (s *Stream) answer(now int64, v verdict, ops []bucketOp, states []wire.Stat
 // reply sends a local reply with the headers in s.hb and a JSON body.
 func (s *Stream) reply(status uint32, details string, body []byte) {
 	s.hb.Add(header.ContentType, header.ContentTypeJSON)
-	if err := s.p.host.SendLocalReply(status, details, body, s.hb.Pairs()); err != nil {
+	if err := s.p.host.SendLocalReply(status, details, body, s.hb.Pairs(), -1); err != nil {
 		s.p.host.Log(LogError, "tollgate: local reply: "+err.Error())
 	}
 	s.replied = true
+}
+
+// replyGRPC refuses a gRPC request: the proxy answers trailers-only (HTTP 200,
+// content-type application/grpc, grpc-status, grpc-message from message) with the
+// headers in s.hb. status is the HTTP status the same refusal has for HTTP clients
+// (proxies log it as the response code details' status).
+func (s *Stream) replyGRPC(status uint32, details string, grpcStatus int32, message []byte) {
+	if err := s.p.host.SendLocalReply(status, details, message, s.hb.Pairs(), grpcStatus); err != nil {
+		s.p.host.Log(LogError, "tollgate: local reply: "+err.Error())
+	}
+	s.replied = true
+}
+
+// isGRPC reports whether a request's content-type is gRPC's as Envoy decides it
+// (Grpc::Common::hasGrpcContentType): application/grpc, or followed by '+' or ';'
+// (application/grpc+proto). Envoy answers such a request's local reply trailers-only.
+func isGRPC(ct string) bool {
+	const grpc = "application/grpc"
+	if len(ct) < len(grpc) {
+		return false
+	}
+	for i := 0; i < len(grpc); i++ {
+		c := ct[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != grpc[i] {
+			return false
+		}
+	}
+	return len(ct) == len(grpc) || ct[len(grpc)] == '+' || ct[len(grpc)] == ';'
 }
 
 // OnResponseHeaders adds the rate-limit headers decided on the request.
@@ -208,7 +258,7 @@ func (s *Stream) OnDone() {
 	if s.paused != nil {
 		delete(p.streams, s.id)
 	}
-	s.id, s.headers, s.replied, s.hdrs, s.paused = 0, nil, false, nil, nil
+	s.id, s.headers, s.replied, s.hdrs, s.paused, s.grpc = 0, nil, false, nil, nil, false
 	if len(p.free) < maxFreeStreams {
 		p.free = append(p.free, s)
 	}
@@ -315,7 +365,7 @@ func (s *Stream) unavailable(now int64) Action {
 	p := s.p
 	st := s.paused
 	for _, a := range st.strict {
-		if a.Rule.Fail == rule.FailClosed {
+		if a.Rule.Fail == rule.FailClosed && !p.cfg.Shadowed(a) {
 			op := bucketOp{a: a}
 			return s.answer(now, verdict{failClosed: true, reject: &op, degraded: true}, st.ops, nil)
 		}
@@ -413,7 +463,7 @@ func (s *Stream) decided(now int64, states []wire.State) Action {
 			}
 			continue
 		}
-		if !ws.Allowed() && refusal == nil {
+		if !ws.Allowed() && refusal == nil && !p.cfg.Shadowed(c.strict) {
 			a := c.strict
 			refusal = &bucketOp{a: a, w: c.w, params: a.Windows[c.w%len(a.Windows)]}
 			refusal.dec = refusedBy(now, ws)
@@ -428,7 +478,7 @@ func (s *Stream) decided(now int64, states []wire.State) Action {
 		// A bucket went short while this request waited: one round trip per request is
 		// the most a request waits; refuse softly (one interval).
 		for i := range st.ops {
-			if op := &st.ops[i]; op.dec.Acquire && !op.a.Rule.Shadow {
+			if op := &st.ops[i]; op.dec.Acquire && !op.shadow {
 				op.dec = lease.Decision{Rejected: 1, RetryAfterUs: p.cfg.Sync.IntervalMs * 1000, ResetUs: op.s.rec.ResetUs}
 				v.reject = op
 				break

@@ -20,6 +20,9 @@ type reply struct {
 	now      time.Time
 	applied  []rule.Applied
 	jitterUs int64
+	// cfg is the rule set the descriptors were matched against: whether an applied
+	// rule is shadowed for this caller is its decision (rule.Config.Shadowed).
+	cfg *rule.Config
 
 	degraded   bool       // some check could not reach Redis
 	failClosed *rule.Rule // a fail-closed rule that refused because of that
@@ -52,7 +55,7 @@ func (r *reply) verdict(c *check, out *store.Outcome) (verdict, *wire.State) {
 		return unavailable, st
 	case st.Allowed():
 		return admitted, st
-	case r.applied[c.ai].Rule.Shadow:
+	case r.cfg.Shadowed(&r.applied[c.ai]):
 		return shadowRefused, st
 	default:
 		return refused, st
@@ -87,7 +90,7 @@ func (r *reply) build(perDesc [][]check, out *store.Outcome, m *metrics) *rlsv3.
 				r.degraded, ownDegraded = true, true
 				w.Remaining = c.prm.Limit // unknown: the degraded headers say so
 				w.ResetInSeconds = w.WindowSeconds
-				if a.Rule.Fail == rule.FailClosed && !a.Rule.Shadow {
+				if a.Rule.Fail == rule.FailClosed && !r.cfg.Shadowed(a) {
 					ds.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 					if r.failClosed == nil {
 						r.failClosed = a.Rule
@@ -125,7 +128,7 @@ func (r *reply) build(perDesc [][]check, out *store.Outcome, m *metrics) *rlsv3.
 				}
 			}
 			w.ResetUnix = r.now.Unix() + w.ResetInSeconds
-			if !a.Rule.Shadow {
+			if !r.cfg.Shadowed(a) {
 				own, ownParams = append(own, w), append(ownParams, c.prm)
 				if !listed[c.delta] {
 					listed[c.delta] = true

@@ -152,7 +152,9 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest, now ti
 			entries = append(entries, rule.DescriptorEntry{Key: e.Key, Value: e.Value})
 		}
 		start := len(applied)
-		applied = cfg.ApplyDescriptor(req.Domain, entries, applied)
+		if !cfg.Off() { // enforcement off: no rule applies, every descriptor is OK
+			applied = cfg.ApplyDescriptor(req.Domain, entries, applied)
+		}
 		cost := hits(req, i)
 		for j := start; j < len(applied); j++ {
 			if cost > 0 {
@@ -189,7 +191,7 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest, now ti
 			s.log.Warn("rls check failed: rules' fail modes decide", "descriptors", len(req.Descriptors), "deltas", len(b.Deltas), "err", err)
 		}
 	}
-	r := reply{now: now, applied: applied, jitterUs: 1000_000}
+	r := reply{now: now, applied: applied, jitterUs: 1000_000, cfg: cfg}
 	if cfg != nil {
 		r.jitterUs = cfg.RetryJitterMs * 1000
 	}

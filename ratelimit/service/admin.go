@@ -303,7 +303,7 @@ func (s *Service) handleUsage(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, errorBody{Error: "empty key", Field: "key"})
 		return
 	}
-	u, err := s.st.Usage(r.Context(), key)
+	u, err := s.st.Usage(r.Context(), s.storeKey(r.Context(), key))
 	if err != nil {
 		s.redisError(w, err)
 		return
@@ -317,11 +317,11 @@ func (s *Service) handleReset(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, errorBody{Error: "empty key", Field: "key"})
 		return
 	}
-	n, err := s.st.Reset(r.Context(), key)
+	n, err := s.st.Reset(r.Context(), s.storeKey(r.Context(), key))
 	if err != nil {
 		s.redisError(w, err)
 		return
 	}
-	s.audit(r, "reset", "key_hash", KeyHash(key), "deleted", n)
+	s.audit(r, "reset", "key_hash", s.logKey(key), "deleted", n)
 	writeJSON(w, http.StatusOK, map[string]any{"key": key, "deleted": n})
 }

@@ -24,7 +24,7 @@ func (s *Service) Check(ctx context.Context, endpoint string, b *wire.Batch) (*s
 			b.Deltas[i].Flags |= wire.FlagStrict
 		}
 	}
-	opts := store.Options{Refuse: s.resolver(ctx)}
+	opts := store.Options{Refuse: s.resolver(ctx), StoreKey: s.storeKeyFunc(s.ruleSet(ctx))}
 	// A caller that hangs up must not cut a check in half: finish it (bounded).
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.BatchTimeout)
 	out, err := s.st.Apply(ctx, b, opts)

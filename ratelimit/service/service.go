@@ -47,6 +47,10 @@ type Config struct {
 	// (MaxRetries+1) × the store's AttemptBudget.
 	BatchTimeout time.Duration
 	Logger       *slog.Logger
+	// KeyHashSecret, when set, makes the service store caller keys as keyed hashes
+	// (HashKey) in Redis and its logs, as the rule set's key_hashing says (default: IP
+	// keys). Changing it starts every hashed bucket afresh.
+	KeyHashSecret []byte
 	// Top configures the hot-key lists behind GET /v1/top (package top); its Hash is
 	// always KeyHash.
 	Top top.Config
@@ -96,7 +100,7 @@ func New(cfg Config, st *store.Store, m *Metrics) *Service {
 		mux: http.NewServeMux(), syncMux: http.NewServeMux(), adminMux: http.NewServeMux()}
 	s.SetSyncSecrets(cfg.SyncSecret)
 	s.SetAdminTokens(cfg.AdminToken)
-	cfg.Top.Hash = KeyHash
+	cfg.Top.Hash = s.logKey
 	s.top = top.New(st.Client(), cfg.Top)
 	if cfg.Top.RawKeys {
 		s.log.Warn("top lists store and answer raw caller keys (personal data): /v1/top shows them to admin callers")
@@ -329,7 +333,7 @@ func (s *Service) handleBatch(endpoint string, check bool) http.HandlerFunc {
 			fail(http.StatusBadRequest, "invalid", why)
 			return
 		}
-		opts := store.Options{Idempotent: !check, NoLease: v1, Refuse: s.resolver(r.Context())}
+		opts := store.Options{Idempotent: !check, NoLease: v1, Refuse: s.resolver(r.Context()), StoreKey: s.storeKeyFunc(s.ruleSet(r.Context()))}
 		if check {
 			for i := range b.Deltas {
 				if b.Deltas[i].Flags&(wire.FlagStrict|wire.FlagAcquire) == 0 {

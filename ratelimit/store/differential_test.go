@@ -38,7 +38,7 @@ func (tw *twin) apply(t *testing.T, s *Store, b *wire.Batch, refused []bool, now
 	for i := range ok {
 		ok[i] = !refused[i]
 	}
-	groups, err := s.plan(context.Background(), b, ok)
+	groups, err := s.plan(context.Background(), b, (&Options{}).storeKeys(b), ok)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -318,6 +318,23 @@ type Options struct {
 	// Refuse, when set, may refuse a delta the store would accept (the service's rule
 	// set): it returns the reason, or "".
 	Refuse func(d *wire.Delta) string
+	// StoreKey, when set, is the form a caller key takes in Redis (the service's keyed
+	// hash): every Redis key of the delta is built from it; the states answer with the
+	// key as sent.
+	StoreKey func(key string) string
+}
+
+// storeKeys returns the form of every delta's caller key in Redis (b's own keys when
+// o.StoreKey is unset).
+func (o *Options) storeKeys(b *wire.Batch) []string {
+	keys := make([]string, len(b.Deltas))
+	for i := range b.Deltas {
+		keys[i] = b.Deltas[i].Key
+		if o.StoreKey != nil {
+			keys[i] = o.StoreKey(keys[i])
+		}
+	}
+	return keys
 }
 
 // Outcome is the result of one batch.
@@ -381,7 +398,8 @@ func (s *Store) Apply(ctx context.Context, b *wire.Batch, o Options) (*Outcome, 
 		}
 		ok[i] = true
 	}
-	groups, err := s.plan(ctx, b, ok)
+	skeys := o.storeKeys(b)
+	groups, err := s.plan(ctx, b, skeys, ok)
 	if err != nil {
 		return out, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
@@ -403,7 +421,7 @@ func (s *Store) Apply(ctx context.Context, b *wire.Batch, o Options) (*Outcome, 
 			keys = []string{idemKey(grp.slot, b.Node)}
 		} else {
 			d := &b.Deltas[grp.idx[0]]
-			keys = []string{BucketKey(d.Key, d.Rule, d.Tier, d.Window)}
+			keys = []string{BucketKey(skeys[grp.idx[0]], d.Rule, d.Tier, d.Window)}
 		}
 		args := make([]any, 0, 12+16*len(grp.idx))
 		args = append(args, field, seq, s.cfg.IdempotencyTTL.Milliseconds(), lc.EpochMs, lc.HorizonMs, lc.MaxShare,
@@ -415,7 +433,7 @@ func (s *Store) Apply(ctx context.Context, b *wire.Batch, o Options) (*Outcome, 
 				flags |= lease.FlagNoLease
 			}
 			p := lease.ParamsOf(d)
-			args = append(args, BucketKey(d.Key, d.Rule, d.Tier, d.Window), PenaltyKey(d.Key), d.Algo, flags, d.Leased, d.Over, d.Returned, d.Held, d.Rejected, d.Early,
+			args = append(args, BucketKey(skeys[i], d.Rule, d.Tier, d.Window), PenaltyKey(skeys[i]), d.Algo, flags, d.Leased, d.Over, d.Returned, d.Held, d.Rejected, d.Early,
 				d.Epoch, d.ElapsedMs, d.Limit, p.WindowUs, d.Burst, p.Capacity())
 		}
 		calls[g] = call{keys: keys, args: args}
@@ -466,7 +484,7 @@ type group struct {
 // cuts each node's deltas into calls of at most maxPerCall. The grouping depends only on
 // the batch and the cluster's slot map, so a resent batch is cut the same way and each
 // call finds its own idempotency record.
-func (s *Store) plan(ctx context.Context, b *wire.Batch, ok []bool) ([]group, error) {
+func (s *Store) plan(ctx context.Context, b *wire.Batch, skeys []string, ok []bool) ([]group, error) {
 	type node struct {
 		slot, calls int
 		open        int // index of its open (not yet full) group, -1 for none
@@ -488,7 +506,7 @@ func (s *Store) plan(ctx context.Context, b *wire.Batch, ok []bool) ([]group, er
 		}
 		addr, slot := "", 0
 		if clustered {
-			addr, slot = sm.owner(Slot(KeyPrefix(b.Deltas[i].Key)))
+			addr, slot = sm.owner(Slot(KeyPrefix(skeys[i])))
 		}
 		n := nodes[addr]
 		if n == nil {

@@ -31,6 +31,7 @@ func checkInvariants(t testing.TB, c *Config) {
 		t.Fatalf("jitter %d hops %d", c.RetryJitterMs, c.TrustedHops)
 	}
 	checkKeySource(t, &c.DefaultKey, 1)
+	checkLevers(t, c)
 	for _, list := range [][]Pattern{c.Allow, c.Deny} {
 		for _, p := range list {
 			if (p.Glob == "") == (p.CIDR == nil) || p.Raw == "" || p.CIDR != nil && (p.CIDR.Bits < 0 || p.CIDR.Bits > 128) {

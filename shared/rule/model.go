@@ -53,6 +53,12 @@ type Config struct {
 	// allow/deny CIDRs (see ClientIP). Default: the trusted_hops of the first "ip" source
 	// in DefaultKey (depth first), else 0 (the peer address).
 	TrustedHops int
+	// Enforcement is the fleet-wide lever: on (default), shadow (every rule decides and
+	// reports but never refuses) or off (no rule applies). See levers.go.
+	Enforcement Enforcement
+	// KeyHashing says which caller keys the sync service stores as keyed hashes
+	// (default HashIPKeys).
+	KeyHashing KeyHashing
 
 	allowIdx, denyIdx *listIndex     // built by Parse; nil: linear scan
 	tierIdx           []*globSet     // parallel to Tiers; nil: linear scan
@@ -136,6 +142,13 @@ type Rule struct {
 	Fail      FailMode
 	Shadow    bool
 	Strict    bool
+	// DegradedLimit, when > 0, caps every window's limit (and burst) while the gateway
+	// decides without the sync service (degraded): each gateway enforces at most it.
+	DegradedLimit int64
+	// ShadowBP is the share of caller keys, in 1/10000, for which the rule is shadowed
+	// (10000 - rollout_percent × 100): 0 enforces it for every key. Which keys is fixed
+	// by a hash of rule id and key (RolledOut).
+	ShadowBP int64
 	// Descriptors, when set, also selects the rule for Envoy rate limit service requests
 	// (the sync service's gRPC ShouldRateLimit): a request descriptor that matches it is
 	// charged to the same buckets as HTTP requests the rule matches.

@@ -51,7 +51,8 @@ func Parse(data []byte) (*Config, error) {
 	}
 	var errs errList
 	root, err := parseObject("", gjson.ParseBytes(data),
-		"version", "retry_jitter_ms", "trusted_hops", "sync", "telemetry", "key", "allow", "deny", "tiers", "rules")
+		"version", "retry_jitter_ms", "trusted_hops", "sync", "telemetry", "key", "allow", "deny", "tiers", "rules",
+		"enforcement", "key_hashing")
 	if errs.add(err) {
 		return nil, errs.err()
 	}
@@ -64,6 +65,7 @@ func Parse(data []byte) (*Config, error) {
 		c.RetryJitterMs, err = parseInt(root.at("retry_jitter_ms"), v, 0, 60000)
 		errs.add(err)
 	}
+	errs.add(parseLevers(root, c))
 	c.Sync, err = parseSync(root.at("sync"), root.get("sync"))
 	errs.add(err)
 	c.Telemetry, err = parseTelemetry(root.at("telemetry"), root.get("telemetry"))

@@ -124,7 +124,7 @@ func parseRules(path string, v gjson.Result, tiers []Tier, tiersOK bool) ([]Rule
 func parseRule(path string, v gjson.Result, tiers []Tier, tiersOK bool, r *Rule) error {
 	o, err := parseObject(path, v, "id", "version", "match", "key", "algorithm", "limit", "window", "burst",
 		"windows", "cost", "costs", "tiers", "overrides", "fail", "shadow", "strict", "descriptors",
-		"missing_key")
+		"missing_key", "degraded_limit", "rollout_percent")
 	if err != nil {
 		return err
 	}
@@ -204,6 +204,7 @@ func parseRule(path string, v gjson.Result, tiers []Tier, tiersOK bool, r *Rule)
 		r.Strict, err = parseBool(o.at("strict"), sv)
 		errs.add(err)
 	}
+	errs.add(parseRuleLevers(o, r, algoOK))
 	return errs.err()
 }
 

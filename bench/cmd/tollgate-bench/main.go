@@ -294,6 +294,9 @@ func measure(r *report, o options, logger *log.Logger) error {
 	if r.redisRateMem, err = perf.RedisRateMemory(ctx, rdb); err != nil {
 		return err
 	}
+	if r.keyHashMem, err = perf.MeasureKeyHashMemory(ctx, svc.Store, 500); err != nil {
+		return err
+	}
 
 	logger.Print("memory: a worker VM's linear memory over 1,000,000 requests")
 	if r.vmMem, err = perf.VMMemory(mods[perf.FilterPkg], vmMemKeys, 1_000_000, 100_000, o.soak); err != nil {

@@ -35,6 +35,7 @@ type report struct {
 	shared       []perf.SharedMem
 	redisMem     []perf.RedisMem
 	redisRateMem int64
+	keyHashMem   []perf.KeyHashMem
 	// redisIdleMsPerSec is Redis CPU per second with the service running and no load.
 	redisIdleMsPerSec float64
 	ingest            []perf.IngestResult
@@ -683,7 +684,26 @@ func (r *report) writeMemory(w io.Writer) {
 	}
 	rows = append(rows, rrRow)
 	table(w, header, rows)
+	r.writeKeyHashMemory(w)
 	r.writeVMMemory(w)
+}
+
+// writeKeyHashMemory compares a bucket's Redis memory with the caller key raw and as
+// the service's keyed hash (key_hashing, --key-hash-secret-file).
+func (r *report) writeKeyHashMemory(w io.Writer) {
+	if len(r.keyHashMem) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "**Hashed caller keys** (`key_hashing`, RATIONALE.md): `MEMORY USAGE` of one token-bucket")
+	fmt.Fprintln(w, "bucket per random caller IP, synced as above, with the key stored raw and as its keyed hash")
+	fmt.Fprintln(w, "(HMAC-SHA256, 96 bits, 16 base64url characters).")
+	fmt.Fprintln(w)
+	var rows [][]string
+	for _, m := range r.keyHashMem {
+		rows = append(rows, []string{m.Keys, fmtInt(float64(m.N)), fmtF(m.RawBytes, 1) + " B (name " + fmtF(m.RawName, 1) + " B)",
+			fmtF(m.HashedBytes, 1) + " B (name " + fmtF(m.HashedName, 1) + " B)"})
+	}
+	table(w, []string{"caller keys", "keys", "raw: bytes per bucket", "hashed: bytes per bucket"}, rows)
 }
 
 // writeVMMemory is one worker VM's linear memory over a million requests and the soak.

@@ -301,7 +301,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", o.listen, err)
 	}
-	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, ErrorLog: logger}
+	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, ErrorLog: logger, Protocols: host.Protocols()}
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
 	logger.Printf("proxy listening on %s (%d workers, node %q)", ln.Addr(), o.workers, o.nodeID)

@@ -159,7 +159,7 @@ func StartGateway(cfg GatewayConfig) (*Gateway, error) {
 		cfg.Name = cfg.NodeID
 	}
 	g := &Gateway{Name: cfg.Name, URL: "http://" + ln.Addr().String(), host: h, done: make(chan struct{})}
-	g.srv = &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
+	g.srv = &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0), Protocols: host.Protocols()}
 	go func() {
 		defer close(g.done)
 		// Serve only ends with Shutdown (ErrServerClosed) or a dead listener, which the

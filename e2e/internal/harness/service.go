@@ -24,6 +24,9 @@ type ServiceConfig struct {
 	RedisAddrs []string // server, or cluster seed nodes
 	AdminToken string
 	SyncSecret string
+	// KeyHashSecret, when set, is passed as --key-hash-secret-file: caller keys are
+	// stored as keyed hashes.
+	KeyHashSecret string
 	// Args are extra flags (for example --penalty-base 250ms).
 	Args []string
 	// LogDir receives the process's log (service-<port>.log). Empty: a temporary
@@ -66,6 +69,10 @@ func StartService(cfg ServiceConfig) (*Service, error) {
 		s.removeTemp()
 		return nil, err
 	}
+	if err := s.writeSecret("key-hash-secret", cfg.KeyHashSecret); err != nil {
+		s.removeTemp()
+		return nil, err
+	}
 	if cfg.LogDir == "" {
 		d, err := os.MkdirTemp("", "tollgate-svc-")
 		if err != nil {
@@ -104,6 +111,9 @@ func (s *Service) start(listen string) error {
 	}
 	if s.cfg.SyncSecret != "" {
 		args = append(args, "--sync-secret-file", filepath.Join(s.secretDir, "sync-secret"))
+	}
+	if s.cfg.KeyHashSecret != "" {
+		args = append(args, "--key-hash-secret-file", filepath.Join(s.secretDir, "key-hash-secret"))
 	}
 	args = append(args, s.cfg.Args...)
 	cmd := exec.Command(s.cfg.Bin, args...)

@@ -69,51 +69,52 @@ func reloadSecrets(sec *secrets, svc *service.Service, m *service.Metrics, log *
 
 // config is everything the flags set.
 type config struct {
-	listen          string
-	adminListen     string
-	rlsListen       string
-	insecure        bool
-	redisPassFile   string
-	adminTokenFile  string
-	syncSecretFile  string
-	cmdlineSecrets  []string // secret flags given as values on the command line (visible in ps)
-	redisMode       string
-	redisAddrs      string
-	redisMaster     string
-	redisUser       string
-	redisPassword   string
-	redisTLS        bool
-	redisCAFile     string
-	redisCertFile   string
-	redisKeyFile    string
-	redisServerName string
-	redisAddrSlice  []string // --redis-addrs without schemes (parseConfig)
-	poolSize        int
-	dialTimeout     time.Duration
-	readTimeout     time.Duration
-	writeTimeout    time.Duration
-	maxRetries      int
-	batchTimeout    time.Duration
-	adminToken      string
-	syncSecret      string
-	logLevel        string
-	logFormat       string
-	leaseEpoch      time.Duration
-	leaseMaxShare   int64
-	leaseRenew      time.Duration
-	leaseHorizon    time.Duration
-	penaltyBase     time.Duration
-	penaltyMax      time.Duration
-	fleetWindow     time.Duration
-	fleetProbation  time.Duration
-	fleetJoinRate   int
-	fleetMaxNodes   int
-	httpReadTimeout time.Duration
-	httpIdleTimeout time.Duration
-	shutdownTimeout time.Duration
-	topRawKeys      bool
-	topMinutes      int
-	topFlush        time.Duration
+	listen            string
+	adminListen       string
+	rlsListen         string
+	insecure          bool
+	redisPassFile     string
+	adminTokenFile    string
+	syncSecretFile    string
+	keyHashSecretFile string
+	cmdlineSecrets    []string // secret flags given as values on the command line (visible in ps)
+	redisMode         string
+	redisAddrs        string
+	redisMaster       string
+	redisUser         string
+	redisPassword     string
+	redisTLS          bool
+	redisCAFile       string
+	redisCertFile     string
+	redisKeyFile      string
+	redisServerName   string
+	redisAddrSlice    []string // --redis-addrs without schemes (parseConfig)
+	poolSize          int
+	dialTimeout       time.Duration
+	readTimeout       time.Duration
+	writeTimeout      time.Duration
+	maxRetries        int
+	batchTimeout      time.Duration
+	adminToken        string
+	syncSecret        string
+	logLevel          string
+	logFormat         string
+	leaseEpoch        time.Duration
+	leaseMaxShare     int64
+	leaseRenew        time.Duration
+	leaseHorizon      time.Duration
+	penaltyBase       time.Duration
+	penaltyMax        time.Duration
+	fleetWindow       time.Duration
+	fleetProbation    time.Duration
+	fleetJoinRate     int
+	fleetMaxNodes     int
+	httpReadTimeout   time.Duration
+	httpIdleTimeout   time.Duration
+	shutdownTimeout   time.Duration
+	topRawKeys        bool
+	topMinutes        int
+	topFlush          time.Duration
 }
 
 // envName is the environment variable of a flag: TOLLGATE_ + upper snake case.
@@ -152,6 +153,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token of the admin API (/v1/rules, /v1/lists, /v1/usage, /v1/reset); empty disables it (visible in the process list: prefer --admin-token-file)")
 	fs.StringVar(&c.adminTokenFile, "admin-token-file", "", "file holding the admin token(s), one per line, read again on SIGHUP")
 	fs.StringVar(&c.syncSecret, "sync-secret", "", "bearer secret gateways send to /v1/sync, /v1/check, /v1/sync/rules; required unless --insecure (visible in the process list: prefer --sync-secret-file)")
+	fs.StringVar(&c.keyHashSecretFile, "key-hash-secret-file", "", "file holding the secret caller keys are hashed with in Redis and logs (HMAC-SHA256; which keys: the rule set's key_hashing, default IP keys); without it keys are stored raw. Not reread on SIGHUP: a new secret starts every hashed bucket afresh")
 	fs.StringVar(&c.syncSecretFile, "sync-secret-file", "", "file holding the sync secret(s), one per line (several while a rotation overlaps), read again on SIGHUP")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json or text")
@@ -367,8 +369,19 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 	} else if transient != nil {
 		log.Warn("Redis does not answer yet: /readyz fails until it does", "addrs", c.redisAddrs, "err", transient)
 	}
+	var keyHashSecret []byte
+	if c.keyHashSecretFile != "" {
+		vals, err := readSecretFile(c.keyHashSecretFile, false)
+		if err != nil {
+			fmt.Fprintln(stderr, "tollgate-ratelimit: --key-hash-secret-file:", err)
+			return 1
+		}
+		keyHashSecret = []byte(vals[0])
+	} else {
+		log.Warn("no --key-hash-secret-file: caller keys (client IPs, API keys) are stored raw in Redis")
+	}
 	svc := service.New(service.Config{SyncSecret: sec.sync.first(), Insecure: c.insecure, AdminToken: sec.admin.first(),
-		BatchTimeout: c.batchTimeout, Logger: log,
+		BatchTimeout: c.batchTimeout, Logger: log, KeyHashSecret: keyHashSecret,
 		Top: top.Config{RawKeys: c.topRawKeys, Minutes: c.topMinutes, Flush: c.topFlush}}, st, m)
 	svc.SetSyncSecrets(sec.sync.values()...)
 	svc.SetAdminTokens(sec.admin.values()...)
