@@ -155,6 +155,8 @@ func FuzzParse(f *testing.F) {
 		f.Add(data)
 	}
 	f.Add([]byte(`{"rules":[{"id":"a","limit":1,"window":"1s","key":{"source":"route"}}]}`))
+	f.Add([]byte(`{"rules":[{"id":"a","limit":1,"window":"1s","descriptors":{"domain":"d","entries":[{"key":"k","except":["v"]}]}},` +
+		`{"id":"b","limit":1,"window":"1s","descriptors":{"domain":"d","entries":[{"key":"k","value":"v"}],"replaces":["a"]}}]}`))
 	req := &Request{Method: "GET", Host: "api.example.com:443", Path: "/search/x?q=1", PeerAddr: "10.1.2.3:5555",
 		Header: func(name string) (string, bool) {
 			switch name {
