@@ -8,9 +8,9 @@ import (
 // route's rate limit actions; a handful is usual, and each value becomes part of a
 // caller key, which the sync protocol carries in 256 bytes.
 const (
-	MaxDescriptorEntries = 8   // entries per descriptor match
-	maxDescriptorToken   = 128 // domain and entry key
-	maxDescriptorValue   = 256 // entry value
+	MaxDescriptorEntries = 8    // entries per descriptor match
+	maxDescriptorToken   = 128  // domain and entry key
+	maxDescriptorValue   = 256  // entry value
 	MaxDescriptorExcept  = 1000 // values an entry excepts
 )
 
