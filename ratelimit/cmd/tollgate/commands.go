@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/tollgate-rl/tollgate/ratelimit/rlsimport"
 	"github.com/tollgate-rl/tollgate/ratelimit/validate"
 )
 
@@ -57,6 +58,8 @@ func (x *command) dispatch(ctx context.Context, args []string) (int, error) {
 				return 0, err
 			}
 			return 0, x.history(ctx)
+		case "import-envoy-ratelimit":
+			return x.importEnvoy(ctx, args[2:])
 		case "rollback":
 			if err := want(3, "rules rollback VERSION"); err != nil {
 				return 0, err
@@ -117,6 +120,60 @@ func (x *command) apply(ctx context.Context, name string) error {
 	}
 	fmt.Fprintf(x.stdout, "applied %s: rules version %d\n", name, out.Version)
 	return nil
+}
+
+const importForm = "rules import-envoy-ratelimit [--apply] [--partial] FILE"
+
+// importEnvoy converts an envoyproxy/ratelimit configuration (rlsimport) and prints the
+// rule set, or applies it with --apply. Whatever cannot be converted is named by its YAML
+// path and fails the command (exit 1) with nothing printed or applied, unless --partial
+// asks for the rest anyway (still exit 1: the rules decide differently there).
+func (x *command) importEnvoy(ctx context.Context, args []string) (int, error) {
+	fs := newFlagSet()
+	apply := fs.Bool("apply", false, "make the converted rules the service's rule set")
+	partial := fs.Bool("partial", false, "print or apply what converted even when something did not")
+	if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
+		return 0, fmt.Errorf("%w: want %q", errUsage, "tollgate "+importForm)
+	}
+	name := fs.Arg(0)
+	data, err := validate.Read(name, x.stdin)
+	if err != nil {
+		return 0, err
+	}
+	res := rlsimport.Convert(data)
+	for _, n := range res.Notes {
+		fmt.Fprintf(x.stderr, "tollgate: %s: %s: note: %s\n", name, orDocument(n.Path), n.Msg)
+	}
+	for _, p := range res.Problems {
+		fmt.Fprintf(x.stderr, "tollgate: %s: %s: cannot convert: %s\n", name, orDocument(p.Path), p.Msg)
+	}
+	code := 0
+	if len(res.Problems) > 0 {
+		code = 1
+		if !*partial || res.Rules == nil {
+			return 0, fmt.Errorf("%s: %d part(s) cannot be converted; nothing %s (--partial %s the rest)",
+				name, len(res.Problems), map[bool]string{true: "applied", false: "printed"}[*apply], map[bool]string{true: "applies", false: "prints"}[*apply])
+		}
+	}
+	if !*apply {
+		_, err := x.stdout.Write(res.Rules)
+		return code, err
+	}
+	var out struct {
+		Version uint64 `json:"version"`
+	}
+	if _, err := x.c.do(ctx, "PUT", "/v1/rules", "application/json", res.Rules, &out); err != nil {
+		return 0, err
+	}
+	fmt.Fprintf(x.stdout, "applied %s (converted): rules version %d\n", name, out.Version)
+	return code, nil
+}
+
+func orDocument(path string) string {
+	if path == "" {
+		return "document"
+	}
+	return path
 }
 
 func (x *command) rollback(ctx context.Context, arg string) error {

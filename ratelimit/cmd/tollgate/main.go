@@ -39,6 +39,10 @@ Commands:
   rules diff FILE          what applying FILE would change (exit 1 when it would)
   rules history            the rule-set versions, newest first
   rules rollback VERSION   make an earlier version current again (a new version)
+  rules import-envoy-ratelimit [--apply] [--partial] FILE
+                           convert an envoyproxy/ratelimit configuration (YAML) into
+                           a rule set: print it, or apply it; exit 1 naming the YAML
+                           path of whatever cannot be converted
   usage KEY                a caller key's buckets and penalty
   reset KEY                delete a caller key's buckets and penalty
   top RULE [--by refused|consumed] [--n N]
