@@ -51,6 +51,10 @@ type Config struct {
 	// Top configures the hot-key lists behind GET /v1/top (package top); its Hash is
 	// always KeyHash.
 	Top top.Config
+	// Policy, when set, is the source of truth for rules (package policy): changes are
+	// committed there first and refused (503) while it is unavailable; the service keeps
+	// Redis holding its active version. Nil: Redis alone.
+	Policy PolicyStore
 }
 
 // RulesVersionHeader carries the rule-set version on rule responses.
@@ -65,6 +69,7 @@ type Service struct {
 	st      *store.Store
 	rules   *rules.Store
 	watcher *rules.Watcher
+	pol     *durable // nil without a policy store
 	m       *Metrics
 	log     *slog.Logger
 	mux     *http.ServeMux
@@ -95,6 +100,9 @@ func New(cfg Config, st *store.Store, m *Metrics) *Service {
 	}
 	s := &Service{cfg: cfg, st: st, rules: rules.New(st.Client()), m: m, log: cfg.Logger,
 		mux: http.NewServeMux(), syncMux: http.NewServeMux(), adminMux: http.NewServeMux()}
+	if cfg.Policy != nil {
+		s.pol = &durable{pol: cfg.Policy}
+	}
 	s.SetSyncSecrets(cfg.SyncSecret)
 	s.SetAdminTokens(cfg.AdminToken)
 	cfg.Top.Hash = KeyHash
@@ -178,6 +186,11 @@ func (s *Service) Run(ctx context.Context) {
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.BatchTimeout)
 	_ = s.watcher.Poll(pctx)
 	cancel()
+	if s.pol != nil {
+		pdone := make(chan struct{})
+		go func() { defer close(pdone); s.runPolicy(ctx) }()
+		defer func() { <-pdone }()
+	}
 	s.watcher.Run(ctx)
 	<-done
 }
