@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -46,12 +47,14 @@ const lockKey = 0x746f6c6c67617465 // "tollgate"
 
 // Store is the policy store.
 type Store struct {
-	pool *pgxpool.Pool
-	url  string
+	pool  *pgxpool.Pool
+	ready atomic.Bool // the table exists
 }
 
-// Open connects to url (a postgres:// URL or key=value DSN; a password is best kept out
-// of it, in PGPASSFILE or PGPASSWORD, which pgx reads) and creates the table if needed.
+// Open prepares connections to url (a postgres:// URL or key=value DSN; a password is
+// best kept out of it, in PGPASSFILE or PGPASSWORD, which pgx reads). It fails only for
+// a malformed url: PostgreSQL may be down at start, like later (Ping says whether it
+// answers); the table is created at first use.
 func Open(ctx context.Context, url string) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -62,11 +65,21 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy store: %w", err)
 	}
-	if _, err := pool.Exec(ctx, schema); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("policy store: create table: %w", err)
+	return &Store{pool: pool}, nil
+}
+
+// Ping creates the table if needed, and so says whether PostgreSQL answers.
+func (s *Store) Ping(ctx context.Context) error { return s.ensure(ctx) }
+
+func (s *Store) ensure(ctx context.Context) error {
+	if s.ready.Load() {
+		return nil
 	}
-	return &Store{pool: pool, url: url}, nil
+	if _, err := s.pool.Exec(ctx, schema); err != nil {
+		return unavailable(err)
+	}
+	s.ready.Store(true)
+	return nil
 }
 
 // Close closes the connections.
@@ -77,6 +90,9 @@ func unavailable(err error) error { return fmt.Errorf("%w: %w", ErrUnavailable, 
 // Active returns the newest version (rules.EmptyBody as version 0 before any) and its
 // record.
 func (s *Store) Active(ctx context.Context) (*rules.Set, rules.Record, error) {
+	if err := s.ensure(ctx); err != nil {
+		return nil, rules.Record{}, err
+	}
 	row := s.pool.QueryRow(ctx, `SELECT version, body, author, action, from_version, reason, at
 		FROM tollgate_rule_versions ORDER BY version DESC LIMIT 1`)
 	set, rec, err := scan(row)
@@ -91,6 +107,9 @@ func (s *Store) Active(ctx context.Context) (*rules.Set, rules.Record, error) {
 
 // ActiveVersion returns the newest version (0: none).
 func (s *Store) ActiveVersion(ctx context.Context) (uint64, error) {
+	if err := s.ensure(ctx); err != nil {
+		return 0, err
+	}
 	var v int64
 	if err := s.pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM tollgate_rule_versions`).Scan(&v); err != nil {
 		return 0, unavailable(err)
@@ -100,6 +119,9 @@ func (s *Store) ActiveVersion(ctx context.Context) (uint64, error) {
 
 // Get returns version v (rules.ErrNotFound when there is none).
 func (s *Store) Get(ctx context.Context, v uint64) (*rules.Set, rules.Record, error) {
+	if err := s.ensure(ctx); err != nil {
+		return nil, rules.Record{}, err
+	}
 	row := s.pool.QueryRow(ctx, `SELECT version, body, author, action, from_version, reason, at
 		FROM tollgate_rule_versions WHERE version = $1`, int64(v))
 	set, rec, err := scan(row)
@@ -127,6 +149,9 @@ func scan(row pgx.Row) (*rules.Set, rules.Record, error) {
 
 // Versions returns the newest limit version records, newest first.
 func (s *Store) Versions(ctx context.Context, limit int) ([]rules.Record, error) {
+	if err := s.ensure(ctx); err != nil {
+		return nil, err
+	}
 	rows, err := s.pool.Query(ctx, `SELECT version, octet_length(body), author, action, from_version, reason, at
 		FROM tollgate_rule_versions ORDER BY version DESC LIMIT $1`, limit)
 	if err != nil {
@@ -157,6 +182,9 @@ func (s *Store) Versions(ctx context.Context, limit int) ([]rules.Record, error)
 func (s *Store) Put(ctx context.Context, base uint64, body []byte, rec rules.Record) (*rules.Set, error) {
 	if _, err := rule.Parse(body); err != nil {
 		return nil, fmt.Errorf("%w: %w", rules.ErrInvalid, err)
+	}
+	if err := s.ensure(ctx); err != nil {
+		return nil, err
 	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
