@@ -126,7 +126,7 @@ func (s *Service) storeError(w http.ResponseWriter, err error) {
 
 // runPolicy keeps Redis holding the policy store's active version: it learns new
 // versions through LISTEN/NOTIFY (from any replica, on any Redis) and by reading the
-// active version every second, and every RestoreInterval installs the active version
+// active version every PolicyPoll, and every RestoreInterval installs the active version
 // into Redis when Redis holds an older one (after FLUSHALL or a new Redis: none).
 func (s *Service) runPolicy(ctx context.Context) {
 	wake := make(chan struct{}, 1)
@@ -162,7 +162,7 @@ func (s *Service) runPolicy(ctx context.Context) {
 		case <-t.C:
 		case <-wake:
 		}
-		if time.Since(last) >= time.Second {
+		if time.Since(last) >= s.cfg.PolicyPoll {
 			refresh()
 			last = time.Now()
 		}

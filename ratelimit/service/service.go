@@ -55,6 +55,10 @@ type Config struct {
 	// committed there first and refused (503) while it is unavailable; the service keeps
 	// Redis holding its active version. Nil: Redis alone.
 	Policy PolicyStore
+	// PolicyPoll is how often the active version is also read from the policy store,
+	// besides LISTEN/NOTIFY (default 5 s): a notification connection that died silently
+	// is the only way one is missed.
+	PolicyPoll time.Duration
 }
 
 // RulesVersionHeader carries the rule-set version on rule responses.
@@ -102,6 +106,9 @@ func New(cfg Config, st *store.Store, m *Metrics) *Service {
 		mux: http.NewServeMux(), syncMux: http.NewServeMux(), adminMux: http.NewServeMux()}
 	if cfg.Policy != nil {
 		s.pol = &durable{pol: cfg.Policy}
+		if s.cfg.PolicyPoll <= 0 {
+			s.cfg.PolicyPoll = 5 * time.Second
+		}
 	}
 	s.SetSyncSecrets(cfg.SyncSecret)
 	s.SetAdminTokens(cfg.AdminToken)

@@ -201,13 +201,14 @@ func (x *command) history(ctx context.Context) error {
 			Action  string    `json:"action"`
 			From    uint64    `json:"from"`
 			Size    int       `json:"size"`
+			Reason  string    `json:"reason"`
 		} `json:"versions"`
 	}
 	if _, err := x.c.do(ctx, "GET", "/v1/rules/versions", "", nil, &out); err != nil {
 		return err
 	}
 	tw := tabwriter.NewWriter(x.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "VERSION\tAT\tBY\tACTION\tBYTES\t")
+	fmt.Fprintln(tw, "VERSION\tAT\tBY\tACTION\tBYTES\tREASON\t")
 	for _, r := range out.Versions {
 		action := r.Action
 		if r.From != 0 {
@@ -217,7 +218,7 @@ func (x *command) history(ctx context.Context) error {
 		if r.Version == out.Current {
 			mark = "(current)"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\n", r.Version, r.At.UTC().Format(time.RFC3339), r.By, action, r.Size, mark)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Version, r.At.UTC().Format(time.RFC3339), r.By, action, r.Size, strconv.Quote(r.Reason), mark)
 	}
 	return tw.Flush()
 }
