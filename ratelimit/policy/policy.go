@@ -61,6 +61,9 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		return nil, fmt.Errorf("policy store: %w", err)
 	}
 	cfg.MaxConns = 4
+	// Rule changes are rare: check every connection before use, so the first change
+	// after PostgreSQL restarted does not fail on a connection it closed.
+	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return true }
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("policy store: %w", err)
