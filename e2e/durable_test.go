@@ -67,6 +67,9 @@ func TestPolicyStoreRestoresRules(t *testing.T) {
 
 	// A new service process knows only what Redis holds; a new gateway only what the
 	// service serves.
+	if err := svc.Kill(); err != nil {
+		t.Fatal(err)
+	}
 	if err := svc.Restart(); err != nil {
 		t.Fatal(err)
 	}
