@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"os"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 
