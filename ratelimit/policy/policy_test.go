@@ -343,3 +343,35 @@ func TestStore(t *testing.T) {
 		t.Errorf("Versions = %+v %v, want second then first", recs, err)
 	}
 }
+
+// TestSeedFromRedis: turning the store on over a Redis that holds rules commits them as
+// the store's first version (action import), which Redis then holds.
+func TestSeedFromRedis(t *testing.T) {
+	fresh(t)
+	ctx := context.Background()
+	st := openStore(t, redisA)
+	old, err := rules.New(st.Client()).Put(ctx, 0, []byte(ruleSet(9)), rules.Record{By: "before", Action: "put"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := startReplica(t, redisA, time.Hour)
+	var cur uint64
+	var recs []rules.Record
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if cur, recs = a.versions(t); len(recs) == 1 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(recs) != 1 || recs[0].Action != "import" || cur <= old {
+		t.Fatalf("history %+v (current %d), want one import above Redis's version %d", recs, cur, old)
+	}
+	if _, ok := waitRedis(t, a.st, cur, time.Second); !ok {
+		t.Fatalf("Redis does not hold the imported version %d", cur)
+	}
+	set, _ := redisVersion(t, a.st)
+	if !bytes.Contains(set.Body, []byte(`"limit":9`)) {
+		t.Errorf("imported body %s, want Redis's rules (limit 9)", set.Body)
+	}
+}

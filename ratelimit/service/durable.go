@@ -143,7 +143,7 @@ func (s *Service) runPolicy(ctx context.Context) {
 			raise(&s.pol.known, v)
 		}
 	}
-	s.seedPolicy(ctx)
+	seeded := s.seedPolicy(ctx)
 	go s.pol.pol.Listen(ctx, func(v uint64) {
 		if v == 0 {
 			refresh()
@@ -161,6 +161,9 @@ func (s *Service) runPolicy(ctx context.Context) {
 			return
 		case <-t.C:
 		case <-wake:
+		}
+		if !seeded {
+			seeded = s.seedPolicy(ctx)
 		}
 		if time.Since(last) >= s.cfg.PolicyPoll {
 			refresh()
@@ -198,23 +201,34 @@ func (s *Service) restore(ctx context.Context) {
 }
 
 // seedPolicy commits Redis's current rule set as the policy store's first version when
-// the store is empty, so turning the store on keeps the rules in force.
-func (s *Service) seedPolicy(ctx context.Context) {
+// the store is empty, so turning the store on keeps the rules in force. It reports
+// whether that question is settled (false: a store did not answer; asked again later).
+func (s *Service) seedPolicy(ctx context.Context) bool {
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	v, err := s.pol.pol.ActiveVersion(pctx)
-	if err != nil || v > 0 {
-		return
+	if err != nil {
+		return false
+	}
+	if v > 0 {
+		return true
 	}
 	cur, err := s.rules.Current(pctx)
-	if err != nil || cur.Version == 0 {
-		return
+	if err != nil {
+		return false
+	}
+	if cur.Version == 0 {
+		return true
 	}
 	set, err := s.pol.pol.Put(pctx, 0, cur.Body, rules.Record{By: "tollgate-ratelimit", Action: "import",
 		Reason: "policy store was empty: Redis's current rules"})
+	if errors.Is(err, rules.ErrConflict) {
+		return true // another replica seeded it
+	}
 	if err != nil {
-		return
+		return false
 	}
 	raise(&s.pol.known, set.Version)
 	s.log.Info("policy store seeded with Redis's current rules", "redis_version", cur.Version, "version", set.Version)
+	return true
 }
