@@ -40,7 +40,6 @@
 package rlsimport
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
@@ -49,7 +48,7 @@ import (
 	"strconv"
 	"strings"
 
-	"sigs.k8s.io/yaml"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/tollgate-rl/tollgate/shared/algo"
 	"github.com/tollgate-rl/tollgate/shared/rule"
@@ -58,15 +57,23 @@ import (
 // Issue is something about one place of the original configuration.
 type Issue struct {
 	Path string // YAML path, e.g. descriptors[0].descriptors[1].rate_limit.unit ("" = the document)
+	Line int    // 1-based line of that place (0: unknown)
 	Msg  string
 }
 
-func (i Issue) String() string {
-	if i.Path == "" {
-		return i.Msg
+// Where is the path with its line: "descriptors[0].key (line 4)".
+func (i Issue) Where() string {
+	p := i.Path
+	if p == "" {
+		p = "document"
 	}
-	return i.Path + ": " + i.Msg
+	if i.Line > 0 {
+		p += " (line " + strconv.Itoa(i.Line) + ")"
+	}
+	return p
 }
+
+func (i Issue) String() string { return i.Where() + ": " + i.Msg }
 
 // Result is a conversion.
 type Result struct {
@@ -119,69 +126,115 @@ type node struct {
 type converter struct {
 	res    Result
 	domain string
+	lines  map[string]int // the line of each path read
 }
 
 func (c *converter) problem(path, format string, args ...any) {
-	c.res.Problems = append(c.res.Problems, Issue{path, fmt.Sprintf(format, args...)})
+	c.res.Problems = append(c.res.Problems, Issue{Path: path, Line: c.lines[path], Msg: fmt.Sprintf(format, args...)})
 }
 
 func (c *converter) note(path, format string, args ...any) {
-	c.res.Notes = append(c.res.Notes, Issue{path, fmt.Sprintf(format, args...)})
+	c.res.Notes = append(c.res.Notes, Issue{Path: path, Line: c.lines[path], Msg: fmt.Sprintf(format, args...)})
 }
 
 // Convert converts one envoyproxy/ratelimit configuration file.
 func Convert(data []byte) *Result {
-	c := &converter{}
-	js, err := yaml.YAMLToJSONStrict(data)
-	if err != nil {
+	c := &converter{lines: map[string]int{}}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
 		c.problem("", "not YAML: %v", err)
 		return &c.res
 	}
-	dec := json.NewDecoder(bytes.NewReader(js))
-	dec.UseNumber()
-	var doc any
-	if err := dec.Decode(&doc); err != nil {
-		c.problem("", "not YAML: %v", err)
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
+		c.problem("", "must be a mapping with domain and descriptors, got an empty document")
 		return &c.res
 	}
-	root, ok := doc.(map[string]any)
-	if !ok {
-		c.problem("", "must be a mapping with domain and descriptors, got %s", kind(doc))
+	if deref(doc.Content[0]).Kind != yaml.MappingNode {
+		c.problem("", "must be a mapping with domain and descriptors, got %s", kind(doc.Content[0]))
 		return &c.res
 	}
-	for _, k := range sortedKeys(root) {
+	root := c.mapping("", doc.Content[0])
+	for _, k := range root.keys {
 		if k != "domain" && k != "descriptors" {
 			c.problem(k, "unknown field (envoyproxy/ratelimit refuses it too)")
 		}
 	}
-	c.domain, _ = c.str("domain", root["domain"])
+	c.domain, _ = c.str("domain", root.get("domain"))
 	switch {
 	case c.domain == "":
 		c.problem("domain", "required, must not be empty")
 	case !token(c.domain):
 		c.problem("domain", "must be visible ASCII without spaces, at most 128 bytes, for a Tollgate descriptor match, got %q", c.domain)
 	}
-	tree := c.descriptors("descriptors", root["descriptors"])
+	tree := c.descriptors("descriptors", root.get("descriptors"))
 	if token(c.domain) {
 		c.emit(tree)
 	}
 	return &c.res
 }
 
-// descriptors reads one level of the tree.
-func (c *converter) descriptors(path string, v any) []*node {
-	if v == nil {
+// fields is a YAML mapping's values by key, in file order.
+type fields struct {
+	keys []string
+	vals map[string]*yaml.Node
+}
+
+func (f *fields) get(k string) *yaml.Node { return f.vals[k] }
+
+// mapping reads a mapping node at path, recording the line of each field; nil (and a
+// problem) when the node is something else. A key given twice is refused, as
+// envoyproxy/ratelimit's YAML decoder refuses it.
+func (c *converter) mapping(path string, n *yaml.Node) *fields {
+	n = deref(n)
+	if n == nil || n.Kind != yaml.MappingNode {
+		c.problem(path, "must be a mapping, got %s", kind(n))
 		return nil
 	}
-	list, ok := v.([]any)
-	if !ok {
+	f := &fields{vals: map[string]*yaml.Node{}}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		p := join(path, k.Value)
+		c.lines[p] = k.Line
+		if _, dup := f.vals[k.Value]; dup {
+			c.problem(p, "given twice")
+			continue
+		}
+		f.keys = append(f.keys, k.Value)
+		f.vals[k.Value] = v
+	}
+	return f
+}
+
+func join(path, k string) string {
+	if path == "" {
+		return k
+	}
+	return path + "." + k
+}
+
+// deref follows an alias to its anchor.
+func deref(n *yaml.Node) *yaml.Node {
+	for i := 0; n != nil && n.Kind == yaml.AliasNode && i < 16; i++ {
+		n = n.Alias
+	}
+	return n
+}
+
+// descriptors reads one level of the tree.
+func (c *converter) descriptors(path string, v *yaml.Node) []*node {
+	v = deref(v)
+	if isNull(v) {
+		return nil
+	}
+	if v.Kind != yaml.SequenceNode {
 		c.problem(path, "must be a list of descriptors, got %s", kind(v))
 		return nil
 	}
 	var out []*node
 	seen := map[string]string{}
-	for i, e := range list {
+	for i, e := range v.Content {
 		p := path + "[" + strconv.Itoa(i) + "]"
+		c.lines[p] = e.Line
 		n := c.descriptor(p, e)
 		if n == nil {
 			continue
@@ -200,29 +253,28 @@ func (c *converter) descriptors(path string, v any) []*node {
 	return out
 }
 
-func (c *converter) descriptor(path string, v any) *node {
-	m, ok := v.(map[string]any)
-	if !ok {
-		c.problem(path, "must be a mapping, got %s", kind(v))
+func (c *converter) descriptor(path string, v *yaml.Node) *node {
+	m := c.mapping(path, v)
+	if m == nil {
 		return nil
 	}
 	n := &node{path: path}
-	for _, k := range sortedKeys(m) {
+	for _, k := range m.keys {
 		p := path + "." + k
 		switch k {
 		case "key", "value", "rate_limit", "descriptors", "shadow_mode":
 		case "detailed_metric", "value_to_metric":
-			if b, _ := c.boolean(p, m[k]); b {
+			if b, _ := c.boolean(p, m.get(k)); b {
 				c.note(p, "dropped: Tollgate counts decisions per rule (each converted limit is its own rule), never per descriptor value, which may be personal data")
 			}
 		case "metadata":
 			c.note(p, "dropped: Tollgate's rate limit service sends no per-limit response metadata")
 		case "quota_mode":
-			if b, _ := c.boolean(p, m[k]); b {
+			if b, _ := c.boolean(p, m.get(k)); b {
 				c.problem(p, "quota mode (over-limit requests allowed and only reported) has no Tollgate equivalent")
 			}
 		case "share_threshold":
-			if b, _ := c.boolean(p, m[k]); b {
+			if b, _ := c.boolean(p, m.get(k)); b {
 				c.problem(p, "shared wildcard thresholds have no Tollgate equivalent")
 			}
 		default:
@@ -230,7 +282,7 @@ func (c *converter) descriptor(path string, v any) *node {
 		}
 	}
 	var ok2 bool
-	if n.key, ok2 = c.str(path+".key", m["key"]); !ok2 || n.key == "" {
+	if n.key, ok2 = c.str(path+".key", m.get("key")); !ok2 || n.key == "" {
 		if ok2 {
 			c.problem(path+".key", "required, must not be empty")
 		}
@@ -240,7 +292,7 @@ func (c *converter) descriptor(path string, v any) *node {
 		c.problem(path+".key", "must be visible ASCII without spaces, at most 128 bytes, for a Tollgate descriptor match, got %q", n.key)
 		n.bad = true
 	}
-	n.value, _ = c.str(path+".value", m["value"])
+	n.value, _ = c.str(path+".value", m.get("value"))
 	if strings.Contains(n.value, "*") {
 		// The walk tries wildcard patterns between the exact value and the key alone;
 		// a descriptor match knows one value or any value.
@@ -252,22 +304,21 @@ func (c *converter) descriptor(path string, v any) *node {
 			n.bad = true
 		}
 	}
-	n.shadow, _ = c.boolean(path+".shadow_mode", m["shadow_mode"])
-	if rl, ok := m["rate_limit"]; ok && rl != nil {
+	n.shadow, _ = c.boolean(path+".shadow_mode", m.get("shadow_mode"))
+	if rl := m.get("rate_limit"); !isNull(rl) {
 		n.limit = c.rateLimit(path+".rate_limit", rl)
 	}
-	n.children = c.descriptors(path+".descriptors", m["descriptors"])
+	n.children = c.descriptors(path+".descriptors", m.get("descriptors"))
 	return n
 }
 
-func (c *converter) rateLimit(path string, v any) *limit {
-	m, ok := v.(map[string]any)
-	if !ok {
-		c.problem(path, "must be a mapping, got %s", kind(v))
+func (c *converter) rateLimit(path string, v *yaml.Node) *limit {
+	m := c.mapping(path, v)
+	if m == nil {
 		return &limit{path: path, bad: true}
 	}
 	l := &limit{path: path}
-	for _, k := range sortedKeys(m) {
+	for _, k := range m.keys {
 		switch k {
 		case "requests_per_unit", "unit", "unlimited", "name", "replaces":
 		default:
@@ -275,9 +326,9 @@ func (c *converter) rateLimit(path string, v any) *limit {
 			l.bad = true
 		}
 	}
-	l.unlimited, _ = c.boolean(path+".unlimited", m["unlimited"])
-	l.name, _ = c.str(path+".name", m["name"])
-	unit, _ := c.str(path+".unit", m["unit"])
+	l.unlimited, _ = c.boolean(path+".unlimited", m.get("unlimited"))
+	l.name, _ = c.str(path+".name", m.get("name"))
+	unit, _ := c.str(path+".unit", m.get("unit"))
 	unit = strings.ToLower(unit)
 	if l.unlimited {
 		if unit != "" {
@@ -299,7 +350,7 @@ func (c *converter) rateLimit(path string, v any) *limit {
 			l.bad = true
 		}
 		p := path + ".requests_per_unit"
-		n, ok := c.integer(p, m["requests_per_unit"])
+		n, ok := c.integer(p, m.get("requests_per_unit"))
 		switch {
 		case !ok:
 			l.bad = true
@@ -315,26 +366,28 @@ func (c *converter) rateLimit(path string, v any) *limit {
 		}
 		l.perUnit = n
 	}
-	if rv, ok := m["replaces"]; ok && rv != nil {
-		list, ok := rv.([]any)
-		if !ok {
+	if rv := deref(m.get("replaces")); !isNull(rv) {
+		var list []*yaml.Node
+		if rv.Kind == yaml.SequenceNode {
+			list = rv.Content
+		} else {
 			c.problem(path+".replaces", "must be a list of {name: ...}, got %s", kind(rv))
 			l.bad = true
 		}
 		for i, e := range list {
 			p := path + ".replaces[" + strconv.Itoa(i) + "]"
-			em, ok := e.(map[string]any)
-			if !ok {
-				c.problem(p, "must be a mapping with name, got %s", kind(e))
+			c.lines[p] = e.Line
+			em := c.mapping(p, e)
+			if em == nil {
 				l.bad = true
 				continue
 			}
-			for _, k := range sortedKeys(em) {
+			for _, k := range em.keys {
 				if k != "name" {
 					c.problem(p+"."+k, "unknown field (envoyproxy/ratelimit refuses it too)")
 				}
 			}
-			name, _ := c.str(p+".name", em["name"])
+			name, _ := c.str(p+".name", em.get("name"))
 			switch {
 			case name == "":
 				c.problem(p+".name", "required, must not be empty (envoyproxy/ratelimit refuses it)")
@@ -569,66 +622,78 @@ func valueProblem(s string) string {
 	return ""
 }
 
-// str reads a scalar as envoyproxy/ratelimit's YAML decoder does for a string field:
-// numbers and booleans as written, null as absent.
-func (c *converter) str(path string, v any) (string, bool) {
-	switch x := v.(type) {
-	case nil:
+func isNull(n *yaml.Node) bool {
+	n = deref(n)
+	return n == nil || n.Kind == yaml.ScalarNode && n.Tag == "!!null"
+}
+
+// str reads a scalar as envoyproxy/ratelimit's YAML decoder (yaml.v2) does for a string
+// field: the text as written (so yes and 1.0 stay "yes" and "1.0"), null as absent.
+func (c *converter) str(path string, n *yaml.Node) (string, bool) {
+	n = deref(n)
+	switch {
+	case isNull(n):
 		return "", true
-	case string:
-		return x, true
-	case json.Number:
-		return x.String(), true
-	case bool:
-		return strconv.FormatBool(x), true
+	case n.Kind == yaml.ScalarNode:
+		return n.Value, true
 	}
-	c.problem(path, "must be a string, got %s", kind(v))
+	c.problem(path, "must be a string, got %s", kind(n))
 	return "", false
 }
 
-func (c *converter) boolean(path string, v any) (bool, bool) {
-	switch x := v.(type) {
-	case nil:
+// yaml11Bools are YAML 1.1's booleans, which envoyproxy/ratelimit's decoder reads.
+var yaml11Bools = map[string]bool{
+	"y": true, "Y": true, "yes": true, "Yes": true, "YES": true, "on": true, "On": true, "ON": true,
+	"true": true, "True": true, "TRUE": true,
+	"n": false, "N": false, "no": false, "No": false, "NO": false, "off": false, "Off": false, "OFF": false,
+	"false": false, "False": false, "FALSE": false,
+}
+
+func plain(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.Style&(yaml.SingleQuotedStyle|yaml.DoubleQuotedStyle|yaml.LiteralStyle|yaml.FoldedStyle) == 0
+}
+
+func (c *converter) boolean(path string, n *yaml.Node) (bool, bool) {
+	n = deref(n)
+	if isNull(n) {
 		return false, true
-	case bool:
-		return x, true
 	}
-	c.problem(path, "must be true or false, got %s", kind(v))
+	if plain(n) {
+		if b, ok := yaml11Bools[n.Value]; ok {
+			return b, true
+		}
+	}
+	c.problem(path, "must be true or false, got %s", kind(n))
 	return false, false
 }
 
-func (c *converter) integer(path string, v any) (int64, bool) {
-	if v == nil {
+// integer reads an unsigned 32-bit integer as YAML 1.1 writes it (underscores, 0x, 0o,
+// 0b, a leading 0 for octal).
+func (c *converter) integer(path string, n *yaml.Node) (int64, bool) {
+	n = deref(n)
+	if isNull(n) {
 		return 0, true
 	}
-	if n, ok := v.(json.Number); ok {
-		if i, err := strconv.ParseInt(n.String(), 10, 64); err == nil && i >= 0 && i <= 1<<32-1 {
-			return i, true
+	if plain(n) {
+		if i, err := strconv.ParseUint(strings.ReplaceAll(n.Value, "_", ""), 0, 32); err == nil {
+			return int64(i), true
 		}
 	}
-	c.problem(path, "must be an integer 0..4294967295, got %s", kind(v))
+	c.problem(path, "must be an integer 0..4294967295, got %s", kind(n))
 	return 0, false
 }
 
-func kind(v any) string {
-	switch x := v.(type) {
-	case nil:
+func kind(n *yaml.Node) string {
+	n = deref(n)
+	switch {
+	case n == nil:
 		return "nothing"
-	case map[string]any:
+	case n.Kind == yaml.MappingNode:
 		return "a mapping"
-	case []any:
+	case n.Kind == yaml.SequenceNode:
 		return "a list"
-	case string:
-		return strconv.Quote(x)
+	case n.Tag == "!!null":
+		return "null"
 	}
-	return fmt.Sprint(v)
-}
-
-func sortedKeys(m map[string]any) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
+	return strconv.Quote(n.Value)
 }

@@ -142,10 +142,10 @@ func (x *command) importEnvoy(ctx context.Context, args []string) (int, error) {
 	}
 	res := rlsimport.Convert(data)
 	for _, n := range res.Notes {
-		fmt.Fprintf(x.stderr, "tollgate: %s: %s: note: %s\n", name, orDocument(n.Path), n.Msg)
+		fmt.Fprintf(x.stderr, "tollgate: %s: %s: note: %s\n", name, n.Where(), n.Msg)
 	}
 	for _, p := range res.Problems {
-		fmt.Fprintf(x.stderr, "tollgate: %s: %s: cannot convert: %s\n", name, orDocument(p.Path), p.Msg)
+		fmt.Fprintf(x.stderr, "tollgate: %s: %s: cannot convert: %s\n", name, p.Where(), p.Msg)
 	}
 	code := 0
 	if len(res.Problems) > 0 {
@@ -167,13 +167,6 @@ func (x *command) importEnvoy(ctx context.Context, args []string) (int, error) {
 	}
 	fmt.Fprintf(x.stdout, "applied %s (converted): rules version %d\n", name, out.Version)
 	return code, nil
-}
-
-func orDocument(path string) string {
-	if path == "" {
-		return "document"
-	}
-	return path
 }
 
 func (x *command) rollback(ctx context.Context, arg string) error {
