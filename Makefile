@@ -7,7 +7,7 @@ GW    := build/tollgate-gateway
 export GOFLAGS := -buildvcs=false
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.6.1
 
-.PHONY: all deps redis wabt binaryen wasm build oci test unit e2e demo bench sim fuzz lint check clean
+.PHONY: all deps redis postgres wabt binaryen wasm build oci test unit e2e demo bench sim fuzz lint check clean
 
 all: build
 
@@ -21,6 +21,15 @@ redis:
 	    (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null || \
 	     sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null); }
 	@# Debian starts a system redis on 6379; tests use their own ports, so it is left alone.
+
+# PostgreSQL server binaries for the durable policy store's tests (internal/pgtest starts
+# its own servers in temporary directories; Debian's cluster is left alone).
+postgres:
+	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || \
+	  { echo "installing postgresql (apt)"; \
+	    (apt-get update -qq || sudo apt-get update -qq) && \
+	    (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null || \
+	     sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null); }
 
 # wat2wasm (Debian wabt) compiles filter/wasmbuild/shim.wat; a test checks the committed
 # shim.wasm against it.
@@ -64,7 +73,7 @@ oci: deps wasm
 
 # Everything: unit tests (fuzz seeds included), filter tests against the compiled module,
 # service tests against real Redis and Redis Cluster, and the end-to-end suite.
-test: deps redis wabt build
+test: deps redis postgres wabt build
 	GOOS=wasip1 GOARCH=wasm $(GO) build ./shared/... ./filter/...
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 14m ./...
@@ -77,7 +86,7 @@ unit: deps
 	$(GO) test -count=1 ./shared/...
 	cd third_party/pretty && $(GO) test -count=1 ./...
 
-e2e: deps redis build
+e2e: deps redis postgres build
 	$(GO) test -count=1 -timeout 10m -v ./e2e/...
 
 demo: deps redis build

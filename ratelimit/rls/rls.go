@@ -146,6 +146,7 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest, now ti
 	perDesc := make([][]check, len(req.Descriptors))
 	entries := make([]rule.DescriptorEntry, 0, MaxEntries)
 	var applied []rule.Applied
+	ends := make([]int, len(req.Descriptors)) // applied[ends[i-1]:ends[i]] are descriptor i's
 	for i, d := range req.Descriptors {
 		entries = entries[:0]
 		for _, e := range d.Entries {
@@ -161,9 +162,20 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest, now ti
 				applied[j].Cost = cost
 			}
 		}
-		perDesc[i] = make([]check, 0, len(applied)-start)
-		for j := start; j < len(applied); j++ {
+		ends[i] = len(applied)
+	}
+	replaced := replacedRules(applied)
+	for i := range req.Descriptors {
+		start := 0
+		if i > 0 {
+			start = ends[i-1]
+		}
+		perDesc[i] = make([]check, 0, ends[i]-start)
+		for j := start; j < ends[i]; j++ {
 			a := &applied[j]
+			if replaced[a.Rule.ID] {
+				continue
+			}
 			for w, prm := range a.Windows {
 				k := bucket{a.Key, a.Rule.ID, a.Tier, w}
 				di, seen := index[k]
@@ -204,6 +216,27 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest, now ti
 		code += "_degraded"
 	}
 	return resp, code, nil
+}
+
+// replacedRules is the set of rules that the request's selected rules replace
+// (descriptors.replaces): they are applied to none of its descriptors, whichever rule
+// selected them, and a replaced rule's own replacements still count. nil (the usual
+// case) when no selected rule replaces any.
+func replacedRules(applied []rule.Applied) map[string]bool {
+	var out map[string]bool
+	for i := range applied {
+		d := applied[i].Rule.Descriptors
+		if d == nil || len(d.Replaces) == 0 {
+			continue
+		}
+		if out == nil {
+			out = make(map[string]bool, len(d.Replaces))
+		}
+		for _, id := range d.Replaces {
+			out[id] = true
+		}
+	}
+	return out
 }
 
 // hits is the cost of descriptor i: its own hits_addend, else the request's, else 0

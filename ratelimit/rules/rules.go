@@ -58,6 +58,7 @@ type Record struct {
 	Action  string    `json:"action"` // "put", "rollback", "allow", "deny"
 	From    uint64    `json:"from,omitempty"`
 	Size    int       `json:"size"`
+	Reason  string    `json:"reason,omitempty"` // why, as the author said (X-Tollgate-Reason)
 }
 
 // Set is one version's body.
@@ -157,7 +158,13 @@ func (s *Store) Put(ctx context.Context, base uint64, body []byte, rec Record) (
 	if err != nil {
 		return 0, err
 	}
-	rec.Version, rec.Size = v, len(body)
+	return s.put(ctx, base, &Set{Version: v, Body: body}, rec)
+}
+
+// put writes set (its body's "version" already set.Version) as the version after base.
+func (s *Store) put(ctx context.Context, base uint64, set *Set, rec Record) (uint64, error) {
+	v := set.Version
+	rec.Version, rec.Size = v, len(set.Body)
 	if rec.At.IsZero() {
 		rec.At = time.Now().UTC()
 	}
@@ -166,7 +173,7 @@ func (s *Store) Put(ctx context.Context, base uint64, body []byte, rec Record) (
 		return 0, fmt.Errorf("rules: record: %w", err)
 	}
 	res, err := putScript.Run(ctx, s.rdb, []string{currentKey, logKey, bodyKey(v)},
-		base, body, entry, Channel, Keep, v).Int64Slice()
+		base, set.Body, entry, Channel, Keep, v).Int64Slice()
 	if err != nil {
 		return 0, fmt.Errorf("rules: put version %d: %w", v, err)
 	}
@@ -177,6 +184,32 @@ func (s *Store) Put(ctx context.Context, base uint64, body []byte, rec Record) (
 		return uint64(res[1]), fmt.Errorf("%w: base %d, current %d", ErrConflict, base, res[1])
 	}
 	return v, nil
+}
+
+// Install makes set, a version kept elsewhere (the durable policy store), current in
+// Redis unless Redis already holds it or a newer one, and announces it. It reports
+// whether it wrote. This is how a version written to the policy store reaches Redis, and
+// how the active version comes back after Redis lost its data.
+func (s *Store) Install(ctx context.Context, set *Set, rec Record) (bool, error) {
+	if _, err := rule.Parse(set.Body); err != nil {
+		return false, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	for attempt := 0; attempt < 5; attempt++ {
+		cur, err := s.CurrentVersion(ctx)
+		if err != nil {
+			return false, err
+		}
+		if cur >= set.Version {
+			return false, nil
+		}
+		if _, err = s.put(ctx, cur, set, rec); err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, ErrConflict) {
+			return false, err
+		}
+	}
+	return false, fmt.Errorf("%w: installing version %d", ErrConflict, set.Version)
 }
 
 // Versions returns the version records, newest first.

@@ -121,12 +121,12 @@ func (s *Service) handlePutRules(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusUnprocessableEntity, errorBody{Error: err.Error()})
 		return
 	}
-	v, err := s.rules.Update(r.Context(), rules.Record{By: actor(r), Action: "put"}, func(*rules.Set) ([]byte, error) { return js, nil })
+	v, err := s.updateRules(r.Context(), rules.Record{By: actor(r), Action: "put", Reason: reason(r)}, func(*rules.Set) ([]byte, error) { return js, nil })
 	if s.refuseInvalid(w, err) {
 		return
 	}
 	if err != nil {
-		s.redisError(w, err)
+		s.storeError(w, err)
 		return
 	}
 	s.watcher.Observe(v)
@@ -136,14 +136,9 @@ func (s *Service) handlePutRules(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Service) handleVersions(w http.ResponseWriter, r *http.Request) {
-	cur, err := s.rules.CurrentVersion(r.Context())
+	cur, recs, err := s.ruleVersions(r.Context())
 	if err != nil {
-		s.redisError(w, err)
-		return
-	}
-	recs, err := s.rules.Versions(r.Context())
-	if err != nil {
-		s.redisError(w, err)
+		s.storeError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"current": cur, "versions": recs})
@@ -155,21 +150,21 @@ func (s *Service) handleRollback(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("version %q is not a positive integer", r.PathValue("version")), Field: "version"})
 		return
 	}
-	old, err := s.rules.Get(r.Context(), from)
+	old, err := s.ruleVersion(r.Context(), from)
 	if errors.Is(err, rules.ErrNotFound) {
 		writeJSON(w, http.StatusNotFound, errorBody{Error: err.Error(), Field: "version"})
 		return
 	}
 	if err != nil {
-		s.redisError(w, err)
+		s.storeError(w, err)
 		return
 	}
-	v, err := s.rules.Update(r.Context(), rules.Record{By: actor(r), Action: "rollback", From: from}, func(*rules.Set) ([]byte, error) { return old.Body, nil })
+	v, err := s.updateRules(r.Context(), rules.Record{By: actor(r), Action: "rollback", From: from, Reason: reason(r)}, func(*rules.Set) ([]byte, error) { return old.Body, nil })
 	if s.refuseInvalid(w, err) {
 		return
 	}
 	if err != nil {
-		s.redisError(w, err)
+		s.storeError(w, err)
 		return
 	}
 	s.watcher.Observe(v)
@@ -249,7 +244,7 @@ func (s *Service) handleEditList(add bool) http.HandlerFunc {
 		}
 		replace := add && r.URL.Query().Get("replace") == "true"
 		var changed int
-		v, err := s.rules.Update(r.Context(), rules.Record{By: actor(r), Action: list}, func(cur *rules.Set) ([]byte, error) {
+		v, err := s.updateRules(r.Context(), rules.Record{By: actor(r), Action: list, Reason: reason(r)}, func(cur *rules.Set) ([]byte, error) {
 			m, entries, err := listOf(cur.Body, list)
 			if err != nil {
 				return nil, err
@@ -281,7 +276,7 @@ func (s *Service) handleEditList(add bool) http.HandlerFunc {
 			return
 		}
 		if err != nil {
-			s.redisError(w, err)
+			s.storeError(w, err)
 			return
 		}
 		s.watcher.Observe(v)

@@ -54,6 +54,14 @@ type Config struct {
 	// Top configures the hot-key lists behind GET /v1/top (package top); its Hash is
 	// always KeyHash.
 	Top top.Config
+	// Policy, when set, is the source of truth for rules (package policy): changes are
+	// committed there first and refused (503) while it is unavailable; the service keeps
+	// Redis holding its active version. Nil: Redis alone.
+	Policy PolicyStore
+	// PolicyPoll is how often the active version is also read from the policy store,
+	// besides LISTEN/NOTIFY (default 5 s): a notification connection that died silently
+	// is the only way one is missed.
+	PolicyPoll time.Duration
 }
 
 // RulesVersionHeader carries the rule-set version on rule responses.
@@ -68,6 +76,7 @@ type Service struct {
 	st      *store.Store
 	rules   *rules.Store
 	watcher *rules.Watcher
+	pol     *durable // nil without a policy store
 	m       *Metrics
 	log     *slog.Logger
 	mux     *http.ServeMux
@@ -98,6 +107,12 @@ func New(cfg Config, st *store.Store, m *Metrics) *Service {
 	}
 	s := &Service{cfg: cfg, st: st, rules: rules.New(st.Client()), m: m, log: cfg.Logger,
 		mux: http.NewServeMux(), syncMux: http.NewServeMux(), adminMux: http.NewServeMux()}
+	if cfg.Policy != nil {
+		s.pol = &durable{pol: cfg.Policy}
+		if s.cfg.PolicyPoll <= 0 {
+			s.cfg.PolicyPoll = 5 * time.Second
+		}
+	}
 	s.SetSyncSecrets(cfg.SyncSecret)
 	s.SetAdminTokens(cfg.AdminToken)
 	cfg.Top.Hash = s.logKey
@@ -181,6 +196,11 @@ func (s *Service) Run(ctx context.Context) {
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.BatchTimeout)
 	_ = s.watcher.Poll(pctx)
 	cancel()
+	if s.pol != nil {
+		pdone := make(chan struct{})
+		go func() { defer close(pdone); s.runPolicy(ctx) }()
+		defer func() { <-pdone }()
+	}
 	s.watcher.Run(ctx)
 	<-done
 }

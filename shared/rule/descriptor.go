@@ -15,14 +15,22 @@ import "strings"
 type DescriptorMatch struct {
 	Domain  string
 	Entries []DescriptorMatchEntry
+	// Replaces lists rules (by id, each with a descriptor match) that a rate limit
+	// service request in which a descriptor selects this rule does not apply, to any of
+	// its descriptors: a specific limit stands in for a general one when both are asked
+	// in one request (envoyproxy/ratelimit's "replaces").
+	Replaces []string
 }
 
 // DescriptorMatchEntry is one entry of a DescriptorMatch. Any (no value configured)
-// matches every value, and the value becomes part of the caller key.
+// matches every value but those in Except, and the value becomes part of the caller
+// key. Except lets a rule for "any value" leave the values that a more specific rule
+// handles to that rule alone.
 type DescriptorMatchEntry struct {
-	Key   string
-	Value string
-	Any   bool
+	Key    string
+	Value  string
+	Any    bool
+	Except []string
 }
 
 // DescriptorEntry is one entry of a request's descriptor.
@@ -41,6 +49,11 @@ func (m *DescriptorMatch) Key(domain string, entries []DescriptorEntry) (string,
 		me, e := &m.Entries[i], &entries[i]
 		if me.Key != e.Key || e.Value == "" || !me.Any && me.Value != e.Value {
 			return "", false
+		}
+		for _, x := range me.Except {
+			if x == e.Value {
+				return "", false
+			}
 		}
 		if me.Any {
 			wild++

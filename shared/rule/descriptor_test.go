@@ -28,6 +28,12 @@ var descriptorErrorCases = []struct {
 	{"descriptor_entry_unknown_field.json", "rules[0].descriptors.entries[0].values", "unknown field"},
 	{"descriptor_unknown_field.json", "rules[0].descriptors.unit", "unknown field"},
 	{"descriptor_not_object.json", "rules[0].descriptors", "must be an object"},
+	{"descriptor_except_with_value.json", "rules[0].descriptors.entries[0].except", `cannot be combined with "value"`},
+	{"descriptor_except_empty_value.json", "rules[0].descriptors.entries[0].except[1]", "must not be empty"},
+	{"descriptor_except_not_array.json", "rules[0].descriptors.entries[0].except", "must be an array"},
+	{"descriptor_replaces_unknown_rule.json", "rules[1].descriptors.replaces[0]", `unknown rule "per-usr"`},
+	{"descriptor_replaces_itself.json", "rules[0].descriptors.replaces[0]", "a rule cannot replace itself"},
+	{"descriptor_replaces_http_only_rule.json", "rules[1].descriptors.replaces[0]", `rule "search" has no descriptor match`},
 }
 
 // The descriptor cases run with every other fixture in TestParseErrors (which also
@@ -46,6 +52,8 @@ func TestParseDescriptors(t *testing.T) {
 			&DescriptorMatch{Domain: "edge", Entries: []DescriptorMatchEntry{{Key: "route", Value: "search v2"}, {Key: "remote_address", Any: true}}}, true},
 		{"with an HTTP match", `"match": {"prefix": "/search"}, "descriptors": {"domain": "api", "entries": [{"key": "api_key"}]}`,
 			&DescriptorMatch{Domain: "api", Entries: []DescriptorMatchEntry{{Key: "api_key", Any: true}}}, false},
+		{"any value except some", `"descriptors": {"domain": "api", "entries": [{"key": "api_key", "except": ["alice", "bob"]}]}`,
+			&DescriptorMatch{Domain: "api", Entries: []DescriptorMatchEntry{{Key: "api_key", Any: true, Except: []string{"alice", "bob"}}}}, true},
 		{"null reads as absent", `"descriptors": null`, nil, false},
 		{"none", `"match": {"prefix": "/"}`, nil, false},
 	} {
@@ -70,6 +78,7 @@ func TestApplyDescriptor(t *testing.T) {
 	    {"id": "pair", "limit": 3, "window": "1s",
 	     "descriptors": {"domain": "api", "entries": [{"key": "tenant"}, {"key": "user"}]}},
 	    {"id": "global", "limit": 1000, "window": "1s", "descriptors": {"domain": "edge", "entries": [{"key": "generic_key", "value": "all"}]}},
+	    {"id": "other-paths", "limit": 5, "window": "1s", "descriptors": {"domain": "edge", "entries": [{"key": "path", "except": ["/a", "/b"]}]}},
 	    {"id": "http", "limit": 1, "window": "1s", "match": {"prefix": "/"}}
 	  ]}`)
 	type got struct {
@@ -93,6 +102,8 @@ func TestApplyDescriptor(t *testing.T) {
 		{"other domain", "edge", []DescriptorEntry{{"api_key", "alice"}}, nil},
 		{"longer descriptor", "api", []DescriptorEntry{{"api_key", "alice"}, {"x", "y"}}, nil},
 		{"empty value never matches", "api", []DescriptorEntry{{"api_key", ""}}, nil},
+		{"any value but the excepted", "edge", []DescriptorEntry{{"path", "/c"}}, []got{{"other-paths", "/c", "", 5, 1}}},
+		{"excepted value", "edge", []DescriptorEntry{{"path", "/b"}}, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var out []got

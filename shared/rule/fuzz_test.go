@@ -215,6 +215,8 @@ func FuzzParse(f *testing.F) {
 	    {"source":"header","name":"authorization","strip_prefix":"Bearer ","lowercase":true}]},
 	  "missing_key":{"action":"deny","status":403}},
 	 {"id":"b","limit":1,"window":"1s","key":{"source":"query","name":"q"},"missing_key":{"action":"fallback","key":{"source":"filter_state","name":"t"}}}]}`))
+	f.Add([]byte(`{"rules":[{"id":"a","limit":1,"window":"1s","descriptors":{"domain":"d","entries":[{"key":"k","except":["v"]}]}},` +
+		`{"id":"b","limit":1,"window":"1s","descriptors":{"domain":"d","entries":[{"key":"k","value":"v"}],"replaces":["a"]}}]}`))
 	req := &Request{Method: "GET", Host: "api.example.com:443", Path: "/search/x?q=1", PeerAddr: "10.1.2.3:5555",
 		Header: func(name string) (string, bool) {
 			switch name {

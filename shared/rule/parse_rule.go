@@ -116,6 +116,7 @@ func parseRules(path string, v gjson.Result, tiers []Tier, tiersOK bool) ([]Rule
 		}
 		seen[rules[i].ID] = i
 	}
+	errs.add(checkReplaces(path, rules))
 	return rules, errs.err()
 }
 

@@ -22,6 +22,9 @@ var httpClient = &http.Client{Timeout: 5 * time.Second}
 type Admin struct {
 	Base  string // e.g. Service.URL()
 	Token string
+	// Actor and Reason are sent with changes (X-Tollgate-Actor, default "e2e";
+	// X-Tollgate-Reason).
+	Actor, Reason string
 }
 
 func (a Admin) do(method, path string, body []byte, contentType string) ([]byte, http.Header, error) {
@@ -30,7 +33,14 @@ func (a Admin) do(method, path string, body []byte, contentType string) ([]byte,
 		return nil, nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	req.Header.Set("Authorization", "Bearer "+a.Token)
-	req.Header.Set("X-Tollgate-Actor", "e2e")
+	actor := a.Actor
+	if actor == "" {
+		actor = "e2e"
+	}
+	req.Header.Set("X-Tollgate-Actor", actor)
+	if a.Reason != "" {
+		req.Header.Set("X-Tollgate-Reason", a.Reason)
+	}
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}

@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -27,6 +28,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/tollgate-rl/tollgate/ratelimit/policy"
 	"github.com/tollgate-rl/tollgate/ratelimit/rls"
 	"github.com/tollgate-rl/tollgate/ratelimit/service"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
@@ -98,6 +100,7 @@ type config struct {
 	adminToken        string
 	syncSecret        string
 	logLevel          string
+	policyStore       string
 	logFormat         string
 	leaseEpoch        time.Duration
 	leaseMaxShare     int64
@@ -155,6 +158,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.StringVar(&c.syncSecret, "sync-secret", "", "bearer secret gateways send to /v1/sync, /v1/check, /v1/sync/rules; required unless --insecure (visible in the process list: prefer --sync-secret-file)")
 	fs.StringVar(&c.keyHashSecretFile, "key-hash-secret-file", "", "file holding the secret caller keys are hashed with in Redis and logs (HMAC-SHA256; which keys: the rule set's key_hashing, default IP keys); without it keys are stored raw. Not reread on SIGHUP: a new secret starts every hashed bucket afresh")
 	fs.StringVar(&c.syncSecretFile, "sync-secret-file", "", "file holding the sync secret(s), one per line (several while a rotation overlaps), read again on SIGHUP")
+	fs.StringVar(&c.policyStore, "policy-store", "", "PostgreSQL URL (postgres://user@host/db; the password in PGPASSFILE or PGPASSWORD) of the durable policy store: every rules version is kept there with author, time and reason, changes are refused (503) while it is down, and Redis is given the active version back after it lost it; empty: Redis alone")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.logFormat, "log-format", "json", "log format: json or text")
 	d := lease.DefaultSyncConfig
@@ -205,6 +209,12 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 		case "sync-secret", "admin-token", "redis-password":
 			if f.Value.String() != "" {
 				c.cmdlineSecrets = append(c.cmdlineSecrets, "--"+f.Name)
+			}
+		case "policy-store":
+			if u, err := url.Parse(f.Value.String()); err == nil && u.User != nil {
+				if _, ok := u.User.Password(); ok {
+					c.cmdlineSecrets = append(c.cmdlineSecrets, "--"+f.Name+" (its password)")
+				}
 			}
 		}
 	})
@@ -380,9 +390,24 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 	} else {
 		log.Warn("no --key-hash-secret-file: caller keys (client IPs, API keys) are stored raw in Redis")
 	}
-	svc := service.New(service.Config{SyncSecret: sec.sync.first(), Insecure: c.insecure, AdminToken: sec.admin.first(),
+	scfg := service.Config{SyncSecret: sec.sync.first(), Insecure: c.insecure, AdminToken: sec.admin.first(),
 		BatchTimeout: c.batchTimeout, Logger: log, KeyHashSecret: keyHashSecret,
-		Top: top.Config{RawKeys: c.topRawKeys, Minutes: c.topMinutes, Flush: c.topFlush}}, st, m)
+		Top: top.Config{RawKeys: c.topRawKeys, Minutes: c.topMinutes, Flush: c.topFlush}}
+	if c.policyStore != "" {
+		pol, err := policy.Open(ctx, c.policyStore)
+		if err != nil {
+			fmt.Fprintln(stderr, "tollgate-ratelimit: --policy-store:", err)
+			return 2
+		}
+		defer pol.Close()
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if err := pol.Ping(pctx); err != nil {
+			log.Warn("policy store does not answer yet: rules are served from Redis, changes are refused until it does", "err", err)
+		}
+		cancel()
+		scfg.Policy = pol
+	}
+	svc := service.New(scfg, st, m)
 	svc.SetSyncSecrets(sec.sync.values()...)
 	svc.SetAdminTokens(sec.admin.values()...)
 	if len(sec.admin.values()) == 0 {

@@ -15,6 +15,7 @@ import (
 // client calls the admin API.
 type client struct {
 	base, token, actor string
+	reason             string
 	timeout            time.Duration
 	http               http.Client
 }
@@ -47,6 +48,9 @@ func (c *client) do(ctx context.Context, method, path, contentType string, body 
 	}
 	if c.actor != "" {
 		req.Header.Set("X-Tollgate-Actor", c.actor)
+	}
+	if c.reason != "" {
+		req.Header.Set("X-Tollgate-Reason", c.reason)
 	}
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)

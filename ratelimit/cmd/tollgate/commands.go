@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/tollgate-rl/tollgate/ratelimit/rlsimport"
 	"github.com/tollgate-rl/tollgate/ratelimit/validate"
 )
 
@@ -57,6 +58,8 @@ func (x *command) dispatch(ctx context.Context, args []string) (int, error) {
 				return 0, err
 			}
 			return 0, x.history(ctx)
+		case "import-envoy-ratelimit":
+			return x.importEnvoy(ctx, args[2:])
 		case "rollback":
 			if err := want(3, "rules rollback VERSION"); err != nil {
 				return 0, err
@@ -119,6 +122,53 @@ func (x *command) apply(ctx context.Context, name string) error {
 	return nil
 }
 
+const importForm = "rules import-envoy-ratelimit [--apply] [--partial] FILE"
+
+// importEnvoy converts an envoyproxy/ratelimit configuration (rlsimport) and prints the
+// rule set, or applies it with --apply. Whatever cannot be converted is named by its YAML
+// path and fails the command (exit 1) with nothing printed or applied, unless --partial
+// asks for the rest anyway (still exit 1: the rules decide differently there).
+func (x *command) importEnvoy(ctx context.Context, args []string) (int, error) {
+	fs := newFlagSet()
+	apply := fs.Bool("apply", false, "make the converted rules the service's rule set")
+	partial := fs.Bool("partial", false, "print or apply what converted even when something did not")
+	if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
+		return 0, fmt.Errorf("%w: want %q", errUsage, "tollgate "+importForm)
+	}
+	name := fs.Arg(0)
+	data, err := validate.Read(name, x.stdin)
+	if err != nil {
+		return 0, err
+	}
+	res := rlsimport.Convert(data)
+	for _, n := range res.Notes {
+		fmt.Fprintf(x.stderr, "tollgate: %s: %s: note: %s\n", name, n.Where(), n.Msg)
+	}
+	for _, p := range res.Problems {
+		fmt.Fprintf(x.stderr, "tollgate: %s: %s: cannot convert: %s\n", name, p.Where(), p.Msg)
+	}
+	code := 0
+	if len(res.Problems) > 0 {
+		code = 1
+		if !*partial || res.Rules == nil {
+			return 0, fmt.Errorf("%s: %d part(s) cannot be converted; nothing %s (--partial %s the rest)",
+				name, len(res.Problems), map[bool]string{true: "applied", false: "printed"}[*apply], map[bool]string{true: "applies", false: "prints"}[*apply])
+		}
+	}
+	if !*apply {
+		_, err := x.stdout.Write(res.Rules)
+		return code, err
+	}
+	var out struct {
+		Version uint64 `json:"version"`
+	}
+	if _, err := x.c.do(ctx, "PUT", "/v1/rules", "application/json", res.Rules, &out); err != nil {
+		return 0, err
+	}
+	fmt.Fprintf(x.stdout, "applied %s (converted): rules version %d\n", name, out.Version)
+	return code, nil
+}
+
 func (x *command) rollback(ctx context.Context, arg string) error {
 	v, err := strconv.ParseUint(arg, 10, 64)
 	if err != nil || v == 0 {
@@ -144,13 +194,14 @@ func (x *command) history(ctx context.Context) error {
 			Action  string    `json:"action"`
 			From    uint64    `json:"from"`
 			Size    int       `json:"size"`
+			Reason  string    `json:"reason"`
 		} `json:"versions"`
 	}
 	if _, err := x.c.do(ctx, "GET", "/v1/rules/versions", "", nil, &out); err != nil {
 		return err
 	}
 	tw := tabwriter.NewWriter(x.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "VERSION\tAT\tBY\tACTION\tBYTES\t")
+	fmt.Fprintln(tw, "VERSION\tAT\tBY\tACTION\tBYTES\tREASON\t")
 	for _, r := range out.Versions {
 		action := r.Action
 		if r.From != 0 {
@@ -160,7 +211,7 @@ func (x *command) history(ctx context.Context) error {
 		if r.Version == out.Current {
 			mark = "(current)"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\n", r.Version, r.At.UTC().Format(time.RFC3339), r.By, action, r.Size, mark)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Version, r.At.UTC().Format(time.RFC3339), r.By, action, r.Size, strconv.Quote(r.Reason), mark)
 	}
 	return tw.Flush()
 }

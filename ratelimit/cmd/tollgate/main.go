@@ -31,7 +31,7 @@ func main() {
 	os.Exit(run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr))
 }
 
-const usage = `usage: tollgate [--server URL] [--timeout D] COMMAND ARGS
+const usage = `usage: tollgate [--server URL] [--timeout D] [--reason TEXT] COMMAND ARGS
 
 Commands:
   rules validate FILE      check a rule set offline (JSON or YAML; "-" reads stdin)
@@ -39,6 +39,10 @@ Commands:
   rules diff FILE          what applying FILE would change (exit 1 when it would)
   rules history            the rule-set versions, newest first
   rules rollback VERSION   make an earlier version current again (a new version)
+  rules import-envoy-ratelimit [--apply] [--partial] FILE
+                           convert an envoyproxy/ratelimit configuration (YAML) into
+                           a rule set: print it, or apply it; exit 1 naming the YAML
+                           path of whatever cannot be converted
   usage KEY                a caller key's buckets and penalty
   reset KEY                delete a caller key's buckets and penalty
   top RULE [--by refused|consumed] [--n N]
@@ -46,7 +50,8 @@ Commands:
                            over the last minutes (hashed unless the service keeps raw keys)
 
 Environment: TOLLGATE_SERVER, TOLLGATE_ADMIN_TOKEN (or TOLLGATE_ADMIN_TOKEN_FILE),
-TOLLGATE_ACTOR (who you are in the service's audit log; default $USER).
+TOLLGATE_ACTOR (who you are in the service's audit log; default $USER),
+TOLLGATE_REASON (or --reason: why, kept with the rules version).
 `
 
 // errUsage is a wrong command line (exit 2).
@@ -59,6 +64,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	server := fs.String("server", envOr(getenv, "TOLLGATE_SERVER", "http://127.0.0.1:8082"), "admin API base URL")
 	tokenFile := fs.String("admin-token-file", getenv("TOLLGATE_ADMIN_TOKEN_FILE"), "file holding the admin token")
 	timeout := fs.Duration("timeout", 10*time.Second, "bound on each request")
+	reason := fs.String("reason", getenv("TOLLGATE_REASON"), "why a rule change is made (kept with the version)")
 	if err := fs.Parse(args); err != nil || fs.NArg() == 0 {
 		if err != nil && !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stderr, "tollgate:", err)
@@ -76,7 +82,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		token = strings.TrimSpace(string(b))
 	}
 	c := &client{base: strings.TrimRight(*server, "/"), token: token, timeout: *timeout,
-		actor: envOr(getenv, "TOLLGATE_ACTOR", getenv("USER"))}
+		actor: envOr(getenv, "TOLLGATE_ACTOR", getenv("USER")), reason: *reason}
 	cmd := &command{c: c, stdin: stdin, stdout: stdout, stderr: stderr}
 	code, err := cmd.dispatch(ctx, fs.Args())
 	switch {

@@ -1,0 +1,9 @@
+package policy
+
+import "context"
+
+// Truncate empties the store (tests share one server).
+func Truncate(ctx context.Context, s *Store) error {
+	_, err := s.pool.Exec(ctx, "TRUNCATE tollgate_rule_versions")
+	return err
+}
