@@ -18,6 +18,7 @@ type mreq struct {
 	method, path, host string
 	headers            []wasmhost.Pair
 	meta               map[string]any // jwt_authn payload at my_payload
+	state              map[string]string
 }
 
 func (m mreq) request() *wasmhost.Request {
@@ -35,6 +36,7 @@ func (m mreq) request() *wasmhost.Request {
 	if m.meta != nil {
 		r.Metadata = wasmhost.Metadata{wasmhost.JWTAuthnFilter: {"my_payload": m.meta}}
 	}
+	r.FilterState = m.state
 	return r
 }
 
@@ -100,6 +102,8 @@ func TestCompiledKeySources(t *testing.T) {
 			mreq{meta: map[string]any{"org": map[string]any{"id": "acme"}}}, mreq{meta: map[string]any{"org": map[string]any{"id": "other"}}}},
 		{"composite tenant:user", `{"source":"composite","parts":[{"source":"metadata",` + ns + `,"path":"my_payload.tenant"},{"source":"metadata",` + ns + `,"path":"my_payload.sub"}]}`,
 			mreq{meta: map[string]any{"tenant": "t1", "sub": "u"}}, mreq{meta: map[string]any{"tenant": "t2", "sub": "u"}}},
+		{"filter state", `{"source":"filter_state","name":"tenant"}`,
+			mreq{state: map[string]string{"tenant": "t1"}}, mreq{state: map[string]string{"tenant": "t2"}}},
 		{"bearer stripped, lower-cased", `{"source":"header","name":"authorization","strip_prefix":"Bearer ","lowercase":true}`,
 			mreq{headers: []wasmhost.Pair{{"authorization", "Bearer ABC"}}}, mreq{headers: []wasmhost.Pair{{"authorization", "Bearer abd"}}}},
 	} {

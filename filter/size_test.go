@@ -21,9 +21,12 @@ import (
 const (
 	// maxModuleBytes bounds the shipped module. It is above the 3 MB the project aims
 	// for: what remains beyond the runtime is the rule model's own libraries (regexp
-	// with its Unicode tables, gjson, net/netip); RATIONALE.md says where the bytes go.
-	// go run ./filter/wasmbuild/cmd/tollgate-wasm -sizes ./filter prints them.
-	maxModuleBytes = 3_950_000
+	// with its Unicode tables, gjson, net/netip) and its parser; RATIONALE.md says where
+	// the bytes go. The match conditions, key sources and missing-key policies took the
+	// module from 3.91 to 4.00 MB (their parser, with a field-naming error for every
+	// mistake, is most of it). go run ./filter/wasmbuild/cmd/tollgate-wasm -sizes
+	// ./filter prints them.
+	maxModuleBytes = 4_050_000
 	// maxReflectFuncs bounds reflect's linked functions (the runtime keeps one).
 	maxReflectFuncs = 2
 )

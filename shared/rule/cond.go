@@ -19,6 +19,9 @@ const (
 // header (Envoy's proxy-wasm header read) or first parameter of the name is looked at;
 // Not inverts the outcome, so {"name": "x", "not": true} holds when x is absent.
 type ValueMatch struct {
+	// _ makes the type incomparable, so the compiler emits no equality function for it
+	// into the module (nothing compares conditions).
+	_     [0]func()
 	Name  string // header names lower-case; parameter names as decoded
 	Kind  ValueKind
 	Value string
@@ -37,6 +40,7 @@ const (
 
 // MissingKey is a rule's missing-key policy.
 type MissingKey struct {
+	_      [0]func() // incomparable, like ValueMatch
 	Action MissingAction
 	Status int        // MissingDeny: 401 (default) or 403
 	Key    *KeySource // MissingFallback

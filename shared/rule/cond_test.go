@@ -258,7 +258,7 @@ func TestValidMatchAndKeysFixture(t *testing.T) {
 	checkInvariants(t, c)
 	tu := c.RuleByID("tenant-user")
 	if c.DefaultKey.Kind != KeyProperty || c.DefaultKey.Fallback.StripPrefix != "Bearer " || !c.DefaultKey.Fallback.Lower ||
-		c.RuleByID("tenant").MissingKey != (MissingKey{Action: MissingDeny, Status: 401}) ||
+		c.RuleByID("tenant").MissingKey.Action != MissingDeny || c.RuleByID("tenant").MissingKey.Status != 401 ||
 		len(tu.Match.Headers) != 3 || tu.Match.Headers[2].Kind != ValueRegex || len(tu.Match.Query) != 2 || !tu.Match.Query[1].Not ||
 		tu.Match.Not == nil || tu.Match.Not.Path != "/v1/health" || tu.MissingKey.Key.Query != "api_key" ||
 		strings.Join(tu.Key.Parts[1].Property, "/") != "metadata/filter_metadata/envoy.filters.http.jwt_authn/my_payload/sub" {

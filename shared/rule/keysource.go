@@ -32,26 +32,43 @@ func propertyValue(req *Request, path []string) string {
 }
 
 // transform applies StripPrefix and Lower. Stripping never allocates; lower-casing a
-// value with upper-case letters writes into req.KeyBuf, or allocates without one.
+// value with upper-case letters writes into req.KeyBuf, or allocates without one. Both
+// are ASCII byte loops: the strings package's Unicode-aware versions would cost the
+// module tens of kilobytes for nothing a header or claim value needs.
 func (k *KeySource) transform(req *Request, v string) string {
-	if p := k.StripPrefix; p != "" && len(v) >= len(p) && strings.EqualFold(v[:len(p)], p) {
-		v = strings.TrimLeft(v[len(p):], " ")
-	}
-	if k.Lower {
-		for i := 0; i < len(v); i++ {
-			if c := v[i]; c >= 'A' && c <= 'Z' {
-				if req.KeyBuf == nil {
-					return strings.ToLower(v)
-				}
-				buf := *req.KeyBuf
-				start := len(buf)
-				for j := 0; j < len(v); j++ {
-					buf = append(buf, lower(v[j]))
-				}
-				*req.KeyBuf = buf
-				return unsafe.String(&buf[start], len(v))
+	if p := k.StripPrefix; p != "" && len(v) >= len(p) {
+		i := 0
+		for i < len(p) && lower(v[i]) == lower(p[i]) {
+			i++
+		}
+		if i == len(p) {
+			for i < len(v) && v[i] == ' ' {
+				i++
 			}
+			v = v[i:]
 		}
 	}
-	return v
+	if !k.Lower {
+		return v
+	}
+	i := 0
+	for i < len(v) && !(v[i] >= 'A' && v[i] <= 'Z') {
+		i++
+	}
+	if i == len(v) {
+		return v
+	}
+	var buf []byte
+	if req.KeyBuf != nil {
+		buf = *req.KeyBuf
+	}
+	start := len(buf)
+	for j := 0; j < len(v); j++ {
+		buf = append(buf, lower(v[j]))
+	}
+	if req.KeyBuf == nil {
+		return string(buf)
+	}
+	*req.KeyBuf = buf
+	return unsafe.String(&buf[start], len(v))
 }

@@ -85,7 +85,15 @@ func parseMetadataPath(path string, v gjson.Result) ([]string, error) {
 		if v.Str == "" || strings.HasPrefix(v.Str, ".") || strings.HasSuffix(v.Str, ".") || strings.Contains(v.Str, "..") {
 			return nil, fieldError(path, "invalid path "+quoteShort(v.Str)+": want keys separated by \".\" (or an array of keys)")
 		}
-		keys = strings.Split(v.Str, ".")
+		for rest := v.Str; rest != ""; {
+			k := rest
+			if i := strings.IndexByte(rest, '.'); i >= 0 {
+				k, rest = rest[:i], rest[i+1:]
+			} else {
+				rest = ""
+			}
+			keys = append(keys, k)
+		}
 		for _, s := range keys {
 			if _, err := parsePathToken(path, gjson.Result{Type: gjson.String, Str: s}); err != nil {
 				return nil, err
