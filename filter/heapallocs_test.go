@@ -22,6 +22,11 @@ const (
 		"rules":[{"id":"api","limit":1000000,"window":"1s"},
 		         {"id":"search","match":{"prefix":"/v1/search","methods":["GET"]},"algorithm":"gcra","limit":1000000,"window":"1s","burst":1000000},
 		         {"id":"tenant","key":{"source":"header","name":"x-tenant"},"algorithm":"sliding_window_counter","limit":1000000,"window":"10s"}]}`
+	// allocLevers: a rollout that enforces the caller (k-alloc is in the 90 %), a degraded
+	// limit, and a rule the caller is outside the rollout of (shadowed).
+	allocLevers = `{"key":{"source":"header","name":"x-api-key"},
+		"rules":[{"id":"api","limit":1000000,"window":"1s","rollout_percent":90,"degraded_limit":10},
+		         {"id":"canary","limit":1000000,"window":"1s","rollout_percent":1}]}`
 )
 
 func allocRequest() *wasmhost.Request {
@@ -53,6 +58,7 @@ func TestGuestHeapAllocations(t *testing.T) {
 	}{
 		{"one rule", allocOneRule, 1},
 		{"three rules", allocThreeRules, 3},
+		{"levers", allocLevers, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, err := wasmhost.New(wasmhost.Config{Wasm: wasm, PluginConfig: []byte(tc.config), Workers: 1,
