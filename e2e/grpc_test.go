@@ -54,7 +54,9 @@ func TestGRPCRefusal(t *testing.T) {
 		var hdr, trl metadata.MD
 		resp, err := client.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&hdr), grpc.Trailer(&trl))
 		md := metadata.Join(hdr, trl)
-		t.Logf("call %d: %v, status %v, metadata %v", i, resp.GetStatus(), status.Code(err), md)
+		t.Logf("call %d: %v, status %v (%q); x-ratelimit-limit %v, x-ratelimit-remaining %v, retry-after %v, x-ratelimit-rule %v",
+			i, resp.GetStatus(), status.Code(err), status.Convert(err).Message(),
+			md.Get("x-ratelimit-limit"), md.Get("x-ratelimit-remaining"), md.Get("retry-after"), md.Get("x-ratelimit-rule"))
 		want := []string{"x-ratelimit-limit", "x-ratelimit-remaining", "ratelimit-policy"}
 		if i <= 2 {
 			if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {

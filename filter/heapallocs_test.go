@@ -28,6 +28,11 @@ const (
 		"match":{"hosts":["api.example.com"],"prefix":"/v1","headers":[{"name":"x-tenant","exact":"acme"}],"query":[{"name":"q"}],"not":{"methods":["DELETE"]}},
 		"key":{"source":"composite","parts":[{"source":"metadata","namespace":"envoy.filters.http.jwt_authn","path":"my_payload.tenant"},
 		                                     {"source":"metadata","namespace":"envoy.filters.http.jwt_authn","path":"my_payload.sub","lowercase":true}]}}]}`
+	// allocLevers: a rollout that enforces the caller (k-alloc is in the 90 %), a degraded
+	// limit, and a rule the caller is outside the rollout of (shadowed).
+	allocLevers = `{"key":{"source":"header","name":"x-api-key"},
+		"rules":[{"id":"api","limit":1000000,"window":"1s","rollout_percent":90,"degraded_limit":10},
+		         {"id":"canary","limit":1000000,"window":"1s","rollout_percent":1}]}`
 )
 
 func allocRequest() *wasmhost.Request {
@@ -62,6 +67,7 @@ func TestGuestHeapAllocations(t *testing.T) {
 		{"one rule", allocOneRule, 1, 0},
 		{"three rules", allocThreeRules, 3, 0},
 		{"match conditions and metadata key", allocConditions, 1, 2},
+		{"levers", allocLevers, 2, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, err := wasmhost.New(wasmhost.Config{Wasm: wasm, PluginConfig: []byte(tc.config), Workers: 1,

@@ -220,6 +220,8 @@ redis:
   addrs: [redis-0.redis:6379, redis-1.redis:6379, redis-2.redis:6379]
   username: tollgate
   password: {secretName: redis-acl, key: password}
+secrets:
+  keyHash: {secretName: tollgate-key-hash}
 autoscaling: {enabled: false}
 replicaCount: 3
 serviceMonitor: {enabled: true, labels: {release: prometheus}}
