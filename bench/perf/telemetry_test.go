@@ -19,7 +19,10 @@ func TestMeasureTelemetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("telemetry off %.0f ns/request, on %.0f ns/request: %+.1f %%", c.Off.NsPerRequest, c.On.NsPerRequest, 100*c.Overhead())
+	t.Logf("telemetry off %.0f ns/request, on %.0f ns/request; paired chunks: %+.1f %%", c.Off.NsPerRequest, c.On.NsPerRequest, 100*c.Overhead())
+	if len(c.PairRatios) != 300 {
+		t.Errorf("%d pairs, want 300", len(c.PairRatios))
+	}
 	if c.Off.Status != 200 || c.On.Status != 200 {
 		t.Fatalf("statuses %d and %d, want 200", c.Off.Status, c.On.Status)
 	}

@@ -82,6 +82,8 @@ type Plugin struct {
 	hdrBuf  [][2]string
 	callBuf []byte
 	meta    []byte // a decision's filter-state value
+	// keyNames caches the hashed names of recent caller keys for the metadata.
+	keyNames keyNames
 }
 
 type callKind uint8

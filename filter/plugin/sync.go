@@ -126,6 +126,12 @@ func (s *syncer) gauge(now int64) {
 			delta = -1
 		}
 		s.p.m.add(s.p.m.breakerState, delta)
+		// One line per change and worker: when the gateway went degraded and came back.
+		if open {
+			s.p.host.Log(LogWarn, "tollgate: sync breaker open: deciding from the local share (degraded) until the service answers")
+		} else {
+			s.p.host.Log(LogInfo, "tollgate: sync breaker closed: the service answers again")
+		}
 	}
 }
 

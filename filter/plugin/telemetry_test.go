@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tollgate-rl/tollgate/filter/nativehost"
+	"github.com/tollgate-rl/tollgate/filter/plugin"
 	"github.com/tollgate-rl/tollgate/shared/keyhash"
 )
 
@@ -62,5 +64,44 @@ func TestTelemetry(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTelemetryDegraded: with the service down, decisions count as degraded per rule, the
+// metadata says so (a fail-closed rule's 503 as unavailable), and the worker logs the
+// breaker's opening once.
+func TestTelemetryDegraded(t *testing.T) {
+	g := &gateway{t: t, now: t0, down: true}
+	var logs []string
+	h, err := nativehost.New(nativehost.Config{PluginConfig: []byte(cfgSync), Clock: func() int64 { return g.now }, Seed: 1,
+		Log: func(_ plugin.LogLevel, msg string) { logs = append(logs, msg) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.h = h
+	for range 5 {
+		g.tick(100)
+	}
+	for _, tt := range []struct{ path, want string }{
+		{"/v1/x", "rule=api decision=allowed remaining=2 limit=3 degraded=true key=" + keyhash.String("k1")},
+		{"/pay", "rule=closed decision=unavailable degraded=true key=" + keyhash.String("k1")},
+	} {
+		if got := g.send(tt.path, "x-api-key: k1").FilterState["tollgate"]; got != tt.want {
+			t.Errorf("%s: metadata %q, want %q", tt.path, got, tt.want)
+		}
+	}
+	for name, want := range map[string]int64{ruleStat("api", "degraded"): 1, ruleStat("api", "allowed"): 1, ruleStat("closed", "degraded"): 1} {
+		if got := h.Metric(name); got != want {
+			t.Errorf("%s = %d, want %d", name, got, want)
+		}
+	}
+	var opened int
+	for _, l := range logs {
+		if strings.Contains(l, "sync breaker open") {
+			opened++
+		}
+	}
+	if opened != 1 {
+		t.Errorf("%d breaker-open lines, want 1: %q", opened, logs)
 	}
 }

@@ -375,6 +375,11 @@ func (s *Service) handleBatch(endpoint string, check bool) http.HandlerFunc {
 				kind = "timeout"
 			}
 			s.log.Warn("batch failed", "endpoint", endpoint, "node", b.Node, "seq", b.Seq, "deltas", len(b.Deltas), "err", err)
+			if out != nil {
+				for _, se := range out.ShardErrors {
+					s.log.Warn("redis shard failed", "slot", se.Slot, "deltas", se.Deltas, "err", se.Err)
+				}
+			}
 			w.Header().Set("Retry-After", "1")
 			fail(http.StatusServiceUnavailable, "unavailable", err.Error())
 			s.m.error(kind)

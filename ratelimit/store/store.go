@@ -351,6 +351,17 @@ type Outcome struct {
 	// Failed is how many deltas could not be applied (then Apply's error is
 	// ErrUnavailable).
 	Failed int
+	// ShardErrors are the script calls that failed: one per Redis node (and chunk) whose
+	// deltas could not be applied, so the service can log which part of the keyspace fails.
+	ShardErrors []ShardError
+}
+
+// ShardError is a failed script call: Slot is a hash slot of the Redis node it went to
+// (0 on a standalone Redis), Deltas how many deltas it carried.
+type ShardError struct {
+	Slot   int
+	Deltas int
+	Err    error
 }
 
 // Apply applies b. Deltas are grouped per Redis node that serves their keys (one group
@@ -448,6 +459,7 @@ func (s *Store) Apply(ctx context.Context, b *wire.Batch, o Options) (*Outcome, 
 		}
 		if err != nil {
 			out.Failed += len(grp.idx)
+			out.ShardErrors = append(out.ShardErrors, ShardError{Slot: grp.slot, Deltas: len(grp.idx), Err: err})
 			if firstErr == nil {
 				firstErr = err
 			}
