@@ -603,10 +603,7 @@ func hSetProperty(v *vm, mod api.Module, s []uint64) Status {
 		// has none.
 		return StatusNotFound
 	}
-	if c.props == nil {
-		c.props = make(map[string][]byte)
-	}
-	c.props[string(path)] = append([]byte(nil), value...)
+	c.setProp(path, value)
 	return StatusOK
 }
 

@@ -5,6 +5,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"unsafe"
 )
 
 // property answers proxy_get_property for the subset of Envoy's attributes a filter
@@ -38,7 +39,7 @@ func (v *vm) property(c *pctx, path string) ([]byte, Status) {
 		}
 	}
 	if !c.isRoot() {
-		if val, ok := c.props[path]; ok {
+		if val, ok := c.prop(path); ok {
 			return val, StatusOK
 		}
 	}
@@ -119,4 +120,41 @@ func int64Bytes(n int64) []byte {
 	b := make([]byte, 8)
 	binary.LittleEndian.PutUint64(b, uint64(n))
 	return b
+}
+
+// prop is one property a stream set with proxy_set_property: path and value share one
+// allocation, and a stream's first property lives in pctx itself, so the common case —
+// one property per request — costs the host one allocation.
+type prop struct {
+	path  string
+	value []byte
+}
+
+// setProp sets (or replaces) a stream property, copying path and value.
+func (c *pctx) setProp(path, value []byte) {
+	buf := make([]byte, len(path)+len(value))
+	copy(buf, path)
+	copy(buf[len(path):], value)
+	// The path aliases buf, which nothing writes again.
+	p := prop{path: unsafe.String(unsafe.SliceData(buf), len(path)), value: buf[len(path):]}
+	for i := range c.props {
+		if c.props[i].path == p.path {
+			c.props[i] = p
+			return
+		}
+	}
+	if c.props == nil {
+		c.props = c.prop1[:0]
+	}
+	c.props = append(c.props, p)
+}
+
+// prop returns a stream property by its raw (NUL-separated) path.
+func (c *pctx) prop(path string) ([]byte, bool) {
+	for i := range c.props {
+		if c.props[i].path == path {
+			return c.props[i].value, true
+		}
+	}
+	return nil, false
 }

@@ -276,8 +276,8 @@ func (c *pctx) accessEntry(worker int) AccessEntry {
 	}
 	if len(c.props) > 0 {
 		e.FilterState = make(map[string]string, len(c.props))
-		for path, v := range c.props {
-			e.FilterState["wasm."+strings.ReplaceAll(path, "\x00", ".")] = string(v)
+		for _, p := range c.props {
+			e.FilterState["wasm."+strings.ReplaceAll(p.path, "\x00", ".")] = string(p.value)
 		}
 	}
 	return e

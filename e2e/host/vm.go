@@ -99,7 +99,8 @@ type pctx struct {
 	local    *localReply // the local response the filter sent, if any
 	reset    bool        // proxy_close_stream was called
 	resume   chan struct{}
-	props    map[string][]byte
+	props    []prop // set with proxy_set_property (see setProp)
+	prop1    [1]prop
 }
 
 // Stream phases.
