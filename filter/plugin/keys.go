@@ -24,15 +24,16 @@ func (p *Plugin) property(path []string) (string, bool) {
 }
 
 // missingKey returns the first enforcing rule that refuses the request because its key
-// is missing (missing_key "deny"), or nil. A shadow rule never refuses: it is counted
-// only.
+// is missing (missing_key "deny"), or nil. A shadow rule, or any rule while the rule
+// set's enforcement is "shadow", never refuses: it is counted only. (A rollout does not
+// apply: it places callers by key, and there is none.)
 func (p *Plugin) missingKey(applied []rule.Applied) *rule.Applied {
 	for i := range applied {
 		a := &applied[i]
 		if a.Refuse == 0 {
 			continue
 		}
-		if a.Rule.Shadow {
+		if a.Rule.Shadow || p.cfg.Enforcement == rule.EnforceShadow {
 			p.m.inc(p.m.shadowRejected)
 			continue
 		}

@@ -133,13 +133,20 @@ func TestMissingKeyInFilter(t *testing.T) {
 			`403 | body {"error":{"code":"FORBIDDEN","message":"Request carries no caller key","details":{"status":403,"rule":"r"}}}`}},
 		{"fallback", `{"action":"fallback","key":{"source":"ip"}}`, []string{"200", "200", "429"}},
 		{"shadow deny never refuses", `"deny"`, []string{"200", "200"}},
+		{"enforcement shadow: deny never refuses", `"deny"`, []string{"200", "200"}},
+		{"enforcement off: deny never refuses", `"deny"`, []string{"200", "200"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			shadow := ""
-			if strings.HasPrefix(tc.name, "shadow") {
+			shadow, enforcement := "", ""
+			switch {
+			case strings.HasPrefix(tc.name, "shadow"):
 				shadow = `,"shadow":true`
+			case strings.HasPrefix(tc.name, "enforcement shadow"):
+				enforcement = `"enforcement":"shadow",`
+			case strings.HasPrefix(tc.name, "enforcement off"):
+				enforcement = `"enforcement":"off",`
 			}
-			g := newGateway(t, `{"retry_jitter_ms":0,"rules":[{"id":"r","limit":2,"window":"1m",`+key+`,"missing_key":`+tc.policy+shadow+`}]}`)
+			g := newGateway(t, `{"retry_jitter_ms":0,`+enforcement+`"rules":[{"id":"r","limit":2,"window":"1m",`+key+`,"missing_key":`+tc.policy+shadow+`}]}`)
 			for i, want := range tc.want {
 				got := answer(g.sendMeta("/x", nil))
 				if !strings.Contains(want, "body") {
