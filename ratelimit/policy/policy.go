@@ -78,7 +78,17 @@ func (s *Store) ensure(ctx context.Context) error {
 	if s.ready.Load() {
 		return nil
 	}
-	if _, err := s.pool.Exec(ctx, schema); err != nil {
+	// CREATE TABLE IF NOT EXISTS is not safe against itself: two sessions creating the
+	// table at once (replicas starting together, or the restore loop and a rule change
+	// in one service) can fail on pg_type's unique index. The writers' lock serialises it.
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(lockKey)); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, schema)
+		return err
+	})
+	if err != nil {
 		return unavailable(err)
 	}
 	s.ready.Store(true)

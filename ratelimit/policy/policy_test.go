@@ -375,3 +375,41 @@ func TestSeedFromRedis(t *testing.T) {
 		t.Errorf("imported body %s, want Redis's rules (limit 9)", set.Body)
 	}
 }
+
+// TestConcurrentFirstUse: replicas that start together on a database without the table
+// all create it at once (CREATE TABLE IF NOT EXISTS alone fails on pg_type's unique
+// index when two sessions race); every one of them must come up.
+func TestConcurrentFirstUse(t *testing.T) {
+	ctx := context.Background()
+	const replicas = 6
+	admin, err := policy.Open(ctx, pg.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	for round := range 20 {
+		if err := policy.Drop(ctx, admin); err != nil {
+			t.Fatal(err)
+		}
+		fresh := make([]*policy.Store, replicas)
+		for i := range fresh {
+			p, err := policy.Open(ctx, pg.URL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			fresh[i] = p
+		}
+		errs := make(chan error, replicas)
+		for _, p := range fresh {
+			go func() { errs <- p.Ping(ctx) }()
+		}
+		for range replicas {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		for _, p := range fresh {
+			p.Close()
+		}
+	}
+}
