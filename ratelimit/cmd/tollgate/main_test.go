@@ -11,8 +11,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tollgate-rl/tollgate/internal/redistest"
+	"github.com/tollgate-rl/tollgate/ratelimit/rules"
 	"github.com/tollgate-rl/tollgate/ratelimit/service"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
 	"github.com/tollgate-rl/tollgate/shared/algo"
@@ -51,6 +53,17 @@ func startService(t *testing.T) (*service.Service, string) {
 	go func() { defer close(done); svc.Run(ctx) }()
 	hs := httptest.NewServer(svc.Handler())
 	t.Cleanup(func() { hs.Close(); cancel(); <-done; _ = st.Close() })
+	// Another test may have left a rule set in the shared Redis: wait until the service
+	// serves it, so that what a test reads first is not a load still on its way.
+	cur, err := rules.New(st.Client()).CurrentVersion(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); svc.Watcher().Version() != cur; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("service at rules version %d, Redis at %d", svc.Watcher().Version(), cur)
+		}
+	}
 	return svc, hs.URL
 }
 
