@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path"
@@ -222,6 +223,9 @@ redis:
   password: {secretName: redis-acl, key: password}
 secrets:
   keyHash: {secretName: tollgate-key-hash}
+policyStore:
+  url: postgres://tollgate@pg-rw.db.svc:5432/tollgate?sslmode=verify-full
+  passfile: {secretName: pg-app}
 autoscaling: {enabled: false}
 replicaCount: 3
 serviceMonitor: {enabled: true, labels: {release: prometheus}}
@@ -376,6 +380,20 @@ func checkDeployment(t *testing.T, r *rendered, redisMode string, istio bool) {
 			t.Errorf("--%s=%s: no mounted Secret item provides that file (mounted: %v)", f, v, mounted)
 		}
 	}
+	// The policy store's password comes from a mounted password file named in the URL,
+	// never from the URL itself.
+	if ps, ok := flags["policy-store"]; ok {
+		u, err := url.Parse(ps)
+		if err != nil {
+			t.Fatalf("--policy-store %q: %v", ps, err)
+		}
+		if _, set := u.User.Password(); set || u.Query().Has("password") {
+			t.Errorf("--policy-store %q carries a password", ps)
+		}
+		if pf := u.Query().Get("passfile"); pf != "" && !mounted[pf] {
+			t.Errorf("--policy-store passfile=%s: no mounted Secret item provides that file (mounted: %v)", pf, mounted)
+		}
+	}
 	if flags["redis-mode"] != redisMode {
 		t.Errorf("--redis-mode %q, want %q", flags["redis-mode"], redisMode)
 	}
@@ -520,6 +538,57 @@ func checkIstio(t *testing.T, r *rendered, want bool) {
 	}
 }
 
+// TestChartOptionalSecrets: the policy store and the key-hash secret render their
+// flag, and mount their Secret, exactly when set.
+func TestChartOptionalSecrets(t *testing.T) {
+	c := loadChart(t)
+	const pgURL = "postgres://tollgate@pg-rw.db.svc:5432/tollgate"
+	tests := []struct {
+		name, values string
+		wantFlags    map[string]string // flag → value; "" absent
+		wantItems    map[string]string // mounted file → Secret/key
+	}{
+		{name: "none", wantFlags: map[string]string{"policy-store": "", "key-hash-secret-file": ""}},
+		{name: "policy store without password", values: "policyStore: {url: " + pgURL + "}",
+			wantFlags: map[string]string{"policy-store": pgURL}},
+		{name: "policy store with passfile", values: "policyStore: {url: " + pgURL + ", passfile: {secretName: pg-app}}",
+			wantFlags: map[string]string{"policy-store": pgURL + "?passfile=/etc/tollgate/secrets/pgpass"},
+			wantItems: map[string]string{"/etc/tollgate/secrets/pgpass": "pg-app/pgpass"}},
+		{name: "policy store URL with parameters", values: "policyStore: {url: '" + pgURL + "?sslmode=verify-full', passfile: {secretName: pg, key: pass}}",
+			wantFlags: map[string]string{"policy-store": pgURL + "?sslmode=verify-full&passfile=/etc/tollgate/secrets/pgpass"},
+			wantItems: map[string]string{"/etc/tollgate/secrets/pgpass": "pg/pass"}},
+		{name: "key hash secret", values: "secrets: {keyHash: {secretName: kh}}",
+			wantFlags: map[string]string{"key-hash-secret-file": "/etc/tollgate/secrets/key-hash-secret", "policy-store": ""},
+			wantItems: map[string]string{"/etc/tollgate/secrets/key-hash-secret": "kh/key-hash-secret"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			files, err := render(t, c, tc.values)
+			if err != nil {
+				t.Fatalf("render: %v", err)
+			}
+			r := decode(t, files)
+			checkDeployment(t, r, "standalone", false)
+			ct := r.deployment.Spec.Template.Spec.Containers[0]
+			flags := argMap(t, ct.Args)
+			for f, want := range tc.wantFlags {
+				if got, ok := flags[f]; got != want || ok != (want != "") {
+					t.Errorf("--%s = %q (set: %v), want %q", f, got, ok, want)
+				}
+			}
+			items := secretItems(ct, r.deployment.Spec.Template.Spec.Volumes)
+			for _, f := range []string{"/etc/tollgate/secrets/pgpass", "/etc/tollgate/secrets/key-hash-secret"} {
+				if items[f] != tc.wantItems[f] {
+					t.Errorf("%s from %q, want %q", f, items[f], tc.wantItems[f])
+				}
+			}
+			if len(ct.Env) != 0 {
+				t.Errorf("env %v: the policy store's password is a mounted file, not an environment value", ct.Env)
+			}
+		})
+	}
+}
+
 // TestChartRefuses: values that would deploy something broken or open fail the render
 // with a message naming the value.
 func TestChartRefuses(t *testing.T) {
@@ -534,6 +603,11 @@ func TestChartRefuses(t *testing.T) {
 		{"unknown value", `replicas: 3`, "replicas"},
 		{"address with a scheme", `redis: {addrs: ["rediss://r:6379"]}`, "addrs"},
 		{"flag given as a value", `extraArgs: [sync-secret]`, "extraArgs"},
+		{"password in the policy store URL", `policyStore: {url: "postgres://tollgate:hunter2@pg/tollgate"}`, "policyStore.url"},
+		{"password parameter in the policy store URL", `policyStore: {url: "postgres://tollgate@pg/tollgate?sslmode=require&password=hunter2"}`, "policyStore.url"},
+		{"passfile parameter beside policyStore.passfile", `policyStore: {url: "postgres://tollgate@pg/tollgate?passfile=/tmp/p"}`, "policyStore.url"},
+		{"policy store that is not a PostgreSQL URL", `policyStore: {url: "host=pg user=tollgate"}`, "policyStore"},
+		{"passfile without a policy store", `policyStore: {passfile: {secretName: pg-app}}`, "policyStore.passfile"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -579,6 +653,28 @@ func mountedFiles(ct corev1.Container, vols []corev1.Volume) map[string]bool {
 		}
 	}
 	return files
+}
+
+// secretItems maps each file the container sees from projected Secret volumes to
+// the Secret and key it comes from ("name/key").
+func secretItems(ct corev1.Container, vols []corev1.Volume) map[string]string {
+	items := map[string]string{}
+	for _, vm := range ct.VolumeMounts {
+		for _, v := range vols {
+			if v.Name != vm.Name || v.Projected == nil {
+				continue
+			}
+			for _, src := range v.Projected.Sources {
+				if src.Secret == nil {
+					continue
+				}
+				for _, it := range src.Secret.Items {
+					items[path.Join(vm.MountPath, it.Path)] = src.Secret.Name + "/" + it.Key
+				}
+			}
+		}
+	}
+	return items
 }
 
 func containerPort(t *testing.T, r *rendered, name string) string {
