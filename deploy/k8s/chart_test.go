@@ -17,10 +17,12 @@ import (
 	"sync"
 	"testing"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -29,6 +31,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tollgate-rl/tollgate/deploy"
+	"github.com/tollgate-rl/tollgate/filter/plugin"
 )
 
 const (
@@ -584,6 +587,88 @@ func TestChartOptionalSecrets(t *testing.T) {
 			}
 			if len(ct.Env) != 0 {
 				t.Errorf("env %v: the policy store's password is a mounted file, not an environment value", ct.Env)
+			}
+		})
+	}
+}
+
+// TestChartRuleStatsNotes: with istio.ruleStats the install notes carry the gateway
+// pods' proxy.istio.io/config annotation, as a kubectl patch. The annotation must be a
+// valid Istio ProxyConfig that keeps the filter's per-rule stats and whose extra stat
+// tag generates the regex that extracts the rule id from their names.
+func TestChartRuleStatsNotes(t *testing.T) {
+	c := loadChart(t)
+	stat := "wasmcustom." + plugin.RuleStatName("v2-burst", "limited")
+	tests := []struct {
+		name, values string
+		want         bool
+	}{
+		{name: "istio", values: "istio: {enabled: true}", want: true},
+		{name: "istio without rule stats", values: "istio: {enabled: true, ruleStats: {enabled: false}}"},
+		{name: "no istio", values: ""},
+	}
+	patchRe := regexp.MustCompile(`(?m)^\s*kubectl -n istio-ingress patch "\$d" --type merge -p '([^']*)'$`)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			files, err := render(t, c, tc.values)
+			if err != nil {
+				t.Fatalf("render: %v", err)
+			}
+			notes := files["tollgate/templates/NOTES.txt"]
+			m := patchRe.FindStringSubmatch(notes)
+			if (m != nil) != tc.want {
+				t.Fatalf("notes carry the gateway patch: %v, want %v:\n%s", m != nil, tc.want, notes)
+			}
+			if !tc.want {
+				return
+			}
+			if !strings.Contains(notes, "get deploy -l istio=ingressgateway ") {
+				t.Errorf("notes do not select the WasmPlugin's gateways:\n%s", notes)
+			}
+			var patch struct {
+				Spec struct {
+					Template struct {
+						Metadata struct {
+							Annotations map[string]string `json:"annotations"`
+						} `json:"metadata"`
+					} `json:"template"`
+				} `json:"spec"`
+			}
+			if err := json.Unmarshal([]byte(m[1]), &patch); err != nil {
+				t.Fatalf("patch %s: %v", m[1], err)
+			}
+			ann := patch.Spec.Template.Metadata.Annotations
+			if len(ann) != 1 || ann["proxy.istio.io/config"] == "" {
+				t.Fatalf("patch annotations %v: want only proxy.istio.io/config", ann)
+			}
+			if !strings.Contains(notes, "proxy.istio.io/config: |") {
+				t.Errorf("notes do not show the annotation as YAML:\n%s", notes)
+			}
+			js, err := yaml.YAMLToJSONStrict([]byte(ann["proxy.istio.io/config"]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pc := &meshv1alpha1.ProxyConfig{}
+			if err := protojson.Unmarshal(js, pc); err != nil {
+				t.Fatalf("proxy.istio.io/config is not an Istio ProxyConfig: %v", err)
+			}
+			kept := false
+			for _, re := range pc.GetProxyStatsMatcher().GetInclusionRegexps() {
+				kept = kept || regexp.MustCompile("^(?:"+re+")$").MatchString(stat)
+			}
+			if !kept {
+				t.Errorf("proxyStatsMatcher %v drops %s", pc.GetProxyStatsMatcher(), stat)
+			}
+			// Istio turns each extra stat tag into the stats_tags regex (<tag>=\.=(.+?);\.;).
+			extracted := false
+			for _, tag := range pc.GetExtraStatTags() {
+				re := fmt.Sprintf(`(%s=\.=(.+?);\.;)`, regexp.QuoteMeta(tag))
+				if sm := regexp.MustCompile(re).FindStringSubmatch(stat); re == plugin.RuleStatsTagRegex && sm != nil && sm[2] == "v2-burst" {
+					extracted = true
+				}
+			}
+			if !extracted {
+				t.Errorf("extraStatTags %v: none generates %s, which extracts the rule from %s", pc.GetExtraStatTags(), plugin.RuleStatsTagRegex, stat)
 			}
 		})
 	}

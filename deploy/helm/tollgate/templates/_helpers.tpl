@@ -80,3 +80,8 @@ true
 {{- if $u.query }}&{{ else }}?{{ end }}passfile=/etc/tollgate/secrets/pgpass
 {{- end -}}
 {{- end -}}
+
+{{/* The gateways' proxy config for per-rule stats: keep the filter's stats (Envoy names them wasmcustom.…tollgate…) and turn the rule=.=<id>;.; in a per-rule stat's name into the label rule. Bootstrap settings: Istio takes them only from meshConfig.defaultConfig or the pod's proxy.istio.io/config annotation (the ProxyConfig resource has no such fields). */}}
+{{- define "tollgate.gatewayProxyConfig" -}}
+{{- dict "proxyStatsMatcher" (dict "inclusionRegexps" (list ".*tollgate.*")) "extraStatTags" (list "rule") | toYaml -}}
+{{- end -}}
