@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path"
@@ -16,10 +17,12 @@ import (
 	"sync"
 	"testing"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -28,6 +31,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tollgate-rl/tollgate/deploy"
+	"github.com/tollgate-rl/tollgate/filter/plugin"
 )
 
 const (
@@ -222,6 +226,9 @@ redis:
   password: {secretName: redis-acl, key: password}
 secrets:
   keyHash: {secretName: tollgate-key-hash}
+policyStore:
+  url: postgres://tollgate@pg-rw.db.svc:5432/tollgate?sslmode=verify-full
+  passfile: {secretName: pg-app}
 autoscaling: {enabled: false}
 replicaCount: 3
 serviceMonitor: {enabled: true, labels: {release: prometheus}}
@@ -376,6 +383,20 @@ func checkDeployment(t *testing.T, r *rendered, redisMode string, istio bool) {
 			t.Errorf("--%s=%s: no mounted Secret item provides that file (mounted: %v)", f, v, mounted)
 		}
 	}
+	// The policy store's password comes from a mounted password file named in the URL,
+	// never from the URL itself.
+	if ps, ok := flags["policy-store"]; ok {
+		u, err := url.Parse(ps)
+		if err != nil {
+			t.Fatalf("--policy-store %q: %v", ps, err)
+		}
+		if _, set := u.User.Password(); set || u.Query().Has("password") {
+			t.Errorf("--policy-store %q carries a password", ps)
+		}
+		if pf := u.Query().Get("passfile"); pf != "" && !mounted[pf] {
+			t.Errorf("--policy-store passfile=%s: no mounted Secret item provides that file (mounted: %v)", pf, mounted)
+		}
+	}
 	if flags["redis-mode"] != redisMode {
 		t.Errorf("--redis-mode %q, want %q", flags["redis-mode"], redisMode)
 	}
@@ -520,6 +541,139 @@ func checkIstio(t *testing.T, r *rendered, want bool) {
 	}
 }
 
+// TestChartOptionalSecrets: the policy store and the key-hash secret render their
+// flag, and mount their Secret, exactly when set.
+func TestChartOptionalSecrets(t *testing.T) {
+	c := loadChart(t)
+	const pgURL = "postgres://tollgate@pg-rw.db.svc:5432/tollgate"
+	tests := []struct {
+		name, values string
+		wantFlags    map[string]string // flag → value; "" absent
+		wantItems    map[string]string // mounted file → Secret/key
+	}{
+		{name: "none", wantFlags: map[string]string{"policy-store": "", "key-hash-secret-file": ""}},
+		{name: "policy store without password", values: "policyStore: {url: " + pgURL + "}",
+			wantFlags: map[string]string{"policy-store": pgURL}},
+		{name: "policy store with passfile", values: "policyStore: {url: " + pgURL + ", passfile: {secretName: pg-app}}",
+			wantFlags: map[string]string{"policy-store": pgURL + "?passfile=/etc/tollgate/secrets/pgpass"},
+			wantItems: map[string]string{"/etc/tollgate/secrets/pgpass": "pg-app/pgpass"}},
+		{name: "policy store URL with parameters", values: "policyStore: {url: '" + pgURL + "?sslmode=verify-full', passfile: {secretName: pg, key: pass}}",
+			wantFlags: map[string]string{"policy-store": pgURL + "?sslmode=verify-full&passfile=/etc/tollgate/secrets/pgpass"},
+			wantItems: map[string]string{"/etc/tollgate/secrets/pgpass": "pg/pass"}},
+		{name: "key hash secret", values: "secrets: {keyHash: {secretName: kh}}",
+			wantFlags: map[string]string{"key-hash-secret-file": "/etc/tollgate/secrets/key-hash-secret", "policy-store": ""},
+			wantItems: map[string]string{"/etc/tollgate/secrets/key-hash-secret": "kh/key-hash-secret"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			files, err := render(t, c, tc.values)
+			if err != nil {
+				t.Fatalf("render: %v", err)
+			}
+			r := decode(t, files)
+			checkDeployment(t, r, "standalone", false)
+			ct := r.deployment.Spec.Template.Spec.Containers[0]
+			flags := argMap(t, ct.Args)
+			for f, want := range tc.wantFlags {
+				if got, ok := flags[f]; got != want || ok != (want != "") {
+					t.Errorf("--%s = %q (set: %v), want %q", f, got, ok, want)
+				}
+			}
+			items := secretItems(ct, r.deployment.Spec.Template.Spec.Volumes)
+			for _, f := range []string{"/etc/tollgate/secrets/pgpass", "/etc/tollgate/secrets/key-hash-secret"} {
+				if items[f] != tc.wantItems[f] {
+					t.Errorf("%s from %q, want %q", f, items[f], tc.wantItems[f])
+				}
+			}
+			if len(ct.Env) != 0 {
+				t.Errorf("env %v: the policy store's password is a mounted file, not an environment value", ct.Env)
+			}
+		})
+	}
+}
+
+// TestChartRuleStatsNotes: with istio.ruleStats the install notes carry the gateway
+// pods' proxy.istio.io/config annotation, as a kubectl patch. The annotation must be a
+// valid Istio ProxyConfig that keeps the filter's per-rule stats and whose extra stat
+// tag generates the regex that extracts the rule id from their names.
+func TestChartRuleStatsNotes(t *testing.T) {
+	c := loadChart(t)
+	stat := "wasmcustom." + plugin.RuleStatName("v2-burst", "limited")
+	tests := []struct {
+		name, values string
+		want         bool
+	}{
+		{name: "istio", values: "istio: {enabled: true}", want: true},
+		{name: "istio without rule stats", values: "istio: {enabled: true, ruleStats: {enabled: false}}"},
+		{name: "no istio", values: ""},
+	}
+	patchRe := regexp.MustCompile(`(?m)^\s*kubectl -n istio-ingress patch "\$d" --type merge -p '([^']*)'$`)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			files, err := render(t, c, tc.values)
+			if err != nil {
+				t.Fatalf("render: %v", err)
+			}
+			notes := files["tollgate/templates/NOTES.txt"]
+			m := patchRe.FindStringSubmatch(notes)
+			if (m != nil) != tc.want {
+				t.Fatalf("notes carry the gateway patch: %v, want %v:\n%s", m != nil, tc.want, notes)
+			}
+			if !tc.want {
+				return
+			}
+			if !strings.Contains(notes, "get deploy -l istio=ingressgateway ") {
+				t.Errorf("notes do not select the WasmPlugin's gateways:\n%s", notes)
+			}
+			var patch struct {
+				Spec struct {
+					Template struct {
+						Metadata struct {
+							Annotations map[string]string `json:"annotations"`
+						} `json:"metadata"`
+					} `json:"template"`
+				} `json:"spec"`
+			}
+			if err := json.Unmarshal([]byte(m[1]), &patch); err != nil {
+				t.Fatalf("patch %s: %v", m[1], err)
+			}
+			ann := patch.Spec.Template.Metadata.Annotations
+			if len(ann) != 1 || ann["proxy.istio.io/config"] == "" {
+				t.Fatalf("patch annotations %v: want only proxy.istio.io/config", ann)
+			}
+			if !strings.Contains(notes, "proxy.istio.io/config: |") {
+				t.Errorf("notes do not show the annotation as YAML:\n%s", notes)
+			}
+			js, err := yaml.YAMLToJSONStrict([]byte(ann["proxy.istio.io/config"]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pc := &meshv1alpha1.ProxyConfig{}
+			if err := protojson.Unmarshal(js, pc); err != nil {
+				t.Fatalf("proxy.istio.io/config is not an Istio ProxyConfig: %v", err)
+			}
+			kept := false
+			for _, re := range pc.GetProxyStatsMatcher().GetInclusionRegexps() {
+				kept = kept || regexp.MustCompile("^(?:"+re+")$").MatchString(stat)
+			}
+			if !kept {
+				t.Errorf("proxyStatsMatcher %v drops %s", pc.GetProxyStatsMatcher(), stat)
+			}
+			// Istio turns each extra stat tag into the stats_tags regex (<tag>=\.=(.+?);\.;).
+			extracted := false
+			for _, tag := range pc.GetExtraStatTags() {
+				re := fmt.Sprintf(`(%s=\.=(.+?);\.;)`, regexp.QuoteMeta(tag))
+				if sm := regexp.MustCompile(re).FindStringSubmatch(stat); re == plugin.RuleStatsTagRegex && sm != nil && sm[2] == "v2-burst" {
+					extracted = true
+				}
+			}
+			if !extracted {
+				t.Errorf("extraStatTags %v: none generates %s, which extracts the rule from %s", pc.GetExtraStatTags(), plugin.RuleStatsTagRegex, stat)
+			}
+		})
+	}
+}
+
 // TestChartRefuses: values that would deploy something broken or open fail the render
 // with a message naming the value.
 func TestChartRefuses(t *testing.T) {
@@ -534,6 +688,11 @@ func TestChartRefuses(t *testing.T) {
 		{"unknown value", `replicas: 3`, "replicas"},
 		{"address with a scheme", `redis: {addrs: ["rediss://r:6379"]}`, "addrs"},
 		{"flag given as a value", `extraArgs: [sync-secret]`, "extraArgs"},
+		{"password in the policy store URL", `policyStore: {url: "postgres://tollgate:hunter2@pg/tollgate"}`, "policyStore.url"},
+		{"password parameter in the policy store URL", `policyStore: {url: "postgres://tollgate@pg/tollgate?sslmode=require&password=hunter2"}`, "policyStore.url"},
+		{"passfile parameter beside policyStore.passfile", `policyStore: {url: "postgres://tollgate@pg/tollgate?passfile=/tmp/p"}`, "policyStore.url"},
+		{"policy store that is not a PostgreSQL URL", `policyStore: {url: "host=pg user=tollgate"}`, "policyStore"},
+		{"passfile without a policy store", `policyStore: {passfile: {secretName: pg-app}}`, "policyStore.passfile"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -579,6 +738,28 @@ func mountedFiles(ct corev1.Container, vols []corev1.Volume) map[string]bool {
 		}
 	}
 	return files
+}
+
+// secretItems maps each file the container sees from projected Secret volumes to
+// the Secret and key it comes from ("name/key").
+func secretItems(ct corev1.Container, vols []corev1.Volume) map[string]string {
+	items := map[string]string{}
+	for _, vm := range ct.VolumeMounts {
+		for _, v := range vols {
+			if v.Name != vm.Name || v.Projected == nil {
+				continue
+			}
+			for _, src := range v.Projected.Sources {
+				if src.Secret == nil {
+					continue
+				}
+				for _, it := range src.Secret.Items {
+					items[path.Join(vm.MountPath, it.Path)] = src.Secret.Name + "/" + it.Key
+				}
+			}
+		}
+	}
+	return items
 }
 
 func containerPort(t *testing.T, r *rendered, name string) string {

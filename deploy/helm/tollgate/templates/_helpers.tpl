@@ -61,3 +61,27 @@ true
 {{- fail "redis.tls.clientCertSecret needs redis.tls.enabled" -}}
 {{- end -}}
 {{- end -}}
+
+{{/* --policy-store's value: policyStore.url with the mounted password file as its passfile parameter (pgx reads it; no password sits in the URL, the pod spec or an environment value). Refuses a URL that carries a password itself. */}}
+{{- define "tollgate.policyStore" -}}
+{{- $p := .Values.policyStore -}}
+{{- $u := urlParse $p.url -}}
+{{- if contains ":" $u.userinfo -}}
+{{- fail "policyStore.url: carries a password; put it in the Secret named by policyStore.passfile" -}}
+{{- end -}}
+{{- range $kv := splitList "&" $u.query -}}
+{{- $k := regexReplaceAll "=.*" $kv "" -}}
+{{- if has $k (list "password" "passfile") -}}
+{{- fail (printf "policyStore.url: its %s parameter: the password goes in the Secret named by policyStore.passfile" $k) -}}
+{{- end -}}
+{{- end -}}
+{{- $p.url -}}
+{{- if $p.passfile.secretName -}}
+{{- if $u.query }}&{{ else }}?{{ end }}passfile=/etc/tollgate/secrets/pgpass
+{{- end -}}
+{{- end -}}
+
+{{/* The gateways' proxy config for per-rule stats: keep the filter's stats (Envoy names them wasmcustom.…tollgate…) and turn the rule=.=<id>;.; in a per-rule stat's name into the label rule. Bootstrap settings: Istio takes them only from meshConfig.defaultConfig or the pod's proxy.istio.io/config annotation (the ProxyConfig resource has no such fields). */}}
+{{- define "tollgate.gatewayProxyConfig" -}}
+{{- dict "proxyStatsMatcher" (dict "inclusionRegexps" (list ".*tollgate.*")) "extraStatTags" (list "rule") | toYaml -}}
+{{- end -}}
