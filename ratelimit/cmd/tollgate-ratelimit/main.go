@@ -211,10 +211,15 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 				c.cmdlineSecrets = append(c.cmdlineSecrets, "--"+f.Name)
 			}
 		case "policy-store":
-			if u, err := url.Parse(f.Value.String()); err == nil && u.User != nil {
-				if _, ok := u.User.Password(); ok {
-					c.cmdlineSecrets = append(c.cmdlineSecrets, "--"+f.Name+" (its password)")
-				}
+			// A password in the URL's user part, in its query (?password=) or in a
+			// key=value DSN: pgx takes all three.
+			v := f.Value.String()
+			inUser := false
+			if u, err := url.Parse(v); err == nil && u.User != nil {
+				_, inUser = u.User.Password()
+			}
+			if inUser || strings.Contains(strings.ToLower(v), "password=") {
+				c.cmdlineSecrets = append(c.cmdlineSecrets, "--"+f.Name+" (its password)")
 			}
 		}
 	})

@@ -380,3 +380,31 @@ func TestRulesValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestPolicyStorePasswordOnCommandLine: a password given in --policy-store, in any of
+// the forms the PostgreSQL driver reads, is named as a secret on the command line (the
+// service warns that ps shows it); a URL without one is not.
+func TestPolicyStorePasswordOnCommandLine(t *testing.T) {
+	for _, tc := range []struct {
+		url    string
+		secret bool
+	}{
+		{"postgres://tollgate@db:5432/tollgate", false},
+		{"postgres://tollgate@db:5432/tollgate?sslmode=require&passfile=/etc/pgpass", false},
+		{"postgres://tollgate:s3cret@db:5432/tollgate", true},
+		{"postgres://tollgate@db:5432/tollgate?sslmode=require&password=s3cret", true},
+		{"host=db user=tollgate password=s3cret dbname=tollgate", true},
+		{"host=db user=tollgate dbname=tollgate", false},
+	} {
+		t.Run(tc.url, func(t *testing.T) {
+			var out bytes.Buffer
+			c, err := parseConfig([]string{"--insecure", "--policy-store", tc.url}, func(string) string { return "" }, &out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := len(c.cmdlineSecrets) > 0; got != tc.secret {
+				t.Errorf("secrets on the command line %v, want a password found: %v", c.cmdlineSecrets, tc.secret)
+			}
+		})
+	}
+}
