@@ -167,15 +167,9 @@ func queryParam(q, name string) (string, bool) {
 // encoding a name or value differently.
 func queryEqual(raw, want string) bool {
 	j := 0
-	for i := 0; i < len(raw); i++ {
-		c := raw[i]
-		switch {
-		case c == '+':
-			c = ' '
-		case c == '%' && i+2 < len(raw) && isHex(raw[i+1]) && isHex(raw[i+2]):
-			c = unhex(raw[i+1])<<4 | unhex(raw[i+2])
-			i += 2
-		}
+	for i := 0; i < len(raw); {
+		var c byte
+		c, i = queryByte(raw, i)
 		if j >= len(want) || want[j] != c {
 			return false
 		}
@@ -184,21 +178,28 @@ func queryEqual(raw, want string) bool {
 	return j == len(want)
 }
 
+// queryByte decodes the form-encoded byte at raw[i] ("+" is a space, a valid %XX its
+// byte; anything else stands for itself) and returns it with the index after it.
+func queryByte(raw string, i int) (byte, int) {
+	switch c := raw[i]; {
+	case c == '+':
+		return ' ', i + 1
+	case c == '%' && i+2 < len(raw) && isHex(raw[i+1]) && isHex(raw[i+2]):
+		return unhex(raw[i+1])<<4 | unhex(raw[i+2]), i + 3
+	default:
+		return c, i + 1
+	}
+}
+
 // queryUnescape decodes a form-encoded value; one without escapes is returned as is.
 func queryUnescape(raw string) string {
 	if strings.IndexByte(raw, '%') < 0 && strings.IndexByte(raw, '+') < 0 {
 		return raw
 	}
 	b := make([]byte, 0, len(raw))
-	for i := 0; i < len(raw); i++ {
-		c := raw[i]
-		switch {
-		case c == '+':
-			c = ' '
-		case c == '%' && i+2 < len(raw) && isHex(raw[i+1]) && isHex(raw[i+2]):
-			c = unhex(raw[i+1])<<4 | unhex(raw[i+2])
-			i += 2
-		}
+	for i := 0; i < len(raw); {
+		var c byte
+		c, i = queryByte(raw, i)
 		b = append(b, c)
 	}
 	return string(b)
