@@ -12,7 +12,7 @@ import (
 	"github.com/tollgate-rl/tollgate/e2e/internal/harness"
 )
 
-// fleetDuration is how long scenario 2 runs: 60 s as the issue asks.
+// fleetDuration is how long scenario 2 runs: 60 s by default.
 // TOLLGATE_E2E_FLEET_SECONDS shortens it for a quick local run; the bounds scale with it.
 func fleetDuration(t *testing.T) time.Duration {
 	if v := os.Getenv("TOLLGATE_E2E_FLEET_SECONDS"); v != "" {
