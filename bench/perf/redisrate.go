@@ -3,12 +3,12 @@ package perf
 import (
 	"context"
 	"fmt"
-	"github.com/tollgate-rl/tollgate/ratelimit/store"
 	"strconv"
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgate-rl/tollgate/ratelimit/store"
 	"github.com/tollgate-rl/tollgate/shared/algo"
 )
 

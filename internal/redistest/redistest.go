@@ -16,7 +16,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/tollgate-rl/tollgate/internal/hashslot"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -29,6 +28,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tollgate-rl/tollgate/internal/hashslot"
 )
 
 // ErrNoRedis is returned when redis-server (or redis-cli, for a cluster) is not installed.

@@ -9,7 +9,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"github.com/tollgate-rl/tollgate/ratelimit/store"
 	"math/rand"
 	"net"
 	"os"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgate-rl/tollgate/ratelimit/store"
 	"github.com/tollgate-rl/tollgate/shared/algo"
 )
 
