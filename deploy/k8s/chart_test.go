@@ -722,20 +722,8 @@ func argMap(t *testing.T, args []string) map[string]string {
 // mountedFiles lists the files the container sees from projected Secret volumes.
 func mountedFiles(ct corev1.Container, vols []corev1.Volume) map[string]bool {
 	files := map[string]bool{}
-	for _, vm := range ct.VolumeMounts {
-		for _, v := range vols {
-			if v.Name != vm.Name || v.Projected == nil {
-				continue
-			}
-			for _, src := range v.Projected.Sources {
-				if src.Secret == nil {
-					continue
-				}
-				for _, it := range src.Secret.Items {
-					files[path.Join(vm.MountPath, it.Path)] = true
-				}
-			}
-		}
+	for f := range secretItems(ct, vols) {
+		files[f] = true
 	}
 	return files
 }
