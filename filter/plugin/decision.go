@@ -108,7 +108,7 @@ func (s *Stream) counted(v *verdict, ops []bucketOp, states []wire.State) {
 	var closest *bucketOp
 	for i := range ops {
 		op := &ops[i]
-		if !op.a.Rule.Shadow && (closest == nil || op.dec.Remaining < closest.dec.Remaining) {
+		if !op.shadow && (closest == nil || op.dec.Remaining < closest.dec.Remaining) {
 			closest = op
 		}
 	}

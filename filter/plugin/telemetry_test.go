@@ -34,6 +34,11 @@ func TestTelemetry(t *testing.T) {
 		{"shadow rule", `{"rules":[` + api + `,` + shadow + `]}`, 2, "sk_new",
 			map[string]int64{ruleStat("api", "allowed"): 2, ruleStat("canary", "allowed"): 2, ruleStat("canary", "shadow_limited"): 1},
 			"rule=canary decision=shadow_limited remaining=0 limit=1 degraded=false key=" + keyhash.String("sk_new")},
+		// Under enforcement shadow no bucket enforces, so none is named with a remaining
+		// and limit, as none is in the rate-limit headers.
+		{"enforcement shadow", `{"enforcement":"shadow","rules":[` + api + `]}`, 1, "sk_s",
+			map[string]int64{ruleStat("api", "allowed"): 1},
+			"rule=api decision=allowed degraded=false key=" + keyhash.String("sk_s")},
 		{"deny list", `{"deny":["sk_revoked_*"],"rules":[` + api + `]}`, 1, "sk_revoked_1",
 			map[string]int64{ruleStat("api", "allowed"): 0, "tollgate.requests_denied_by_list": 1},
 			"rule=- decision=denied degraded=false"},
