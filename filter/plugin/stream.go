@@ -223,17 +223,8 @@ func (s *Stream) replyGRPC(status uint32, details string, grpcStatus int32, mess
 // (application/grpc+proto). Envoy answers such a request's local reply trailers-only.
 func isGRPC(ct string) bool {
 	const grpc = "application/grpc"
-	if len(ct) < len(grpc) {
+	if len(ct) < len(grpc) || !strings.EqualFold(ct[:len(grpc)], grpc) {
 		return false
-	}
-	for i := 0; i < len(grpc); i++ {
-		c := ct[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != grpc[i] {
-			return false
-		}
 	}
 	return len(ct) == len(grpc) || ct[len(grpc)] == '+' || ct[len(grpc)] == ';'
 }
