@@ -117,13 +117,17 @@ func (s *Stack) RunHTTP(o LoadOptions, kind HTTPKind, limit int) (LoadResult, er
 		return LoadResult{}, err
 	}
 	f := &front{}
+	// plain is a gateway host running wasm with no limiter configuration.
+	plain := func(wasm []byte) (*host.Host, error) {
+		return host.New(host.Config{Wasm: wasm, Workers: o.Workers, Upstream: up, LogLevel: host.LogWarn})
+	}
 	var name string
 	switch kind {
 	case HTTPTollgate:
 		f.h, err = s.tollgateHost(o, "gcra", limit, true, up)
 		name = "Tollgate (filter, 100 ms sync)"
 	case HTTPRedisRate:
-		f.h, err = host.New(host.Config{Wasm: s.Empty, Workers: o.Workers, Upstream: up, LogLevel: host.LogWarn})
+		f.h, err = plain(s.Empty)
 		rdb := redis.NewClient(&redis.Options{Addr: s.Redis.Options().Addr, PoolSize: max(2*o.Concurrency, 20)})
 		defer rdb.Close()
 		lim := redis_rate.NewLimiter(rdb)
@@ -140,10 +144,10 @@ func (s *Stack) RunHTTP(o LoadOptions, kind HTTPKind, limit int) (LoadResult, er
 		if s.Floor == nil {
 			return LoadResult{}, fmt.Errorf("no floor module in the stack")
 		}
-		f.h, err = host.New(host.Config{Wasm: s.Floor, Workers: o.Workers, Upstream: up, LogLevel: host.LogWarn})
+		f.h, err = plain(s.Floor)
 		name = "floor module (its host calls, no logic)"
 	default:
-		f.h, err = host.New(host.Config{Wasm: s.Empty, Workers: o.Workers, Upstream: up, LogLevel: host.LogWarn})
+		f.h, err = plain(s.Empty)
 		name = "pass-through (no limiter)"
 	}
 	if err != nil {
