@@ -33,7 +33,7 @@ func (p *Plugin) missingKey(applied []rule.Applied) *rule.Applied {
 		if a.Refuse == 0 {
 			continue
 		}
-		if a.Rule.Shadow || p.cfg.Enforcement == rule.EnforceShadow {
+		if p.cfg.ShadowedRule(a.Rule) {
 			p.m.inc(p.m.shadowRejected)
 			continue
 		}

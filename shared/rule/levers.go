@@ -48,10 +48,14 @@ const (
 // rule's rollout. Filter and service (descriptors) both ask this, so a request is
 // enforced or shadowed the same way whichever path decides it.
 func (c *Config) Shadowed(a *Applied) bool {
-	if a.Rule.Shadow || c != nil && c.Enforcement == EnforceShadow {
-		return true
-	}
-	return !a.Rule.RolledOut(a.Key)
+	return c.ShadowedRule(a.Rule) || !a.Rule.RolledOut(a.Key)
+}
+
+// ShadowedRule reports whether r only reports whoever calls: a shadow rule, or any rule
+// while the rule set's enforcement is shadow. (Shadowed adds the caller's rollout; a
+// request without a key, which a rollout cannot place, asks this.)
+func (c *Config) ShadowedRule(r *Rule) bool {
+	return r.Shadow || c != nil && c.Enforcement == EnforceShadow
 }
 
 // Off reports whether the rule set applies no rule (enforcement "off").
