@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"math/rand"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -187,7 +188,13 @@ func TestGeneratedRuleSetsEnforced(t *testing.T) {
 	e := sharedEnv(t)
 	admin, gws := ownService(t, e, "generated")
 	seed := time.Now().UnixNano()
-	t.Logf("seed %d", seed)
+	if v := os.Getenv("TOLLGATE_TEST_SEED"); v != "" { // replays a logged failure
+		var err error
+		if seed, err = strconv.ParseInt(v, 10, 64); err != nil {
+			t.Fatalf("TOLLGATE_TEST_SEED: %v", err)
+		}
+	}
+	t.Logf("seed %d (TOLLGATE_TEST_SEED replays it)", seed)
 	rng := rand.New(rand.NewSource(seed))
 	ctx := ctxFor(t, 2*time.Minute)
 	for set := 0; set < 3; set++ {
@@ -265,6 +272,13 @@ func TestGeneratedRuleSetsEnforced(t *testing.T) {
 			}
 		}
 		if n := sumMetric(gws, "tollgate.deltas_refused"); n != 0 {
+			for _, g := range gws {
+				for _, l := range g.Host().Logs() {
+					if strings.Contains(l.Message, "refused") {
+						t.Logf("%s: %s", g.Name, l.Message)
+					}
+				}
+			}
 			t.Fatalf("set %d: the service refused %d reports", set, n)
 		}
 		if n := sumMetric(gws, "tollgate.sync_batches_dropped"); n != 0 {

@@ -3,6 +3,7 @@ package nativehost_test
 import (
 	"encoding/binary"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,9 +28,18 @@ type fleet struct {
 
 func newFleet(t *testing.T, gateways, workers int, rules string) *fleet {
 	t.Helper()
+	return newFleetSync(t, gateways, workers, "", rules)
+}
+
+// newFleetSync is newFleet with more sync settings (JSON members, e.g. `"table_slots":64`).
+func newFleetSync(t *testing.T, gateways, workers int, sync, rules string) *fleet {
+	t.Helper()
 	f := &fleet{t: t, now: 1_700_000_000_000_000, svc: memservice.New(lease.SyncConfig{})}
+	if sync != "" {
+		sync = "," + sync
+	}
 	cfg := []byte(`{"key":{"source":"header","name":"x-api-key"},"retry_jitter_ms":0,
-		"sync":{"cluster":"svc","interval_ms":100,"stale_ms":500},"rules":` + rules + `}`)
+		"sync":{"cluster":"svc","interval_ms":100,"stale_ms":500` + sync + `},"rules":` + rules + `}`)
 	for g := 0; g < gateways; g++ {
 		h, err := nativehost.New(nativehost.Config{
 			Workers: workers, PluginConfig: cfg, Clock: func() int64 { return f.now },
@@ -40,6 +50,13 @@ func newFleet(t *testing.T, gateways, workers int, rules string) *fleet {
 		}
 		f.gws = append(f.gws, h)
 	}
+	t.Cleanup(func() {
+		// A gateway never sends what the service must refuse (a bucket twice in one
+		// batch, parameters out of range): a refused delta's consumption is lost.
+		if f.svc.Refused != 0 {
+			t.Errorf("the service refused %d deltas", f.svc.Refused)
+		}
+	})
 	return f
 }
 
@@ -399,5 +416,31 @@ func TestRefusedBatchesRetriedEveryInterval(t *testing.T) {
 		if s := f.send(0, w, "k"); s.Header("x-ratelimit-policy") == "degraded" {
 			t.Fatalf("worker %d still degraded 200 ms after the service accepts batches again", w)
 		}
+	}
+}
+
+// Each batch carries a bucket at most once, whichever ways it became due in the same
+// tick (queued as urgent by several workers, reached by the staleness scan, a lease
+// due for renewal): the service refuses a bucket's second delta in a batch, and its
+// consumption would be lost. A small table makes the scan pass every slot every few
+// ticks, so every way meets every other many times over the run.
+func TestBatchCarriesABucketOnce(t *testing.T) {
+	for _, rules := range []string{
+		`[{"id":"api","limit":50,"window":"1s"}]`,
+		`[{"id":"api","algorithm":"gcra","limit":20,"window":"1s","burst":5},{"id":"day","limit":100000,"window":"1d"}]`,
+		`[{"id":"api","algorithm":"sliding_window_counter","limit":30,"window":"2s"}]`,
+	} {
+		t.Run(rules, func(t *testing.T) {
+			f := newFleetSync(t, 2, 2, `"table_slots":64,"lease_ttl_ms":300`, rules)
+			f.svc.NoPenalty = true
+			rng := rand.New(rand.NewPCG(1, 2))
+			for step := 0; step < 3000; step++ {
+				key := "k" + strconv.Itoa(rng.IntN(3))
+				for range rng.IntN(4) {
+					f.send(rng.IntN(2), rng.IntN(2), key)
+				}
+				f.tick(1 + rng.IntN(60))
+			}
+		})
 	}
 }

@@ -358,7 +358,7 @@ func (s *syncer) cutSlot(now int64, n uint32, seq uint32) (wire.Delta, string, b
 			return wire.Delta{}, "", false
 		}
 		rec := &s.p.scratch
-		if !rec.Due(now, s.staleUs(), renewUs, 0) {
+		if !rec.Due(now, s.staleUs(), renewUs, seq) { // not twice in one batch
 			return wire.Delta{}, "", false
 		}
 		ruleID, w, tier, ck, ok := parseBucketID(id)
@@ -592,7 +592,7 @@ func (s *syncer) apply(now int64, st *wire.State, d *wire.Delta, id string, seq 
 		rec := sl.rec
 		var returned int64
 		if st.Flags&wire.StateRefused != 0 {
-			// The service will never take this delta: forget it (and say why).
+			// The service will never take this delta: forget it.
 			if rec.CutSeq == seq {
 				rec.CutSeq = 0
 			}

@@ -266,9 +266,10 @@ func Acquired(r Record, p algo.Params, now, cost int64) Record {
 
 // Due reports whether r should be in the next batch: it is urgent, or consumption has
 // waited staleUs since the last report, or a lease that was used since the last report
-// ends within renewUs (renewing keeps it). inflight is
-// the low 32 bits of the seq of the batch awaiting its reply (0: none): a record that
-// batch carries is not due again, whereas one cut into a batch that was lost is.
+// ends within renewUs (renewing keeps it). inflight is the low 32 bits of the seq of
+// the batch being cut or awaiting its reply (0: none): a record that batch carries is
+// not due again (the service refuses a bucket's second delta in one batch), whereas
+// one cut into a batch that was lost is.
 func (r *Record) Due(now, staleUs, renewUs int64, inflight uint32) bool {
 	if r.CutSeq != 0 && r.CutSeq == inflight {
 		return false
