@@ -34,6 +34,10 @@ func (s stream) OnResponseHeaders(n int, eos bool) abi.Action {
 	return abi.Action(s.Stream.OnResponseHeaders(n, eos))
 }
 
+func (s stream) OnResponseBody(size int, eos bool) abi.Action {
+	return abi.Action(s.Stream.OnResponseBody(size, eos))
+}
+
 // host implements plugin.Host with proxy-wasm host calls. Its methods have pointer
 // receivers, and the ones a request calls are spelled out rather than promoted from
 // abi.Host: a call through the plugin.Host interface then lands in the method itself,
@@ -89,6 +93,15 @@ func (h *host) AppendProperty(dst []byte, path ...string) ([]byte, error) {
 
 func (h *host) HTTPCall(cluster string, headers [][2]string, body []byte, timeoutMs uint32) (uint32, error) {
 	return h.DispatchHTTPCall(cluster, headers, body, nil, timeoutMs)
+}
+
+func (h *host) ResponseHeader(name string) (string, bool) {
+	v, err := h.HeaderValue(abi.MapResponseHeaders, name)
+	return v, err == nil
+}
+
+func (h *host) ResponseBody(start, max int) ([]byte, error) {
+	return h.ReadBody(abi.BufferResponseBody, uint32(start), uint32(max))
 }
 
 func (h *host) ResumeRequest() error { return h.ResumeHTTPRequest() }

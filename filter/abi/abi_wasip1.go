@@ -138,8 +138,10 @@ func proxyOnResponseHeaders(contextID, numHeaders, endOfStream uint32) (action u
 }
 
 //go:wasmexport proxy_on_response_body
-func proxyOnResponseBody(contextID, bodySize, endOfStream uint32) uint32 {
-	return uint32(Continue)
+func proxyOnResponseBody(contextID, bodySize, endOfStream uint32) (action uint32) {
+	enter("proxy_on_response_body")
+	defer leave()
+	return uint32(onResponseBody(contextID, bodySize, endOfStream != 0))
 }
 
 //go:wasmexport proxy_on_response_trailers

@@ -45,6 +45,13 @@ type Stream interface {
 	OnDone()
 }
 
+// BodyStream is optionally implemented by a Stream that reads the response body: each
+// chunk of it arrives here as it streams through (size is the chunk's, read with
+// Host.ReadBody(BufferResponseBody, ...); endOfStream marks the last).
+type BodyStream interface {
+	OnResponseBody(size int, endOfStream bool) Action
+}
+
 // CalloutStream is optionally implemented by a Stream that dispatches HTTP calls
 // itself (a strict rule asking the service while the request is paused). The answer to
 // a call dispatched during one of its callbacks comes back here, with the stream made
@@ -200,6 +207,14 @@ func onResponseHeaders(id, numHeaders uint32, eos bool) Action {
 	active = id
 	if s := streams.get(id); s != nil {
 		return s.OnResponseHeaders(int(numHeaders), eos)
+	}
+	return Continue
+}
+
+func onResponseBody(id, size uint32, eos bool) Action {
+	active = id
+	if s, ok := streams.get(id).(BodyStream); ok {
+		return s.OnResponseBody(int(size), eos)
 	}
 	return Continue
 }

@@ -75,6 +75,30 @@ func (h Host) HeaderValue(m MapType, name string) (string, error) {
 	return aliasString(buf, 0, len(buf)), nil
 }
 
+// ReadBody reads up to max bytes of body buffer b from start (a response body chunk in
+// proxy_on_response_body: what this call of it carries). At most 64 KiB are read per
+// call; the bytes alias a buffer the next ReadBody reuses. An empty result without
+// error means there is nothing at start.
+func (h Host) ReadBody(b BufferType, start, max uint32) ([]byte, error) {
+	if max == 0 {
+		return nil, nil
+	}
+	resetReturn()
+	bodyArmed = true
+	st := proxyGetBufferBytes(uint32(b), start, min(max, maxBodyRead), &retPtr, &retSize)
+	buf, _, ok := takeReturned()
+	if st == statusNotFound {
+		return nil, nil
+	}
+	if err := statusErr(st, "proxy_get_buffer_bytes", ""); err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, &CallError{Func: "proxy_get_buffer_bytes", Err: ErrInvalidMemoryAccess}
+	}
+	return buf, nil
+}
+
 // AddHeader adds name: value to map m (keeping existing values of name).
 func (h Host) AddHeader(m MapType, name, value string) error {
 	st := proxyAddHeaderMapValue(uint32(m), strData(name), uint32(len(name)), strData(value), uint32(len(value)))

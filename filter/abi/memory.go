@@ -26,8 +26,17 @@ const maxScratch = 4 << 10
 // headers is 60 KiB).
 const maxPairsBuf = 64 << 10
 
+// maxBodyRead bounds one ReadBody: a larger body chunk is read in pieces, so the
+// reusable body buffer never grows beyond it.
+const maxBodyRead = 64 << 10
+
 var (
 	pins [][]byte
+
+	// bodyBuf receives what ReadBody reads: the returned bytes alias it until the next
+	// ReadBody, so following a streamed body costs no allocation once it has grown.
+	bodyBuf   []byte
+	bodyArmed bool
 
 	// scratch is handed to the host instead of a fresh buffer when the caller will copy
 	// the result out before the next host call (scratchArmed); it saves one allocation
@@ -72,6 +81,13 @@ func allocate(size uint32) unsafe.Pointer {
 		}
 		return unsafe.Pointer(unsafe.SliceData(pairsBuf))
 	}
+	if bodyArmed && n <= maxBodyRead {
+		bodyArmed = false
+		if cap(bodyBuf) < n {
+			bodyBuf = make([]byte, max(n, 2*cap(bodyBuf), 4<<10))
+		}
+		return unsafe.Pointer(unsafe.SliceData(bodyBuf))
+	}
 	if scratchArmed && n <= maxScratch {
 		scratchArmed = false
 		if cap(scratch) < n {
@@ -96,10 +112,16 @@ func resetReturn() {
 // this binding never allocated, which would mean a broken host.
 func takeReturned() (buf []byte, inScratch, ok bool) {
 	addr, size := retPtr, retSize
-	scratchArmed, pairsArmed = false, false
+	scratchArmed, pairsArmed, bodyArmed = false, false, false
 	defer unpinAll()
 	if size == 0 {
 		return nil, false, true
+	}
+	if bodyBuf != nil && addrOf(bodyBuf) == addr {
+		if int(size) > cap(bodyBuf) {
+			return nil, false, false
+		}
+		return bodyBuf[:size:size], false, true
 	}
 	if pairsBuf != nil && addrOf(pairsBuf) == addr {
 		if int(size) > cap(pairsBuf) {

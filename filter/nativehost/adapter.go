@@ -46,6 +46,31 @@ func (a adapter) AddResponseHeaders(pairs [][2]string) error {
 	return nil
 }
 
+func (a adapter) ResponseHeader(name string) (string, bool) {
+	s := a.w.cur
+	if s == nil {
+		return "", false
+	}
+	for _, kv := range s.upstream.Headers {
+		if strings.EqualFold(kv[0], name) {
+			return kv[1], true
+		}
+	}
+	return "", false
+}
+
+func (a adapter) ResponseBody(start, max int) ([]byte, error) {
+	s := a.w.cur
+	if s == nil {
+		return nil, errNoStream
+	}
+	if start > len(s.chunk) {
+		return nil, errNotFound
+	}
+	// Envoy reads at most what is asked; a host may read less (the binding's 64 KiB).
+	return s.chunk[start:min(len(s.chunk), start+max, start+64<<10)], nil
+}
+
 func (a adapter) SendLocalReply(status uint32, details string, body []byte, headers [][2]string, grpcStatus int32) error {
 	s := a.w.cur
 	if s == nil {

@@ -42,6 +42,17 @@ type Config struct {
 	// OnDecided is called when a paused request is decided later (resumed, or answered
 	// locally) — the moment the client's answer is known.
 	OnDecided func(s *Stream)
+	// Upstream answers the requests the filter lets through (default: 200, no headers,
+	// no body).
+	Upstream func(request [][2]string) Upstream
+}
+
+// Upstream is an upstream's response: its headers, its body in the chunks the filter
+// receives it in, and whether the stream is reset after them (the body never ends).
+type Upstream struct {
+	Headers [][2]string
+	Body    [][]byte
+	Reset   bool
 }
 
 // Host is one gateway: its workers and their shared data.
@@ -87,6 +98,9 @@ type Stream struct {
 	// filter state "wasm.<path>").
 	FilterState map[string]string
 	s           *plugin.Stream
+	// upstream is the response being filtered; chunk the body chunk being delivered.
+	upstream Upstream
+	chunk    []byte
 }
 
 // Admitted reports whether the request went to the upstream.
@@ -221,7 +235,16 @@ func (h *Host) Request(w int, headers [][2]string, props map[string]string) *Str
 func (w *Worker) finish(s *Stream) {
 	s.Decided, s.Paused = true, false
 	w.cur = s
-	s.s.OnResponseHeaders(0, true)
+	if s.Local == nil && w.h.cfg.Upstream != nil {
+		s.upstream = w.h.cfg.Upstream(s.Request)
+	}
+	body := s.upstream.Body
+	s.s.OnResponseHeaders(len(s.upstream.Headers), len(body) == 0 && !s.upstream.Reset)
+	for i, c := range body {
+		s.chunk = c
+		s.s.OnResponseBody(len(c), i == len(body)-1 && !s.upstream.Reset)
+	}
+	s.chunk = nil
 	s.s.OnLog()
 	s.s.OnDone()
 	w.cur = nil

@@ -21,6 +21,9 @@ type quietHost struct {
 	metrics []int64
 	now     int64
 	state   []byte // the last property set (the decision metadata)
+	// response is the upstream's response headers; chunk the body chunk being delivered.
+	response [][2]string
+	chunk    []byte
 }
 
 var errQuiet = errors.New("quiet host: not available")
@@ -59,6 +62,17 @@ func (h *quietHost) AppendProperty(dst []byte, path ...string) ([]byte, error) {
 func (h *quietHost) HTTPCall(string, [][2]string, []byte, uint32) (uint32, error) {
 	return 0, errQuiet
 }
+func (h *quietHost) ResponseHeader(name string) (string, bool) {
+	for _, kv := range h.response {
+		if kv[0] == name {
+			return kv[1], true
+		}
+	}
+	return "", false
+}
+func (h *quietHost) ResponseBody(start, max int) ([]byte, error) {
+	return h.chunk[start:min(len(h.chunk), start+max)], nil
+}
 func (h *quietHost) ResumeRequest() error             { return nil }
 func (h *quietHost) SetEffectiveContext(uint32) error { return nil }
 func (h *quietHost) RootID() uint32                   { return 1 }
@@ -95,12 +109,28 @@ func TestRequestAllocations(t *testing.T) {
 		// a degraded limit, and a shadowed rule (the key outside a 1 % rollout).
 		{"levers", `{"key":{"source":"header","name":"x-api-key"},"rules":[{"id":"api",` + limits + `,"window":"1s","rollout_percent":90,"degraded_limit":10},
 			{"id":"canary",` + limits + `,"window":"1s","rollout_percent":1}]}`, 5},
+		// Response-based cost: the charge from a response header, and from a JSON body
+		// (streamed in one chunk) and a server-sent event stream.
+		{"cost from header", `{"rules":[{"id":"api",` + limits + `,"window":"1s","cost_from":{"header":"x-tokens-used"}}]}`, 5},
+		{"cost from json body", `{"rules":[{"id":"api",` + limits + `,"window":"1s","cost_from":{"body":"usage.total_tokens"}}]}`, 5},
+		{"cost from event stream", `{"rules":[{"id":"api",` + limits + `,"window":"1s","cost_from":{"body":"usage.total_tokens"}}]}`, 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &quietHost{shared: shareddata.New(), now: t0, request: [][2]string{
 				{":method", "GET"}, {":path", "/v1/search?q=tollgate"}, {":authority", "api.example.com"},
 				{"user-agent", "tollgate-test/1"}, {"x-api-key", "k-alloc"}, {"x-tenant", "acme"},
 			}}
+			var body []byte
+			switch tc.name {
+			case "cost from header":
+				h.response = [][2]string{{"x-tokens-used", "2"}}
+			case "cost from json body":
+				h.response = [][2]string{{"content-type", "application/json"}}
+				body = []byte(`{"id":"c","usage":{"prompt_tokens":1,"total_tokens":2}}`)
+			case "cost from event stream":
+				h.response = [][2]string{{"content-type", "text/event-stream"}}
+				body = []byte("data: {\"usage\":null}\n\ndata: {\"usage\":{\"total_tokens\":2}}\n\ndata: [DONE]\n\n")
+			}
 			p := plugin.New(h)
 			if !p.OnPluginStart([]byte(tc.config)) {
 				t.Fatal("configuration refused")
@@ -112,7 +142,11 @@ func TestRequestAllocations(t *testing.T) {
 				h.added = h.added[:0]
 				s := p.NewStream(id)
 				s.OnRequestHeaders(len(h.request), true)
-				s.OnResponseHeaders(0, true)
+				s.OnResponseHeaders(len(h.response), len(body) == 0)
+				if len(body) > 0 {
+					h.chunk = body
+					s.OnResponseBody(len(body), true)
+				}
 				s.OnLog()
 				s.OnDone()
 			}

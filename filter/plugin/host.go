@@ -37,6 +37,13 @@ type Host interface {
 	// HTTPCall dispatches a callout; the answer arrives through Root.OnHTTPCallResponse
 	// (or Stream.OnHTTPCallResponse when dispatched from a stream).
 	HTTPCall(cluster string, headers [][2]string, body []byte, timeoutMs uint32) (token uint32, err error)
+	// ResponseHeader returns the first value of a response header of the current
+	// stream (in its response headers callback).
+	ResponseHeader(name string) (value string, found bool)
+	// ResponseBody reads up to max bytes of the current response body chunk from start
+	// (in its response body callback); the bytes are valid until the next call. It may
+	// return fewer than asked (the host's read limit): call again from where it ended.
+	ResponseBody(start, max int) ([]byte, error)
 	// ResumeRequest continues the paused request of the current stream.
 	ResumeRequest() error
 	// SetEffectiveContext makes later calls apply to context id (a stream, or RootID()).

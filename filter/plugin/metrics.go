@@ -21,6 +21,9 @@ type metrics struct {
 	rulesVersion, rulesRejected, leaseGranted, evictions uint32
 	penalized, slots, slotsUsed, syncRTT                 uint32
 	keyMissing                                           uint32 // refused by a missing_key "deny" policy
+	// responseCost counts permits charged from responses beyond their estimates;
+	// responseCostMissing, responses whose cost could not be read (charged the estimate).
+	responseCost, responseCostMissing uint32
 
 	// rules holds each rule id's per-rule stats, defined once per id (a reconfiguration
 	// that keeps a rule keeps its ids: Envoy hands out a new id on every definition).
@@ -109,6 +112,8 @@ func newMetrics(h Host) *metrics {
 	// default histogram buckets, 0.5 ms to 1 h, suit milliseconds).
 	m.syncRTT = def(Histogram, "sync_rtt_ms")
 	m.keyMissing = def(Counter, "requests_key_missing")
+	m.responseCost = def(Counter, "response_cost_charged")
+	m.responseCostMissing = def(Counter, "response_cost_missing")
 	return m
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 
+	"github.com/tollgate-rl/tollgate/shared/algo"
 	"github.com/tollgate-rl/tollgate/shared/header"
 	"github.com/tollgate-rl/tollgate/shared/lease"
 	"github.com/tollgate-rl/tollgate/shared/rule"
@@ -31,6 +32,9 @@ const rulesKey = "tg:rules"
 // config is the parsed rule set plus what the plugin derives from it.
 type config struct {
 	*rule.Config
+	// costFrom is set when a rule takes its cost from the response: only then does a
+	// request's answer look for charges to keep until the response ends.
+	costFrom bool
 }
 
 func (c *config) syncEnabled() bool { return c.Config != nil && c.Sync.Cluster != "" }
@@ -79,6 +83,10 @@ type Plugin struct {
 	body    []byte // a local reply's body
 	propBuf []byte // property values read for the current request's keys
 	scratch lease.Record
+	// chargeSlot is the bucket a response's cost is charged to (its own slot buffer:
+	// charges run outside any request's decision).
+	chargeSlot slot
+	chargeBuf  algo.State
 	hdrBuf  [][2]string
 	callBuf []byte
 	meta    []byte // a decision's filter-state value
@@ -169,7 +177,10 @@ func (p *Plugin) OnPluginStart(data []byte) bool {
 // the next request sees the new set (the swap is one pointer assignment in a
 // single-threaded VM, so no request sees half of each).
 func (p *Plugin) install(cfg *rule.Config, version uint64) {
-	p.cfg = config{cfg}
+	p.cfg = config{Config: cfg}
+	for i := range cfg.Rules {
+		p.cfg.costFrom = p.cfg.costFrom || cfg.Rules[i].CostFrom != nil
+	}
 	p.rulesVersion = version
 	p.listsHaveCIDR = false
 	for _, l := range [][]rule.Pattern{cfg.Allow, cfg.Deny} {

@@ -30,6 +30,8 @@ type Stream struct {
 	headerFn func(string) (string, bool) // s.header, bound once per Stream
 	// paused holds a paused request's state while the service decides.
 	paused *pausedState
+	// resp holds what the response is charged (rules with cost_from).
+	resp respState
 }
 
 // pausedState is a request waiting for the service: its strict rules' checks and the
@@ -195,6 +197,9 @@ func (s *Stream) answer(now int64, v verdict, ops []bucketOp, states []wire.Stat
 		s.hb.Rule(header.XShadow, v.shadow.a.Rule.ID)
 	}
 	s.headers = s.hb.Pairs()
+	if p.cfg.costFrom {
+		s.keepCharges(ops)
+	}
 	return Continue
 }
 
@@ -237,6 +242,9 @@ func (s *Stream) OnResponseHeaders(int, bool) Action {
 	if err := s.p.host.AddResponseHeaders(s.headers); err != nil {
 		s.p.host.Log(LogWarn, "tollgate: add response header: "+err.Error())
 	}
+	if len(s.resp.charges) > 0 {
+		s.responseHeaders(s.p.host.NowUs())
+	}
 	return Continue
 }
 
@@ -246,6 +254,9 @@ func (s *Stream) OnLog() {}
 // OnDone forgets the stream and keeps it for a later request.
 func (s *Stream) OnDone() {
 	p := s.p
+	if len(s.resp.charges) > 0 {
+		s.responseEnd(p.host.NowUs())
+	}
 	if s.paused != nil {
 		delete(p.streams, s.id)
 	}

@@ -264,6 +264,44 @@ func Acquired(r Record, p algo.Params, now, cost int64) Record {
 	return r
 }
 
+// Charge adds n permits a request consumed after it was admitted (what its response
+// reported beyond the estimate it was admitted on) to r at local time now. Nothing is
+// refused: the permits were used already. They come out of the lease while it lasts and
+// are reported beyond it (Over) otherwise, which the service charges in full, into debt
+// if need be; the local state goes into debt as well, so that degraded decisions see
+// them. The record becomes urgent when the charge took it to its low water or beyond
+// its lease: later requests must learn soon what the bucket holds.
+func Charge(r Record, p algo.Params, now, n int64, env Env) Record {
+	return ChargeTo(nil, r, p, now, n, env)
+}
+
+// ChargeTo is Charge writing the new local state into dst's array when it has the
+// capacity (algo.TakeTo); dst must not overlap r.Local.
+func ChargeTo(dst algo.State, r Record, p algo.Params, now, n int64, env Env) Record {
+	if n <= 0 {
+		return r
+	}
+	r.UsedUs = now
+	r.Local = algo.TakeTo(dst, p, r.Local, now, n)
+	if !env.Sync {
+		return r
+	}
+	leased := int64(0)
+	if r.Synced() && now < r.LeaseUntilUs {
+		leased = min(n, r.LeaseLeft)
+	}
+	r.LeaseLeft -= leased
+	r.Pending.Leased += leased
+	if over := n - leased; over > 0 {
+		r.Pending.Over += over
+		r.GlobalRemaining -= over
+	}
+	if leased < n || r.LeaseLeft <= r.LowWater {
+		r.Urgent = true
+	}
+	return r
+}
+
 // Due reports whether r should be in the next batch: it is urgent, or consumption has
 // waited staleUs since the last report, or a lease that was used since the last report
 // ends within renewUs (renewing keeps it). inflight is the low 32 bits of the seq of

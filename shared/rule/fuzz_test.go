@@ -207,6 +207,7 @@ func FuzzParse(f *testing.F) {
 		f.Add(data)
 	}
 	f.Add([]byte(`{"rules":[{"id":"a","limit":1,"window":"1s","key":{"source":"route"}}]}`))
+	f.Add([]byte(`{"rules":[{"id":"a","limit":1,"window":"1s","cost":3,"cost_from":{"body":"usage.total_tokens","max_body_bytes":2048}}]}`))
 	f.Add([]byte(`{"telemetry":{"rule_stats":false,"decision_metadata":true},"rules":[{"id":"a","limit":1,"window":"1s"}]}`))
 	f.Add([]byte(`{"rules":[{"id":"a","limit":1,"window":"1s","match":{"hosts":["api.example.com"],"path":"/search/x",
 	  "headers":[{"name":"x-plan","exact":"pro"},{"name":"x-api-key","prefix":"sk_"},{"name":"x-id","regex":"^[0-9]+$","not":true}],

@@ -135,8 +135,11 @@ type Rule struct {
 	Key       KeySource
 	Algo      algo.Kind
 	Windows   []algo.Params // at least one; all share Algo
-	Cost      int64         // default 1
+	Cost      int64         // default 1; with CostFrom, the estimate charged on admission
 	Costs     []RouteCost
+	// CostFrom, when set, charges what the response reports beyond the cost when the
+	// response ends (the filter; the service charges what gateways report).
+	CostFrom *CostFrom
 	Tiers     map[string][]algo.Params // tier name -> windows
 	Overrides []Override
 	Fail      FailMode

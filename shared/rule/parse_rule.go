@@ -124,7 +124,7 @@ func parseRules(path string, v gjson.Result, tiers []Tier, tiersOK bool) ([]Rule
 // are only read once the algorithm is known (they are checked against it).
 func parseRule(path string, v gjson.Result, tiers []Tier, tiersOK bool, r *Rule) error {
 	o, err := parseObject(path, v, "id", "version", "match", "key", "algorithm", "limit", "window", "burst",
-		"windows", "cost", "costs", "tiers", "overrides", "fail", "shadow", "strict", "descriptors",
+		"windows", "cost", "costs", "cost_from", "tiers", "overrides", "fail", "shadow", "strict", "descriptors",
 		"missing_key", "degraded_limit", "rollout_percent")
 	if err != nil {
 		return err
@@ -176,6 +176,10 @@ func parseRule(path string, v gjson.Result, tiers []Tier, tiersOK bool, r *Rule)
 		r.Costs, err = parseCosts(o.at("costs"), cv)
 		errs.add(err)
 	}
+	if cv := o.get("cost_from"); cv.Exists() {
+		r.CostFrom, err = parseCostFrom(o.at("cost_from"), cv)
+		errs.add(err)
+	}
 	if tv := o.get("tiers"); tv.Exists() && algoOK {
 		r.Tiers, err = parseRuleTiers(o.at("tiers"), tv, tiers, tiersOK, r.Algo)
 		errs.add(err)
@@ -204,6 +208,16 @@ func parseRule(path string, v gjson.Result, tiers []Tier, tiersOK bool, r *Rule)
 	if sv := o.get("strict"); sv.Exists() {
 		r.Strict, err = parseBool(o.at("strict"), sv)
 		errs.add(err)
+	}
+	if r.CostFrom != nil {
+		switch {
+		case r.Strict:
+			// A strict rule's requests are decided by the service alone, before the
+			// response exists; the gateway holds no bucket to charge the rest to.
+			errs.add(fieldError(o.at("cost_from"), "cannot be combined with \"strict\""))
+		case r.DescriptorOnly:
+			errs.add(fieldError(o.at("cost_from"), "needs a \"match\": only the filter sees responses"))
+		}
 	}
 	errs.add(parseRuleLevers(o, r, algoOK))
 	return errs.err()
