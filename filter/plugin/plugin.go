@@ -87,9 +87,9 @@ type Plugin struct {
 	// charges run outside any request's decision).
 	chargeSlot slot
 	chargeBuf  algo.State
-	hdrBuf  [][2]string
-	callBuf []byte
-	meta    []byte // a decision's filter-state value
+	hdrBuf     [][2]string
+	callBuf    []byte
+	meta       []byte // a decision's filter-state value
 	// keyNames caches the hashed names of recent caller keys for the metadata.
 	keyNames keyNames
 }

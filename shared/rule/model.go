@@ -132,14 +132,14 @@ type Rule struct {
 	Match   Match
 	// Key is the rule's key source; the zero KeySource (see IsZero) means
 	// Config.DefaultKey, which lets Apply extract the default key once per request.
-	Key       KeySource
-	Algo      algo.Kind
-	Windows   []algo.Params // at least one; all share Algo
-	Cost      int64         // default 1; with CostFrom, the estimate charged on admission
-	Costs     []RouteCost
+	Key     KeySource
+	Algo    algo.Kind
+	Windows []algo.Params // at least one; all share Algo
+	Cost    int64         // default 1; with CostFrom, the estimate charged on admission
+	Costs   []RouteCost
 	// CostFrom, when set, charges what the response reports beyond the cost when the
 	// response ends (the filter; the service charges what gateways report).
-	CostFrom *CostFrom
+	CostFrom  *CostFrom
 	Tiers     map[string][]algo.Params // tier name -> windows
 	Overrides []Override
 	Fail      FailMode
