@@ -299,6 +299,17 @@ func ChargeTo(dst algo.State, r Record, p algo.Params, now, n int64, env Env) Re
 	if leased < n || r.LeaseLeft <= r.LowWater {
 		r.Urgent = true
 	}
+	if r.Synced() && r.GlobalRemaining < 1 {
+		// This gateway knows the bucket is in debt before the service does (until the
+		// next report): it refuses until the debt is refilled, instead of asking the
+		// service, which would still admit on what it last heard.
+		perPermit := max(1, p.WindowUs/max(1, p.Limit))
+		retry := now + (1-r.GlobalRemaining)*perPermit
+		if windowed(p) && r.ResetUs > now {
+			retry = min(retry, r.ResetUs) // the window's end wipes a window's debt
+		}
+		r.RetryUs = max(r.RetryUs, retry)
+	}
 	return r
 }
 
@@ -448,7 +459,12 @@ func (r Record) overwrite(s *wire.State, now int64, force bool) (Record, int64) 
 	}
 	r.GlobalRemaining = remaining
 	r.ResetUs = now + int64(s.ResetInMs)*1000
-	r.RetryUs = now + int64(s.RetryInMs)*1000
+	retry := now + int64(s.RetryInMs)*1000
+	if r.Pending.Over == 0 || remaining >= 1 || retry > r.RetryUs {
+		r.RetryUs = retry
+	}
+	// else: consumption the service has not heard of (Charge) empties the bucket by
+	// this gateway's count, and the retry time set for it is later: it stands.
 	r.PenaltyLevel = s.PenaltyLevel
 	r.PenaltyUntilUs = 0
 	if s.PenaltyInMs > 0 {
