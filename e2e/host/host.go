@@ -87,6 +87,11 @@ type Config struct {
 	// LogRingSize is how many log lines Logs keeps. Default 1024.
 	LogRingSize int
 
+	// BodyChunkBytes is the size of the chunks a response body is handed to
+	// proxy_on_response_body in (the last may be shorter). Default 16 KiB, a typical
+	// data frame.
+	BodyChunkBytes int
+
 	// StreamIdleTimeout bounds how long a paused request waits for the filter to resume
 	// it; then it is answered 408 "stream timeout", like Envoy's stream idle timeout.
 	// Default 5 minutes (Envoy's default).
@@ -440,6 +445,13 @@ func (h *Host) instantiate(index int) (*vm, error) {
 }
 
 // now is the time the module sees.
+func (c *Config) bodyChunk() int {
+	if c.BodyChunkBytes > 0 {
+		return c.BodyChunkBytes
+	}
+	return 16 << 10
+}
+
 func (h *Host) now() time.Time {
 	if h.cfg.Clock != nil {
 		return h.cfg.Clock()

@@ -449,10 +449,19 @@ func (v *vm) serve(ctx context.Context, req *Request, upstream Upstream, allowPa
 			resp = &Response{Local: true, Details: c.local.details, Body: c.local.sentBody()}
 			c.respMap = localResponsePairs(c.local)
 		} else if len(resp.Body) > 0 && v.fns.onResponseBody != nil && !c.reset {
-			c.body, c.bodyType = resp.Body, bufResponseBody
-			_, _ = v.callFilter(c, v.fns.onResponseBody, uint64(len(resp.Body)), 1)
+			// The body streams through in chunks, as Envoy delivers data frames: a filter
+			// that continues sees each chunk once and never the whole body at once.
+			chunk := h.cfg.bodyChunk()
+			for off := 0; off < len(resp.Body) && !c.reset && v.failed == nil; off += chunk {
+				end := min(off+chunk, len(resp.Body))
+				c.body, c.bodyType = resp.Body[off:end], bufResponseBody
+				_, _ = v.callFilter(c, v.fns.onResponseBody, uint64(end-off), boolArg(end == len(resp.Body)))
+			}
 			c.body = nil
 			drain(c.resume)
+			if v.failed != nil {
+				return v.abandon(ctx, c, req, upstream), nil
+			}
 		}
 		if c.reset {
 			resp = &Response{Reset: true}

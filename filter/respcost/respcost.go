@@ -170,6 +170,21 @@ func number(v gjson.Result) (int64, bool) {
 	return min(int64(v.Num), MaxCost), true
 }
 
+// mentionsKey reports whether data holds the path's first key as a JSON string: a cheap
+// test before parsing.
+func (s *Scanner) mentionsKey(data []byte) bool {
+	for rest := data; ; {
+		i := bytes.Index(rest, unsafe.Slice(unsafe.StringData(s.first), len(s.first)))
+		if i < 0 {
+			return false
+		}
+		if i > 0 && rest[i-1] == '"' && i+len(s.first) < len(rest) && rest[i+len(s.first)] == '"' {
+			return true
+		}
+		rest = rest[i+1:]
+	}
+}
+
 // writeSSE splits the stream into lines (LF, CRLF or CR: the event-stream format) and
 // events (a blank line ends one).
 func (s *Scanner) writeSSE(chunk []byte) {
@@ -178,8 +193,16 @@ func (s *Scanner) writeSSE(chunk []byte) {
 	}
 	s.cr = false
 	for len(chunk) > 0 {
-		i := bytes.IndexAny(chunk, "\r\n")
+		// Lines end in LF almost always: find it with the fast byte search, then look
+		// for a CR only before it.
+		i := bytes.IndexByte(chunk, '\n')
 		if i < 0 {
+			i = len(chunk)
+		}
+		if j := bytes.IndexByte(chunk[:i], '\r'); j >= 0 {
+			i = j
+		}
+		if i == len(chunk) {
 			s.appendLine(chunk)
 			return
 		}
@@ -239,6 +262,9 @@ func (s *Scanner) endEvent() {
 	s.data, s.skipData = s.data[:0], false
 	if skipped || len(data) == 0 {
 		return
+	}
+	if !s.mentionsKey(data) {
+		return // most events of a stream: content deltas without the usage key
 	}
 	v := gjson.Get(alias(data), s.path)
 	if !v.Exists() {

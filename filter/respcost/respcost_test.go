@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/tollgate-rl/tollgate/internal/llmapi"
 )
 
 func TestParseCost(t *testing.T) {
@@ -111,5 +113,27 @@ func TestScannerSSE(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkScanner is the cost of following a response body of about 1 MB for its cost
+// (bytes/s in the report), per format.
+func BenchmarkScanner(b *testing.B) {
+	for _, format := range []string{"json", "sse"} {
+		b.Run(format, func(b *testing.B) {
+			_, body := llmapi.Response(format, 1234, 1<<20)
+			var s Scanner
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				s.Reset("usage.total_tokens", 64<<10, format == "sse")
+				for off := 0; off < len(body); off += 16 << 10 {
+					s.Write(body[off:min(off+16<<10, len(body))])
+				}
+				if n, ok := s.Result(); !ok || n != 1234 {
+					b.Fatalf("got %d %v", n, ok)
+				}
+			}
+		})
 	}
 }
