@@ -86,6 +86,20 @@ type CostModule struct {
 	Name   string
 	Wasm   []byte
 	Config []byte // plugin configuration
+	// Request and Upstream, when set, replace BenchRequest("k-bench") and UpstreamOK.
+	Request  *host.Request
+	Upstream *host.Response
+}
+
+func (m *CostModule) exchange() (*host.Request, *host.Response) {
+	req, up := m.Request, m.Upstream
+	if req == nil {
+		req = BenchRequest("k-bench")
+	}
+	if up == nil {
+		up = UpstreamOK
+	}
+	return req, up
 }
 
 // MeasureCosts runs the same request through each module (one worker each, Exchange:
@@ -96,7 +110,6 @@ type CostModule struct {
 // host.Config.CountHostCalls counts host calls and host→guest allocations per request.
 func MeasureCosts(mods []CostModule, o CostOptions) ([]Cost, error) {
 	o = o.withDefaults()
-	req := BenchRequest("k-bench")
 	costs := make([]Cost, len(mods))
 	runs := make([]func(n int) error, len(mods))
 	chunks := make([]int, len(mods))
@@ -108,9 +121,10 @@ func MeasureCosts(mods []CostModule, o CostOptions) ([]Cost, error) {
 		}
 		defer h.Close()
 		c, name := &costs[i], m.Name
+		req, up := m.exchange()
 		runs[i] = func(n int) error {
 			for k := 0; k < n; k++ {
-				resp, err := h.Exchange(0, req, UpstreamOK)
+				resp, err := h.Exchange(0, req, up)
 				if err != nil {
 					return fmt.Errorf("%s: %w", name, err)
 				}
@@ -174,7 +188,7 @@ func MeasureCosts(mods []CostModule, o CostOptions) ([]Cost, error) {
 			c.GuestNsPerRequest = float64(guest.Nanoseconds()) / float64(n)
 			c.ProfiledNsPerRequest = float64(total.Nanoseconds()) / float64(n)
 		}
-		if err := countCalls(c, m, req, o.CountedReqs); err != nil {
+		if err := countCalls(c, m, o.CountedReqs); err != nil {
 			return nil, err
 		}
 	}
@@ -182,20 +196,21 @@ func MeasureCosts(mods []CostModule, o CostOptions) ([]Cost, error) {
 }
 
 // countCalls fills c's host-call counts from a host that counts them.
-func countCalls(c *Cost, m CostModule, req *host.Request, n int) error {
+func countCalls(c *Cost, m CostModule, n int) error {
+	req, up := m.exchange()
 	hc, err := host.New(host.Config{Wasm: m.Wasm, PluginConfig: m.Config, Workers: 1, LogLevel: host.LogWarn, CountHostCalls: true})
 	if err != nil {
 		return fmt.Errorf("%s (counted): %w", m.Name, err)
 	}
 	defer hc.Close()
 	for i := 0; i < 1000; i++ { // the first requests create buckets; count the steady state
-		if _, err := hc.Exchange(0, req, UpstreamOK); err != nil {
+		if _, err := hc.Exchange(0, req, up); err != nil {
 			return fmt.Errorf("%s (counted): %w", m.Name, err)
 		}
 	}
 	before := hc.HostCalls()
 	for i := 0; i < n; i++ {
-		if _, err := hc.Exchange(0, req, UpstreamOK); err != nil {
+		if _, err := hc.Exchange(0, req, up); err != nil {
 			return fmt.Errorf("%s (counted): %w", m.Name, err)
 		}
 	}

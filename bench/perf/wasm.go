@@ -80,3 +80,23 @@ func BuildAtRevision(rev string, pkgs ...string) (map[string][]byte, error) {
 	}
 	return out, nil
 }
+
+// ShippedAtRevision is BuildAtRevision with the shipping recipe's later steps (the WASI
+// shim linked in, the optimizer run): a revision's module as `make wasm` makes it today,
+// to compare with the current one step for step.
+func ShippedAtRevision(rev string, pkgs ...string) (map[string][]byte, error) {
+	mods, err := BuildAtRevision(rev, pkgs...)
+	if err != nil {
+		return nil, err
+	}
+	for pkg, m := range mods {
+		linked, err := wasmbuild.Link(m)
+		if err != nil {
+			return nil, fmt.Errorf("%s at %s: linking the WASI shim: %w", pkg, rev, err)
+		}
+		if mods[pkg], err = wasmbuild.Optimize(linked); err != nil {
+			return nil, fmt.Errorf("%s at %s: optimizing: %w", pkg, rev, err)
+		}
+	}
+	return mods, nil
+}

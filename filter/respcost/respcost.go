@@ -170,16 +170,29 @@ func number(v gjson.Result) (int64, bool) {
 	return min(int64(v.Num), MaxCost), true
 }
 
-// mentionsKey reports whether data holds the path's first key as a JSON string: a cheap
-// test before parsing.
+// mentionsKey reports whether data holds the path's first key as a JSON key whose value
+// is not null: a cheap test before parsing (an event stream repeats "usage":null in
+// every content event and reports it once, at the end).
 func (s *Scanner) mentionsKey(data []byte) bool {
+	key := unsafe.Slice(unsafe.StringData(s.first), len(s.first))
 	for rest := data; ; {
-		i := bytes.Index(rest, unsafe.Slice(unsafe.StringData(s.first), len(s.first)))
+		i := bytes.Index(rest, key)
 		if i < 0 {
 			return false
 		}
-		if i > 0 && rest[i-1] == '"' && i+len(s.first) < len(rest) && rest[i+len(s.first)] == '"' {
-			return true
+		end := i + len(key)
+		if i > 0 && rest[i-1] == '"' && end < len(rest) && rest[end] == '"' {
+			j := end + 1
+			for j < len(rest) && isSpace(rest[j]) {
+				j++
+			}
+			if j < len(rest) && rest[j] == ':' {
+				for j++; j < len(rest) && isSpace(rest[j]); j++ {
+				}
+				if !bytes.HasPrefix(rest[j:], []byte("null")) {
+					return true
+				}
+			}
 		}
 		rest = rest[i+1:]
 	}
