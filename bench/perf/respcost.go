@@ -61,7 +61,9 @@ func (r RespCost) OtherRatio() float64 { return ratio(r.Other.NsPerRequest, r.No
 func (r RespCost) NoneRatio() float64 { return ratio(r.None.NsPerRequest, r.Before.NsPerRequest) }
 
 // ParseNs is what following a response of format f for its cost adds, in ns.
-func (r RespCost) ParseNs(f string) float64 { return r.Charged[f].NsPerRequest - r.Plain[f].NsPerRequest }
+func (r RespCost) ParseNs(f string) float64 {
+	return r.Charged[f].NsPerRequest - r.Plain[f].NsPerRequest
+}
 
 func ratio(a, b float64) float64 {
 	if b <= 0 {
