@@ -197,6 +197,18 @@ func measure(r *report, o options, logger *log.Logger) error {
 		return err
 	}
 
+	logger.Print("response-based cost: without, beside and with cost_from (interleaved rounds)")
+	var before []byte
+	if prev, err := perf.ShippedAtRevision(perf.BeforeResponseCost, perf.FilterPkg); err != nil {
+		r.respBeforeErr = err
+		logger.Printf("module before response cost not measured: %v", err)
+	} else {
+		before = prev[perf.FilterPkg]
+	}
+	if r.resp, err = perf.MeasureRespCost(mods[perf.FilterPkg], before, perf.CostOptions{Round: o.dur(300 * time.Millisecond)}); err != nil {
+		return err
+	}
+
 	// 2. Against a per-request limiter.
 	base := perf.LoadOptions{Duration: o.dur(5 * time.Second), Warmup: o.dur(time.Second)}
 	type loadRun struct {

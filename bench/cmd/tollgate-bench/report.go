@@ -29,6 +29,9 @@ type report struct {
 	costs        []perf.Cost // empty, floor, filter, filter (default key)[, first version's floor, filter]
 	firstErr     error       // why the first version's modules were not measured
 	telemetry    perf.TelemetryCost
+	// resp is response-based cost; respBeforeErr why the module before it was not built.
+	resp          perf.RespCost
+	respBeforeErr error
 	match        perf.MatchCost
 	loads        map[string]perf.LoadResult
 	dists        []perf.RedisCost
@@ -274,6 +277,9 @@ func (r *report) writeTargets(w io.Writer) {
 		{"per-rule stats and decision metadata add ≤ 10 % to the decision", r.telemetryLine(), yesNo(r.telemetry.Off.NsPerRequest > 0 && r.telemetry.Overhead() <= 0.10)},
 		{"three match conditions (host + path prefix + header exact) ≤ 1.15× a prefix match", fmt.Sprintf("%.3f× (%s vs %s ns)", r.match.Ratio(),
 			fmtInt(r.match.Three.NsPerRequest), fmtInt(r.match.Prefix.NsPerRequest)), yesNo(r.match.Ratio() > 0 && r.match.Ratio() <= 1.15)},
+		{"a cost_from rule adds ≤ 10 % to a request its rule does not match", fmt.Sprintf("%+.1f %% (%s vs %s ns)", 100*(r.resp.OtherRatio()-1),
+			fmtInt(r.resp.Other.NsPerRequest), fmtInt(r.resp.None.NsPerRequest)), yesNo(r.resp.OtherRatio() > 0 && r.resp.OtherRatio() <= 1.10)},
+		{"no cost_from rule: 0 added (vs the module before response cost)", r.respNoneLine(), yesNo(r.resp.NoneRatio() > 0 && r.resp.NoneRatio() <= 1.05)},
 		{"module size ≤ 3 MB", r.filterSize(), yesNo(r.filterBytes() > 0 && r.filterBytes() <= 3_000_000)},
 		{"≤ 2 host→guest allocations per single-rule request", fmt.Sprintf("%s (key from a header); %s with the default key (IP fallback)", fmtF(real.AllocsPerRequest, 2), fmtF(r.cost(3).AllocsPerRequest, 2)), yesNo(real.AllocsPerRequest <= 2)},
 		{"≥ 20× the checks/s of a per-request Redis limiter", fmt.Sprintf("%.2f× (%s vs %s checks/s, 10k keys, 8 clients)", checksRatio, fmtInt(tg.ChecksPerSec), fmtInt(rr.ChecksPerSec)), yesNo(checksRatio >= 20)},
@@ -392,6 +398,50 @@ func (r *report) writeCost(w io.Writer) {
 	fmt.Fprintln(w, "`proxy_set_property` per request, the metadata formatted into a reused buffer with the key's")
 	fmt.Fprintln(w, "SHA-256 (no guest allocation). `go test -run '^$' -bench Telemetry ./bench/perf` measures the")
 	fmt.Fprintln(w, "same pair as Go benchmarks.")
+	fmt.Fprintln(w)
+	r.respCostSection(w)
+}
+
+// respNoneLine is the cell of the "no cost_from rule" target.
+func (r *report) respNoneLine() string {
+	if r.resp.Before.NsPerRequest == 0 {
+		if r.respBeforeErr != nil {
+			return "not measured: " + oneLine(r.respBeforeErr)
+		}
+		return "not measured"
+	}
+	return fmt.Sprintf("%+.1f %% (%s ns now, %s ns at %s; within ±5 %% counts as the rounds' noise)", 100*(r.resp.NoneRatio()-1),
+		fmtInt(r.resp.None.NsPerRequest), fmtInt(r.resp.Before.NsPerRequest), perf.BeforeResponseCost)
+}
+
+// respCostSection describes what response-based cost costs.
+func (r *report) respCostSection(w io.Writer) {
+	c := r.resp
+	fmt.Fprintln(w, "**What response-based cost costs.** BenchRequest's rule without `cost_from`, beside a")
+	fmt.Fprintln(w, "`cost_from` rule it does not match, and taking its own cost from the response (a header, a JSON")
+	fmt.Fprintln(w, "body's `usage.total_tokens`, the last event of an event stream), each with a completion of")
+	fmt.Fprintln(w, "2,000 bytes of text (`internal/llmapi`; the stream is 32 events) delivered in 16 KiB chunks,")
+	fmt.Fprintln(w, "timed in interleaved rounds as above. A request with `cost_from` reads and writes its bucket")
+	fmt.Fprintln(w, "twice: to decide, and to charge what the response reported.")
+	fmt.Fprintln(w)
+	rows := [][]string{}
+	add := func(x perf.Cost) {
+		if x.NsPerRequest > 0 {
+			rows = append(rows, []string{x.Module, fmtInt(x.NsPerRequest), fmtF(x.HostCallsPerRequest, 2), fmtF(x.AllocsPerRequest, 2)})
+		}
+	}
+	add(c.Before)
+	add(c.None)
+	add(c.Other)
+	for _, f := range []string{"header", "json", "sse"} {
+		add(c.Plain[f])
+		add(c.Charged[f])
+	}
+	table(w, []string{"module", "ns/request", "host calls", "allocs"}, rows)
+	fmt.Fprintf(w, "Following the response adds %s ns (header), %s ns (JSON body) and %s ns (event stream) per\n",
+		fmtInt(c.ParseNs("header")), fmtInt(c.ParseNs("json")), fmtInt(c.ParseNs("sse")))
+	fmt.Fprintln(w, "response, against the same response without `cost_from`. `go test -run '^$' -bench ResponseCost")
+	fmt.Fprintln(w, "./bench/perf` measures the same cases.")
 	fmt.Fprintln(w)
 }
 
