@@ -23,7 +23,8 @@ func TestREADMEExampleParses(t *testing.T) {
 	if err != nil {
 		t.Fatalf("README example: %v", err)
 	}
-	if len(c.Rules) != 6 || c.RuleByID("login") == nil || !c.RuleByID("login").Strict {
+	if len(c.Rules) != 7 || c.RuleByID("login") == nil || !c.RuleByID("login").Strict ||
+		c.RuleByID("llm-tokens") == nil || c.RuleByID("llm-tokens").CostFrom == nil {
 		t.Fatalf("README example parsed to %d rules", len(c.Rules))
 	}
 }
