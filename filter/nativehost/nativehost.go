@@ -251,6 +251,21 @@ func (w *Worker) finish(s *Stream) {
 	delete(w.streams, s.ID)
 }
 
+// Reset ends a paused stream as a client that went away does: Envoy runs the stream's
+// end (proxy_on_log, proxy_on_done) without continuing it.
+func (h *Host) Reset(s *Stream) {
+	w := s.Worker
+	if !s.Paused {
+		return
+	}
+	s.Paused = false
+	w.cur = s
+	s.s.OnLog()
+	s.s.OnDone()
+	w.cur = nil
+	delete(w.streams, s.ID)
+}
+
 // Tick fires worker w's tick (whatever its period: the caller schedules them).
 func (h *Host) Tick(w int) {
 	wk := h.workers[w]

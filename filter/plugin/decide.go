@@ -28,6 +28,9 @@ type bucketOp struct {
 	// charged: an acquire admitted the request on this bucket (the service took the
 	// cost); it is not decided or written again.
 	charged bool
+	// delayUs, when > 0, is how long the request waits for this bucket's permit, taken
+	// ahead of time (the rule's max_delay).
+	delayUs int64
 }
 
 // verdict is the outcome of deciding one request on all its buckets.
@@ -41,6 +44,9 @@ type verdict struct {
 	// can be decided (its lease is short); nothing was written.
 	acquire   bool
 	exhausted bool // CAS retries ran out (decided by the rules' fail mode)
+	// delayUs, when > 0, is how long the admitted request waits before it goes on (the
+	// longest of its buckets' delays).
+	delayUs int64
 }
 
 func (p *Plugin) env(now int64, acquireFailed bool) lease.Env {
@@ -155,6 +161,10 @@ func (p *Plugin) decide(now int64, ops []bucketOp, commit, acquireFailed bool) v
 				op.next, op.dec = lease.DecideTo(op.nextBuf, op.s.rec, op.params, now, op.a.Cost, shadow)
 				op.dec.Degraded = false
 			}
+			op.delayUs = 0
+			if op.a.Rule.MaxDelayUs > 0 && !op.shadow {
+				p.shape(now, op, env)
+			}
 		}
 		for i := range ops {
 			op := &ops[i]
@@ -181,6 +191,11 @@ func (p *Plugin) decide(now int64, ops []bucketOp, commit, acquireFailed bool) v
 				} else if v.reject == nil {
 					v.reject = op
 				}
+			}
+		}
+		if !v.acquire && v.reject == nil {
+			for i := range ops {
+				v.delayUs = max(v.delayUs, ops[i].delayUs)
 			}
 		}
 		if v.reject != nil {
@@ -235,6 +250,28 @@ func (p *Plugin) decide(now int64, ops []bucketOp, commit, acquireFailed bool) v
 	}
 	v.allowed = true
 	return v
+}
+
+// shape turns op's refusal into a delay when its permit comes within the rule's
+// max_delay (NGINX limit_req with burst and delay): the permit is taken now, ahead of its
+// time, as debt the refill repays (lease.ChargeTo: the lease first, then reported beyond
+// it), so the next request's permit comes one permit's time later. A penalty's refusal
+// is not shaped (the caller is being slowed on purpose), nor one that waits for the
+// service (an acquire).
+func (p *Plugin) shape(now int64, op *bucketOp, env lease.Env) {
+	d := &op.dec
+	if d.Allowed || d.Acquire || d.Penalized || d.RetryAfterUs > op.a.Rule.MaxDelayUs {
+		return
+	}
+	before := op.s.rec.Pending
+	op.next = lease.ChargeTo(op.nextBuf, op.s.rec, op.params, now, op.a.Cost, env)
+	wait := d.RetryAfterUs
+	*d = lease.Decision{
+		Allowed: true, Degraded: d.Degraded, ResetUs: d.ResetUs,
+		Leased: op.next.Pending.Leased - before.Leased, Over: op.next.Pending.Over - before.Over,
+		Urgent: op.next.Urgent && !op.s.rec.Urgent,
+	}
+	op.delayUs = max(wait, 1)
 }
 
 // storeRejection persists a rejecting bucket's bookkeeping (the announced Retry-After

@@ -24,6 +24,7 @@ type metrics struct {
 	// responseCost counts permits charged from responses beyond their estimates;
 	// responseCostMissing, responses whose cost could not be read (charged the estimate).
 	responseCost, responseCostMissing uint32
+	delayed                           uint32 // requests held for their permit (max_delay)
 
 	// rules holds each rule id's per-rule stats, defined once per id (a reconfiguration
 	// that keeps a rule keeps its ids: Envoy hands out a new id on every definition).
@@ -114,6 +115,7 @@ func newMetrics(h Host) *metrics {
 	m.keyMissing = def(Counter, "requests_key_missing")
 	m.responseCost = def(Counter, "response_cost_charged")
 	m.responseCostMissing = def(Counter, "response_cost_missing")
+	m.delayed = def(Counter, "requests_delayed")
 	return m
 }
 

@@ -64,6 +64,8 @@ type Plugin struct {
 	texts texts
 	// free holds finished streams for the next requests to reuse (with their buffers).
 	free []*Stream
+	// delayed holds the streams shaping holds until their release time.
+	delayed []*Stream
 	// listsHaveCIDR is set when an allow/deny entry is an address range.
 	listsHaveCIDR bool
 	// node is the gateway id sent with every batch (RATIONALE.md §6): the configured
@@ -219,6 +221,9 @@ func (p *Plugin) nodeID(configured string) string {
 // other workers fetched.
 func (p *Plugin) OnTick() {
 	now := p.host.NowUs()
+	if len(p.delayed) > 0 {
+		p.releaseDue(now)
+	}
 	if !p.cfg.syncEnabled() {
 		p.loadSharedRules()
 		return

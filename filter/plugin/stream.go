@@ -32,6 +32,8 @@ type Stream struct {
 	paused *pausedState
 	// resp holds what the response is charged (rules with cost_from).
 	resp respState
+	// releaseUs, when > 0, is when the request, held for its permit (max_delay), goes on.
+	releaseUs int64
 }
 
 // pausedState is a request waiting for the service: its strict rules' checks and the
@@ -200,6 +202,9 @@ func (s *Stream) answer(now int64, v verdict, ops []bucketOp, states []wire.Stat
 	if p.cfg.costFrom {
 		s.keepCharges(ops)
 	}
+	if v.delayUs > 0 {
+		return s.delay(now + v.delayUs)
+	}
 	return Continue
 }
 
@@ -254,6 +259,9 @@ func (s *Stream) OnLog() {}
 // OnDone forgets the stream and keeps it for a later request.
 func (s *Stream) OnDone() {
 	p := s.p
+	if s.releaseUs > 0 {
+		p.forgetDelayed(s) // reset while held: its permit stays taken, as NGINX's does
+	}
 	if len(s.resp.charges) > 0 {
 		s.responseEnd(p.host.NowUs())
 	}
@@ -431,6 +439,9 @@ func (s *Stream) onCheckResponse(now int64, headers [][2]string, body []byte) {
 		p.sync.answered(now)
 		act = s.decided(now, reply.States)
 	}
+	// Decided: a tick that finds the service down must not answer it again (it may be
+	// held for its permit, or on its way upstream).
+	s.paused.settled = true
 	if act == Continue {
 		if err := p.host.ResumeRequest(); err != nil {
 			p.host.Log(LogError, "tollgate: resume: "+err.Error())

@@ -139,12 +139,16 @@ type Rule struct {
 	Costs   []RouteCost
 	// CostFrom, when set, charges what the response reports beyond the cost when the
 	// response ends (the filter; the service charges what gateways report).
-	CostFrom  *CostFrom
-	Tiers     map[string][]algo.Params // tier name -> windows
-	Overrides []Override
-	Fail      FailMode
-	Shadow    bool
-	Strict    bool
+	CostFrom *CostFrom
+	// MaxDelayUs, when > 0, shapes instead of refusing: a request the rule would refuse
+	// but admit within this long is held by the filter until its permit's time (taken
+	// ahead, as debt) and then let through; later ones are refused as usual.
+	MaxDelayUs int64
+	Tiers      map[string][]algo.Params // tier name -> windows
+	Overrides  []Override
+	Fail       FailMode
+	Shadow     bool
+	Strict     bool
 	// DegradedLimit, when > 0, caps every window's limit (and burst) while the gateway
 	// decides without the sync service (degraded): each gateway enforces at most it.
 	DegradedLimit int64

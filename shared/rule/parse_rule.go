@@ -124,7 +124,7 @@ func parseRules(path string, v gjson.Result, tiers []Tier, tiersOK bool) ([]Rule
 // are only read once the algorithm is known (they are checked against it).
 func parseRule(path string, v gjson.Result, tiers []Tier, tiersOK bool, r *Rule) error {
 	o, err := parseObject(path, v, "id", "version", "match", "key", "algorithm", "limit", "window", "burst",
-		"windows", "cost", "costs", "cost_from", "tiers", "overrides", "fail", "shadow", "strict", "descriptors",
+		"windows", "cost", "costs", "cost_from", "max_delay", "tiers", "overrides", "fail", "shadow", "strict", "descriptors",
 		"missing_key", "degraded_limit", "rollout_percent")
 	if err != nil {
 		return err
@@ -219,6 +219,7 @@ func parseRule(path string, v gjson.Result, tiers []Tier, tiersOK bool, r *Rule)
 			errs.add(fieldError(o.at("cost_from"), "needs a \"match\": only the filter sees responses"))
 		}
 	}
+	errs.add(parseMaxDelay(o, r, algoOK))
 	errs.add(parseRuleLevers(o, r, algoOK))
 	return errs.err()
 }

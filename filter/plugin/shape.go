@@ -1,0 +1,74 @@
+package plugin
+
+import "slices"
+
+// Shaping (a rule's max_delay): a request whose permit comes within the delay is held
+// (Pause) until then and let through, instead of refused. Proxy-wasm has no per-stream
+// timer: held requests are released by the root context's tick, which runs every
+// shapeTickMs while any is held and at its usual period otherwise.
+
+// shapeTickMs is the tick period while requests are held: a request goes on at most this
+// late after its permit's time.
+const shapeTickMs = 5
+
+// delay holds the stream's request until releaseUs.
+func (s *Stream) delay(releaseUs int64) Action {
+	p := s.p
+	p.m.inc(p.m.delayed)
+	s.releaseUs = releaseUs
+	p.delayed = append(p.delayed, s)
+	if len(p.delayed) == 1 {
+		p.setTick(shapeTickMs)
+	}
+	return Pause
+}
+
+// releaseDue lets every held request whose time has come go on.
+func (p *Plugin) releaseDue(now int64) {
+	kept := p.delayed[:0]
+	for _, s := range p.delayed {
+		if s.releaseUs > now {
+			kept = append(kept, s)
+			continue
+		}
+		s.releaseUs = 0
+		if err := p.host.SetEffectiveContext(s.id); err != nil {
+			continue // the stream is gone; OnDone will not find it held
+		}
+		if err := p.host.ResumeRequest(); err != nil {
+			p.host.Log(LogError, "tollgate: resume a delayed request: "+err.Error())
+		}
+	}
+	clear(p.delayed[len(kept):])
+	p.delayed = kept
+	if len(p.delayed) == 0 {
+		p.setTick(p.baseTickMs())
+	}
+	_ = p.host.SetEffectiveContext(p.host.RootID())
+}
+
+// forgetDelayed drops a held stream that ended before its release (reset, timeout).
+func (p *Plugin) forgetDelayed(s *Stream) {
+	if i := slices.Index(p.delayed, s); i >= 0 {
+		p.delayed = slices.Delete(p.delayed, i, i+1)
+	}
+	s.releaseUs = 0
+	if len(p.delayed) == 0 {
+		p.setTick(p.baseTickMs())
+	}
+}
+
+// baseTickMs is the tick period without held requests: four per sync interval (see
+// OnPluginStart), none without sync.
+func (p *Plugin) baseTickMs() uint32 {
+	if !p.cfg.syncEnabled() {
+		return 0
+	}
+	return uint32(max(p.cfg.Sync.IntervalMs/4, 1))
+}
+
+func (p *Plugin) setTick(ms uint32) {
+	if err := p.host.SetTickPeriod(ms); err != nil {
+		p.host.Log(LogError, "tollgate: set tick period: "+err.Error())
+	}
+}
