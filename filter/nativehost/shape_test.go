@@ -119,3 +119,45 @@ func TestShapingHeldRequestReset(t *testing.T) {
 		t.Fatal("not released after its permit's time")
 	}
 }
+
+// Each row of SCHEMA.md's table beside NGINX's limit_req, for a burst of 30 requests at
+// once: how many go at once, how many are held, how many are refused.
+func TestShapingMatchesNGINX(t *testing.T) {
+	tests := []struct {
+		nginx, rule            string
+		now, held, refusedWant int
+	}{
+		{"rate=10r/s", `"burst":1`, 1, 0, 29},
+		{"burst=20 nodelay", `"burst":21`, 21, 0, 9},
+		{"burst=20", `"burst":1,"max_delay":"2s"`, 1, 20, 9},
+		{"burst=20 delay=10", `"burst":11,"max_delay":"1s"`, 11, 10, 9},
+	}
+	for _, tt := range tests {
+		t.Run(tt.nginx, func(t *testing.T) {
+			now := int64(1_700_000_000_000_000)
+			h, err := nativehost.New(nativehost.Config{
+				Clock: func() int64 { return now },
+				PluginConfig: []byte(`{"key":{"source":"header","name":"x-api-key"},"rules":[{"id":"api",
+					"algorithm":"gcra","limit":10,"window":"1s",` + tt.rule + `}]}`),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var at, held, refused int
+			for i := 0; i < 30; i++ {
+				s := h.Request(0, [][2]string{{":method", "GET"}, {":path", "/"}, {":authority", "a"}, {"x-api-key", "k"}}, nil)
+				switch {
+				case s.Paused:
+					held++
+				case s.Admitted():
+					at++
+				case s.Status() == 429:
+					refused++
+				}
+			}
+			if at != tt.now || held != tt.held || refused != tt.refusedWant {
+				t.Errorf("%d at once, %d held, %d refused; want %d, %d, %d", at, held, refused, tt.now, tt.held, tt.refusedWant)
+			}
+		})
+	}
+}
