@@ -209,6 +209,11 @@ func measure(r *report, o options, logger *log.Logger) error {
 		return err
 	}
 
+	logger.Print("shaping: a held burst's spacing, another caller's latency meanwhile")
+	if r.shape, err = perf.MeasureShaping(mods[perf.FilterPkg]); err != nil {
+		return err
+	}
+
 	// 2. Against a per-request limiter.
 	base := perf.LoadOptions{Duration: o.dur(5 * time.Second), Warmup: o.dur(time.Second)}
 	type loadRun struct {

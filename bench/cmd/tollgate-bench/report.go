@@ -32,6 +32,7 @@ type report struct {
 	// resp is response-based cost; respBeforeErr why the module before it was not built.
 	resp          perf.RespCost
 	respBeforeErr error
+	shape         perf.ShapeResult
 	match        perf.MatchCost
 	loads        map[string]perf.LoadResult
 	dists        []perf.RedisCost
@@ -280,6 +281,11 @@ func (r *report) writeTargets(w io.Writer) {
 		{"a cost_from rule adds ≤ 10 % to a request its rule does not match", fmt.Sprintf("%+.1f %% (%s vs %s ns)", 100*(r.resp.OtherRatio()-1),
 			fmtInt(r.resp.Other.NsPerRequest), fmtInt(r.resp.None.NsPerRequest)), yesNo(r.resp.OtherRatio() > 0 && r.resp.OtherRatio() <= 1.10)},
 		{"no cost_from rule: 0 added (vs the module before response cost)", r.respNoneLine(), yesNo(r.resp.NoneRatio() > 0 && r.resp.NoneRatio() <= 1.05)},
+		{"shaping: a held burst reaches the upstream at the rule's spacing (10 ms), none refused within max_delay", r.shapeLine(),
+			yesNo(r.shape.Through == 101 && r.shape.GapMean >= 9*time.Millisecond && r.shape.GapMean <= 11*time.Millisecond)},
+		{"held requests hold no worker: another caller's latency while they are held ≤ 1.2× idle", fmt.Sprintf("%.2f× (%s vs %s)",
+			ratio(float64(r.shape.OtherHeld), float64(r.shape.OtherIdle)), fmtDur(r.shape.OtherHeld), fmtDur(r.shape.OtherIdle)),
+			yesNo(r.shape.OtherIdle > 0 && ratio(float64(r.shape.OtherHeld), float64(r.shape.OtherIdle)) <= 1.2)},
 		{"module size ≤ 3 MB", r.filterSize(), yesNo(r.filterBytes() > 0 && r.filterBytes() <= 3_000_000)},
 		{"≤ 2 host→guest allocations per single-rule request", fmt.Sprintf("%s (key from a header); %s with the default key (IP fallback)", fmtF(real.AllocsPerRequest, 2), fmtF(r.cost(3).AllocsPerRequest, 2)), yesNo(real.AllocsPerRequest <= 2)},
 		{"≥ 20× the checks/s of a per-request Redis limiter", fmt.Sprintf("%.2f× (%s vs %s checks/s, 10k keys, 8 clients)", checksRatio, fmtInt(tg.ChecksPerSec), fmtInt(rr.ChecksPerSec)), yesNo(checksRatio >= 20)},
@@ -400,6 +406,13 @@ func (r *report) writeCost(w io.Writer) {
 	fmt.Fprintln(w, "same pair as Go benchmarks.")
 	fmt.Fprintln(w)
 	r.respCostSection(w)
+}
+
+// shapeLine is the shaping target's cell.
+func (r *report) shapeLine() string {
+	c := r.shape
+	return fmt.Sprintf("burst of %d at 100/s, max_delay 1 s: %d through (1 at once, the rest held), %d refused; gaps mean %s, median %s, %s–%s (5 ms tick)",
+		c.Burst, c.Through, c.Refused, fmtDur(c.GapMean), fmtDur(c.GapP50), fmtDur(c.GapMin), fmtDur(c.GapMax))
 }
 
 // respNoneLine is the cell of the "no cost_from rule" target.
