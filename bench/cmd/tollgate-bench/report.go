@@ -25,21 +25,21 @@ type report struct {
 	scale   float64
 	machine machine
 
-	moduleSizes  []moduleSize
-	costs        []perf.Cost // empty, floor, filter, filter (default key)[, first version's floor, filter]
-	firstErr     error       // why the first version's modules were not measured
-	telemetry    perf.TelemetryCost
+	moduleSizes []moduleSize
+	costs       []perf.Cost // empty, floor, filter, filter (default key)[, first version's floor, filter]
+	firstErr    error       // why the first version's modules were not measured
+	telemetry   perf.TelemetryCost
 	// resp is response-based cost; respBeforeErr why the module before it was not built.
 	resp          perf.RespCost
 	respBeforeErr error
 	shape         perf.ShapeResult
-	match        perf.MatchCost
-	loads        map[string]perf.LoadResult
-	dists        []perf.RedisCost
-	shared       []perf.SharedMem
-	redisMem     []perf.RedisMem
-	redisRateMem int64
-	keyHashMem   []perf.KeyHashMem
+	match         perf.MatchCost
+	loads         map[string]perf.LoadResult
+	dists         []perf.RedisCost
+	shared        []perf.SharedMem
+	redisMem      []perf.RedisMem
+	redisRateMem  int64
+	keyHashMem    []perf.KeyHashMem
 	// redisIdleMsPerSec is Redis CPU per second with the service running and no load.
 	redisIdleMsPerSec float64
 	ingest            []perf.IngestResult
