@@ -201,7 +201,7 @@ func (a adapter) NowUs() int64 { return a.w.h.cfg.Clock() }
 
 // Seed derives each worker's random number from Config.Seed: a replayable run.
 func (a adapter) Seed() uint64 {
-	x := a.w.h.cfg.Seed + uint64(a.w.index+1)*0x9e3779b97f4a7c15
+	x := a.w.h.cfg.Seed + uint64(a.w.index+1)*0x9e3779b97f4a7c15 + a.w.gen*0xd1b54a32d192ed03
 	x ^= x >> 30
 	x *= 0xbf58476d1ce4e5b9
 	x ^= x >> 27

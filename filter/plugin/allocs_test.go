@@ -95,6 +95,10 @@ func TestRequestAllocations(t *testing.T) {
 		// a degraded limit, and a shadowed rule (the key outside a 1 % rollout).
 		{"levers", `{"key":{"source":"header","name":"x-api-key"},"rules":[{"id":"api",` + limits + `,"window":"1s","rollout_percent":90,"degraded_limit":10},
 			{"id":"canary",` + limits + `,"window":"1s","rollout_percent":1}]}`, 5},
+		// A slot taken and given back per request (a rule with only max_in_flight adds no
+		// headers to an admitted request).
+		{"max_in_flight", `{"key":{"source":"header","name":"x-api-key"},"rules":[{"id":"llm","max_in_flight":20},
+			{"id":"api",` + limits + `,"window":"1s","max_in_flight":1000}]}`, 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &quietHost{shared: shareddata.New(), now: t0, request: [][2]string{

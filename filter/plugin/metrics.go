@@ -21,6 +21,9 @@ type metrics struct {
 	rulesVersion, rulesRejected, leaseGranted, evictions uint32
 	penalized, slots, slotsUsed, syncRTT                 uint32
 	keyMissing                                           uint32 // refused by a missing_key "deny" policy
+	// requests refused by a rule's max_in_flight; slots that could not be taken or given
+	// back (shared data failing, table full); slots of dead VMs dropped
+	inflightRejected, inflightFailed, inflightReclaimed uint32
 
 	// rules holds each rule id's per-rule stats, defined once per id (a reconfiguration
 	// that keeps a rule keeps its ids: Envoy hands out a new id on every definition).
@@ -109,6 +112,9 @@ func newMetrics(h Host) *metrics {
 	// default histogram buckets, 0.5 ms to 1 h, suit milliseconds).
 	m.syncRTT = def(Histogram, "sync_rtt_ms")
 	m.keyMissing = def(Counter, "requests_key_missing")
+	m.inflightRejected = def(Counter, "requests_concurrency_limited")
+	m.inflightFailed = def(Counter, "concurrency_failures")
+	m.inflightReclaimed = def(Counter, "concurrency_slots_reclaimed")
 	return m
 }
 

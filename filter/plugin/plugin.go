@@ -31,6 +31,8 @@ const rulesKey = "tg:rules"
 // config is the parsed rule set plus what the plugin derives from it.
 type config struct {
 	*rule.Config
+	// inFlight: some rule has max_in_flight (requests take slots).
+	inFlight bool
 }
 
 func (c *config) syncEnabled() bool { return c.Config != nil && c.Sync.Cluster != "" }
@@ -44,6 +46,7 @@ type Plugin struct {
 	base         *rule.Config
 	rulesVersion uint64
 	table        table
+	inflight     inflight
 	sync         *syncer
 	m            *metrics
 	rnd          uint64
@@ -111,6 +114,7 @@ func New(h Host) *Plugin {
 		worker:  uint32(seed>>32) | 1,
 	}
 	p.table = table{host: h, slots: defaultSlots, probes: defaultProbes}
+	p.inflight = inflight{host: h, self: p.nextRand() | 1, fence: p.table.fenceCas}
 	p.sync = newSyncer(p, p.worker)
 	p.strictSeq = uint64(now)
 	p.peerFn = p.peerAddr
@@ -160,6 +164,11 @@ func (p *Plugin) OnPluginStart(data []byte) bool {
 		if err := p.host.SetTickPeriod(uint32(max(s.IntervalMs/4, 1))); err != nil {
 			p.host.Log(LogError, "tollgate: set tick period: "+err.Error())
 		}
+	} else if p.cfg.inFlight {
+		// Slots in flight need the beat that keeps them this VM's (inflight).
+		if err := p.host.SetTickPeriod(beatEveryUs / 1000); err != nil {
+			p.host.Log(LogError, "tollgate: set tick period: "+err.Error())
+		}
 	}
 	p.host.Log(LogInfo, "tollgate: started with "+strconv.Itoa(len(p.cfg.Rules))+" rules, version "+strconv.FormatUint(p.rulesVersion, 10))
 	return true
@@ -169,7 +178,10 @@ func (p *Plugin) OnPluginStart(data []byte) bool {
 // the next request sees the new set (the swap is one pointer assignment in a
 // single-threaded VM, so no request sees half of each).
 func (p *Plugin) install(cfg *rule.Config, version uint64) {
-	p.cfg = config{cfg}
+	p.cfg = config{Config: cfg}
+	for i := range cfg.Rules {
+		p.cfg.inFlight = p.cfg.inFlight || cfg.Rules[i].MaxInFlight > 0
+	}
 	p.rulesVersion = version
 	p.listsHaveCIDR = false
 	for _, l := range [][]rule.Pattern{cfg.Allow, cfg.Deny} {
@@ -208,6 +220,7 @@ func (p *Plugin) nodeID(configured string) string {
 // other workers fetched.
 func (p *Plugin) OnTick() {
 	now := p.host.NowUs()
+	p.inflightTick(now)
 	if !p.cfg.syncEnabled() {
 		p.loadSharedRules()
 		return
