@@ -33,14 +33,14 @@ type inflight struct {
 	// here is fresh in shared data too, and a stale or missing one is read again before
 	// a holder is declared dead unless the copy is newer than the record (liveGets ==
 	// gets: no record was read since it).
-	live      []liveEntry
-	gets      uint64 // records read
-	liveGets  uint64 // gets when live was read
-	holders []holder
-	keyBuf  []byte
-	keyN    uint64
-	valBuf  []byte
-	liveBuf []byte
+	live     []liveEntry
+	gets     uint64 // records read
+	liveGets uint64 // gets when live was read
+	holders  []holder
+	keyBuf   []byte
+	keyN     uint64
+	valBuf   []byte
+	liveBuf  []byte
 	// pending holds releases that could not be written (shared data failing, CAS
 	// contention beyond maxCASAttempts), retried on the tick: uvarint slot, uvarint id
 	// length, id. next is the buffer the retry builds the still-failing ones in.
