@@ -492,18 +492,17 @@ func (s *Stream) takeSlots(now int64, applied []rule.Applied) (act Action, done 
 }
 
 // inflightShare is the requests in flight per key this gateway admits under a rule's
-// max_in_flight: all of them without a sync service, else its share of the fleet's
-// (the fleet size is the last sync reply's; expected_nodes before the first).
+// max_in_flight: all of them without a sync service, else ceil(max_in_flight / n), n
+// the larger of sync.expected_nodes and the fleet size of the last sync reply. The
+// larger, because a service's count lags a fleet that is starting (the first gateway's
+// first reply counts one) while the operator's expected_nodes does not; a fleet larger
+// than expected is counted by the service.
 func (p *Plugin) inflightShare(now int64, maxInFlight int64) int64 {
 	if !p.cfg.syncEnabled() {
 		return maxInFlight
 	}
 	p.sync.refresh(now, healthRefreshUs)
-	n := int64(p.sync.state.Nodes)
-	if n == 0 {
-		n = p.cfg.Sync.ExpectedNodes
-	}
-	n = max(n, 1)
+	n := max(int64(p.sync.state.Nodes), p.cfg.Sync.ExpectedNodes, 1)
 	return (maxInFlight + n - 1) / n
 }
 
