@@ -71,6 +71,11 @@ func clonePairs(pairs [][2]string) [][2]string {
 // SharedGet returns the value in one buffer per worker that the next call overwrites,
 // as the wasm binding does, so tests catch a plugin that keeps a value too long.
 func (a adapter) SharedGet(key string) ([]byte, uint32, bool, error) {
+	if f := a.w.h.cfg.SharedFault; f != nil {
+		if err := f(key); err != nil {
+			return nil, 0, false, err
+		}
+	}
 	v, cas, ok := a.w.h.shared.AppendGet(a.w.sharedBuf[:0], key)
 	a.w.sharedBuf = v
 	if !ok {
@@ -80,6 +85,11 @@ func (a adapter) SharedGet(key string) ([]byte, uint32, bool, error) {
 }
 
 func (a adapter) SharedSet(key string, value []byte, cas uint32) (bool, error) {
+	if f := a.w.h.cfg.SharedFault; f != nil {
+		if err := f(key); err != nil {
+			return false, err
+		}
+	}
 	return a.w.h.shared.Set(key, value, cas), nil
 }
 

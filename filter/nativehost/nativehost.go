@@ -11,7 +11,7 @@
 // the compiled module (filter/*_test.go on e2e/host) keep to what only the module shows:
 // the ABI, start-up, memory. What it does not reproduce: the ABI itself (no memory
 // copies, no host call costs), request and response bodies, trailers, properties beyond
-// the ones given, and failures of host calls.
+// the ones given, and failures of host calls other than shared data's (Config.SharedFault).
 package nativehost
 
 import (
@@ -39,6 +39,9 @@ type Config struct {
 	Shared *shareddata.Store
 	// Log receives the plugin's log lines (default: dropped).
 	Log func(level plugin.LogLevel, msg string)
+	// SharedFault, when set, is asked before every shared-data call: a non-nil error
+	// fails the call with it (a host whose shared data is failing).
+	SharedFault func(key string) error
 	// OnDecided is called when a paused request is decided later (resumed, or answered
 	// locally) — the moment the client's answer is known.
 	OnDecided func(s *Stream)

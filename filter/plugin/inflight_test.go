@@ -1,7 +1,10 @@
 package plugin_test
 
 import (
+	"errors"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/tollgate-rl/tollgate/filter/nativehost"
@@ -371,5 +374,75 @@ func TestInFlightFleetShare(t *testing.T) {
 	}
 	if total > 10+4-1 {
 		t.Errorf("fleet admitted %d in flight, bound %d", total, 10+4-1)
+	}
+}
+
+// TestInFlightSharedDataFailing: while shared data fails, a rule's max_in_flight is
+// decided by its fail mode (open: admitted uncounted; closed: 503) and counted in
+// concurrency_failures; a slot whose release failed is given back on a later tick.
+func TestInFlightSharedDataFailing(t *testing.T) {
+	now := int64(t0)
+	var failing atomic.Bool
+	h, err := nativehost.New(nativehost.Config{Workers: 1, Clock: func() int64 { return now }, Seed: 1,
+		PluginConfig: []byte(`{"key":{"source":"header","name":"x-api-key"},"retry_jitter_ms":0,"rules":[
+			{"id":"llm","match":{"prefix":"/v1/chat"},"max_in_flight":1},
+			{"id":"pay","match":{"prefix":"/v1/pay"},"max_in_flight":1,"fail":"closed"}]}`),
+		SharedFault: func(key string) error {
+			if failing.Load() && (strings.HasPrefix(key, "tg:f:") || key == "tg:live") {
+				return errors.New("shared data unavailable")
+			}
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &fleetGateway{t: t, now: &now, h: h}
+	held := g.open(0, "/v1/chat", "k1") // taken while shared data works
+	if !held.Admitted() {
+		t.Fatalf("first request: %s", answer(held))
+	}
+	failing.Store(true)
+	for _, tc := range []struct {
+		path, want string
+	}{
+		{"/v1/chat", "200"}, // fail open: admitted without a slot
+		{"/v1/pay", `503 | x-ratelimit-remaining: -1 | x-ratelimit-policy: degraded | retry-after: 1 | x-ratelimit-rule: pay | body {"error":{"code":"RATE_LIMITER_UNAVAILABLE","message":"Rate limiter is temporarily unavailable","details":{"retry_after_seconds":1,"rule":"pay"}}}`},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			s := g.open(0, tc.path, "k1")
+			if got := answer(s); got != tc.want {
+				t.Errorf("\n got %s\nwant %s", got, tc.want)
+			}
+			h.End(s)
+		})
+	}
+	if got := h.Metric("tollgate.concurrency_failures"); got != 2 {
+		t.Errorf("concurrency_failures %d, want 2", got)
+	}
+	h.End(held) // its release fails: kept for the tick
+	failing.Store(false)
+	if s := g.open(0, "/v1/chat", "k1"); s.Status() != 429 {
+		t.Fatalf("before the tick: %s (the failed release was lost?)", answer(s))
+	}
+	now += 1_000_000
+	h.Tick(0)
+	if s := g.open(0, "/v1/chat", "k1"); !s.Admitted() {
+		t.Fatalf("after the tick: %s", answer(s))
+	}
+}
+
+// TestInFlightGRPC: a gRPC request refused for concurrency gets RESOURCE_EXHAUSTED.
+func TestInFlightGRPC(t *testing.T) {
+	now := int64(t0)
+	g := newWorkers(t, cfgInFlight, 1, &now, 1)
+	req := [][2]string{{":method", "POST"}, {":path", "/v1/chat/Stream"}, {":authority", "api.example.com"},
+		{"content-type", "application/grpc"}, {"x-api-key", "k1"}}
+	var last *nativehost.Stream
+	for range 4 {
+		last = g.h.Open(0, req, nil)
+	}
+	if last.Local == nil || last.Local.Status != 429 || last.Local.GRPCStatus != 8 ||
+		string(last.Local.Body) != "concurrency limited by rule llm; retry after 1 s" {
+		t.Fatalf("fourth gRPC request: %d, grpc-status %d, %q", last.Local.Status, last.Local.GRPCStatus, last.Local.Body)
 	}
 }
