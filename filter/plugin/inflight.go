@@ -198,6 +198,7 @@ func (f *inflight) take(id string, limit int64, now int64) (n uint64, res takeRe
 			candNew  bool // the candidate key does not exist yet
 			mine     bool
 			cas      uint32
+			candDead uint64 // dead holders' slots in the candidate (reclaimed if taken)
 		)
 		for p := 0; p < inflightProbes; p++ {
 			slot := (h + uint64(p)) % inflightSlots
@@ -230,8 +231,7 @@ func (f *inflight) take(id string, limit int64, now int64) (n uint64, res takeRe
 				continue
 			}
 			if d, total := f.dropDead(now); total == 0 {
-				reclaimed += d
-				cand, candCas, haveCand = slot, c, true
+				cand, candCas, haveCand, candDead = slot, c, true, d
 			}
 		}
 		switch {
@@ -257,9 +257,6 @@ func (f *inflight) take(id string, limit int64, now int64) (n uint64, res takeRe
 				return n, taken, reclaimed + d
 			}
 		case haveCand:
-			if limit < 1 {
-				return cand, full, reclaimed
-			}
 			f.holders = append(f.holders[:0], holder{id: f.self, n: 1})
 			f.valBuf = f.appendRecord(f.valBuf[:0], id)
 			if candNew {
@@ -270,7 +267,7 @@ func (f *inflight) take(id string, limit int64, now int64) (n uint64, res takeRe
 				return 0, failed, reclaimed
 			}
 			if ok {
-				return cand, taken, reclaimed
+				return cand, taken, reclaimed + candDead
 			}
 		default:
 			return 0, failed, reclaimed // every probe holds slots in flight

@@ -446,3 +446,27 @@ func TestInFlightGRPC(t *testing.T) {
 		t.Fatalf("fourth gRPC request: %d, grpc-status %d, %q", last.Local.Status, last.Local.GRPCStatus, last.Local.Body)
 	}
 }
+
+// TestInFlightRecordsReused: records are never deleted (shared-data keys cannot be), so
+// the table stays bounded by taking over records with nothing in flight: 40,000 callers
+// one after the other through a 16,384-record table are all admitted and counted (a
+// caller whose 8 probes found no record to take would be admitted uncounted, a
+// concurrency failure), and a caller with requests in flight keeps its record.
+func TestInFlightRecordsReused(t *testing.T) {
+	now := int64(t0)
+	g := newWorkers(t, cfgInFlight, 2, &now, 11)
+	busy, _ := g.burst(3, "/v1/chat", "busy")
+	for i := range 40_000 {
+		s := g.open(i%2, "/v1/chat", "caller-"+strconv.Itoa(i))
+		if !s.Admitted() {
+			t.Fatalf("caller %d: %s", i, answer(s))
+		}
+		g.h.End(s)
+	}
+	if s := g.open(0, "/v1/chat", "busy"); s.Status() != 429 || len(busy) != 3 {
+		t.Errorf("the busy caller after the flood (%d held): %s", len(busy), answer(s))
+	}
+	if got := g.h.Metric("tollgate.concurrency_failures"); got != 0 {
+		t.Errorf("concurrency_failures %d", got)
+	}
+}
