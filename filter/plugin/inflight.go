@@ -42,10 +42,13 @@ type inflight struct {
 	valBuf   []byte
 	liveBuf  []byte
 	// pending holds releases that could not be written (shared data failing, CAS
-	// contention beyond maxCASAttempts), retried on the tick: uvarint slot, uvarint id
-	// length, id. next is the buffer the retry builds the still-failing ones in.
-	pending, next []byte
-	nPending      int
+	// contention beyond maxCASAttempts), retried on the tick.
+	pending []pendingRelease
+}
+
+type pendingRelease struct {
+	id string
+	n  uint64
 }
 
 type holder struct {
@@ -327,38 +330,28 @@ func (f *inflight) release(id string, n uint64) bool {
 	return false
 }
 
-// deferRelease keeps a release that failed for retryPending.
+// deferRelease keeps a release that failed for retryPending (copying the id: this
+// allocates, on a failure path only).
 func (f *inflight) deferRelease(id []byte, n uint64) bool {
-	if f.nPending >= maxPendingReleases {
+	if len(f.pending) >= maxPendingReleases {
 		return false
 	}
-	f.pending = binary.AppendUvarint(f.pending, n)
-	f.pending = binary.AppendUvarint(f.pending, uint64(len(id)))
-	f.pending = append(f.pending, id...)
-	f.nPending++
+	f.pending = append(f.pending, pendingRelease{id: string(id), n: n})
 	return true
 }
 
 // retryPending retries the releases that failed; it returns how many are left.
 func (f *inflight) retryPending() int {
-	if f.nPending == 0 {
-		return 0
-	}
-	rest, next, left := f.pending, f.next[:0], 0
-	for len(rest) > 0 {
-		n, k := binary.Uvarint(rest)
-		l, k2 := binary.Uvarint(rest[k:])
-		id := rest[k+k2 : k+k2+int(l)]
-		rest = rest[k+k2+int(l):]
-		if !f.release(unsafe.String(unsafe.SliceData(id), len(id)), n) {
-			next = binary.AppendUvarint(next, n)
-			next = binary.AppendUvarint(next, uint64(len(id)))
-			next = append(next, id...)
-			left++
+	k := 0
+	for _, r := range f.pending {
+		if !f.release(r.id, r.n) {
+			f.pending[k] = r
+			k++
 		}
 	}
-	f.pending, f.next, f.nPending = next, f.pending[:0], left
-	return left
+	clear(f.pending[k:])
+	f.pending = f.pending[:k]
+	return k
 }
 
 // beat writes this VM's liveness entry (dropping the stale entries of others) and
