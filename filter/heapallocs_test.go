@@ -33,6 +33,10 @@ const (
 	allocLevers = `{"key":{"source":"header","name":"x-api-key"},
 		"rules":[{"id":"api","limit":1000000,"window":"1s","rollout_percent":90,"degraded_limit":10},
 		         {"id":"canary","limit":1000000,"window":"1s","rollout_percent":1}]}`
+	// allocInFlight: a slot taken when the request is admitted and given back when its
+	// stream ends, on a rule with a rate limit too.
+	allocInFlight = `{"key":{"source":"header","name":"x-api-key"},
+		"rules":[{"id":"api","limit":1000000,"window":"1s","max_in_flight":1000}]}`
 )
 
 func allocRequest() *wasmhost.Request {
@@ -68,6 +72,8 @@ func TestGuestHeapAllocations(t *testing.T) {
 		{"three rules", allocThreeRules, 3, 0},
 		{"match conditions and metadata key", allocConditions, 1, 2},
 		{"levers", allocLevers, 2, 0},
+		// The bucket, the slot's record when it is taken and again when it is given back.
+		{"max in flight", allocInFlight, 3, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, err := wasmhost.New(wasmhost.Config{Wasm: wasm, PluginConfig: []byte(tc.config), Workers: 1,

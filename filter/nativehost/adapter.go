@@ -96,6 +96,11 @@ func clonePairs(pairs [][2]string) [][2]string {
 // SharedGet returns the value in one buffer per worker that the next call overwrites,
 // as the wasm binding does, so tests catch a plugin that keeps a value too long.
 func (a adapter) SharedGet(key string) ([]byte, uint32, bool, error) {
+	if f := a.w.h.cfg.SharedFault; f != nil {
+		if err := f(key); err != nil {
+			return nil, 0, false, err
+		}
+	}
 	v, cas, ok := a.w.h.shared.AppendGet(a.w.sharedBuf[:0], key)
 	a.w.sharedBuf = v
 	if !ok {
@@ -105,6 +110,11 @@ func (a adapter) SharedGet(key string) ([]byte, uint32, bool, error) {
 }
 
 func (a adapter) SharedSet(key string, value []byte, cas uint32) (bool, error) {
+	if f := a.w.h.cfg.SharedFault; f != nil {
+		if err := f(key); err != nil {
+			return false, err
+		}
+	}
 	return a.w.h.shared.Set(key, value, cas), nil
 }
 
@@ -226,7 +236,7 @@ func (a adapter) NowUs() int64 { return a.w.h.cfg.Clock() }
 
 // Seed derives each worker's random number from Config.Seed: a replayable run.
 func (a adapter) Seed() uint64 {
-	x := a.w.h.cfg.Seed + uint64(a.w.index+1)*0x9e3779b97f4a7c15
+	x := a.w.h.cfg.Seed + uint64(a.w.index+1)*0x9e3779b97f4a7c15 + a.w.gen*0xd1b54a32d192ed03
 	x ^= x >> 30
 	x *= 0xbf58476d1ce4e5b9
 	x ^= x >> 27

@@ -11,7 +11,7 @@
 // the compiled module (filter/*_test.go on e2e/host) keep to what only the module shows:
 // the ABI, start-up, memory. What it does not reproduce: the ABI itself (no memory
 // copies, no host call costs), request and response bodies, trailers, properties beyond
-// the ones given, and failures of host calls.
+// the ones given, and failures of host calls other than shared data's (Config.SharedFault).
 package nativehost
 
 import (
@@ -39,6 +39,9 @@ type Config struct {
 	Shared *shareddata.Store
 	// Log receives the plugin's log lines (default: dropped).
 	Log func(level plugin.LogLevel, msg string)
+	// SharedFault, when set, is asked before every shared-data call: a non-nil error
+	// fails the call with it (a host whose shared data is failing).
+	SharedFault func(key string) error
 	// OnDecided is called when a paused request is decided later (resumed, or answered
 	// locally) — the moment the client's answer is known.
 	OnDecided func(s *Stream)
@@ -75,6 +78,8 @@ type Worker struct {
 	streams map[uint32]*Stream
 	nextID  uint32
 	tickMs  uint32
+	// gen counts the restarts of this worker's VM (Restart): a new VM gets a new seed.
+	gen uint64
 	// sharedBuf holds the last shared-data value read (see adapter.SharedGet).
 	sharedBuf []byte
 }
@@ -97,10 +102,17 @@ type Stream struct {
 	// FilterState holds what the filter set with proxy_set_property, by path (Envoy's
 	// filter state "wasm.<path>").
 	FilterState map[string]string
-	s           *plugin.Stream
 	// upstream is the response being filtered; chunk the body chunk being delivered.
 	upstream Upstream
 	chunk    []byte
+	// Open is set while an admitted request opened with Host.Open waits for End or
+	// Reset (its upstream has not answered).
+	Open bool
+	// Ended is set once the stream's end reached the filter (OnDone), or its VM was
+	// restarted under it.
+	Ended bool
+	hold  bool
+	s     *plugin.Stream
 }
 
 // Admitted reports whether the request went to the upstream.
@@ -211,8 +223,70 @@ func (h *Host) Shared() *shareddata.Store { return h.shared }
 // the stream. A paused request stays open until the filter decides it (a callout's
 // answer); Config.OnDecided then tells.
 func (h *Host) Request(w int, headers [][2]string, props map[string]string) *Stream {
+	return h.request(w, headers, props, false)
+}
+
+// Open runs one request whose upstream answers later: as Request, but an admitted
+// request stays open (Stream.Open) until End or Reset ends it, the life of a slow
+// response or a long stream. A refused one ends at once, as in Request.
+func (h *Host) Open(w int, headers [][2]string, props map[string]string) *Stream {
+	return h.request(w, headers, props, true)
+}
+
+// End ends an open or paused stream as Envoy does when the response arrives, or when
+// the router answers locally instead (an upstream timeout's 504, a connection failure's
+// 503): the response headers run through the filter, then the end of the stream.
+func (h *Host) End(s *Stream) {
+	if s.Ended {
+		return
+	}
+	s.hold = false
+	s.Worker.finish(s)
+}
+
+// Reset ends an open or paused stream as Envoy does when the client (or the upstream)
+// resets it: no response goes through the filter; the filter is destroyed, which runs
+// the access log and the end of the stream (proxy_on_log, proxy_on_done).
+func (h *Host) Reset(s *Stream) {
+	if s.Ended {
+		return
+	}
+	w := s.Worker
+	s.Paused, s.Open, s.hold = false, false, false
+	w.cur = s
+	s.s.OnLog()
+	s.s.OnDone()
+	w.cur = nil
+	s.Ended = true
+	delete(w.streams, s.ID)
+}
+
+// Restart replaces worker w's VM with a new one, as Envoy does when a VM traps: the old
+// VM's streams end without reaching it (nothing it held is given back), its callouts'
+// answers go nowhere, and the new VM, with a new seed, starts from the configuration
+// and the shared data.
+func (h *Host) Restart(w int) error {
+	old := h.workers[w]
+	nw := &Worker{h: h, index: w, streams: map[uint32]*Stream{}, nextID: old.nextID, gen: old.gen + 1}
+	nw.p = plugin.New(adapter{nw})
+	if !nw.p.OnVMStart(nil) || !nw.p.OnPluginStart(h.cfg.PluginConfig) {
+		return ErrRefused
+	}
+	for _, s := range old.streams {
+		s.Paused, s.Open, s.hold, s.Ended = false, false, false, true
+	}
+	for _, c := range h.calls {
+		if c.Worker == old {
+			c.done = true
+		}
+	}
+	h.workers[w] = nw
+	return nil
+}
+
+func (h *Host) request(w int, headers [][2]string, props map[string]string, hold bool) *Stream {
 	wk := h.workers[w]
-	s := &Stream{ID: wk.nextID, Worker: wk, Request: headers, Properties: props}
+	s := &Stream{ID: wk.nextID, Worker: wk, Request: headers, Properties: props, hold: hold}
 	wk.nextID += 2
 	wk.streams[s.ID] = s
 	s.s = wk.p.NewStream(s.ID)
@@ -234,6 +308,11 @@ func (h *Host) Request(w int, headers [][2]string, props map[string]string) *Str
 // runs through them too, as in Envoy), then the end of the stream.
 func (w *Worker) finish(s *Stream) {
 	s.Decided, s.Paused = true, false
+	if s.hold && s.Local == nil {
+		s.Open = true // admitted: the upstream answers when the caller says (End)
+		return
+	}
+	s.Open = false
 	w.cur = s
 	if s.Local == nil && w.h.cfg.Upstream != nil {
 		s.upstream = w.h.cfg.Upstream(s.Request)
@@ -248,21 +327,7 @@ func (w *Worker) finish(s *Stream) {
 	s.s.OnLog()
 	s.s.OnDone()
 	w.cur = nil
-	delete(w.streams, s.ID)
-}
-
-// Reset ends a paused stream as a client that went away does: Envoy runs the stream's
-// end (proxy_on_log, proxy_on_done) without continuing it.
-func (h *Host) Reset(s *Stream) {
-	w := s.Worker
-	if !s.Paused {
-		return
-	}
-	s.Paused = false
-	w.cur = s
-	s.s.OnLog()
-	s.s.OnDone()
-	w.cur = nil
+	s.Ended = true
 	delete(w.streams, s.ID)
 }
 

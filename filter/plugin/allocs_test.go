@@ -114,6 +114,10 @@ func TestRequestAllocations(t *testing.T) {
 		{"cost from header", `{"rules":[{"id":"api",` + limits + `,"window":"1s","cost_from":{"header":"x-tokens-used"}}]}`, 5},
 		{"cost from json body", `{"rules":[{"id":"api",` + limits + `,"window":"1s","cost_from":{"body":"usage.total_tokens"}}]}`, 5},
 		{"cost from event stream", `{"rules":[{"id":"api",` + limits + `,"window":"1s","cost_from":{"body":"usage.total_tokens"}}]}`, 5},
+		// A slot taken and given back per request (a rule with only max_in_flight adds no
+		// headers to an admitted request).
+		{"max_in_flight", `{"key":{"source":"header","name":"x-api-key"},"rules":[{"id":"llm","max_in_flight":20},
+			{"id":"api",` + limits + `,"window":"1s","max_in_flight":1000}]}`, 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &quietHost{shared: shareddata.New(), now: t0, request: [][2]string{

@@ -125,6 +125,10 @@ func (s *Stream) counted(v *verdict, ops []bucketOp, states []wire.State) {
 				}
 			}
 		}
+		if len(a.Windows) == 0 { // a rule with only max_in_flight
+			s.setDecision(decAllowed, a, 0, -1, v.degraded)
+			break
+		}
 		q, _ := quota(a.Windows[min(int(states[0].Window), len(a.Windows)-1)])
 		s.setDecision(decAllowed, a, states[0].Remaining, q, v.degraded)
 	case len(applied) > 0:

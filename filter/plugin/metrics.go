@@ -25,6 +25,9 @@ type metrics struct {
 	// responseCostMissing, responses whose cost could not be read (charged the estimate).
 	responseCost, responseCostMissing uint32
 	delayed                           uint32 // requests held for their permit (max_delay)
+	// requests refused by a rule's max_in_flight; slots that could not be taken or given
+	// back (shared data failing, table full); slots of dead VMs dropped
+	inflightRejected, inflightFailed, inflightReclaimed uint32
 
 	// rules holds each rule id's per-rule stats, defined once per id (a reconfiguration
 	// that keeps a rule keeps its ids: Envoy hands out a new id on every definition).
@@ -116,6 +119,9 @@ func newMetrics(h Host) *metrics {
 	m.responseCost = def(Counter, "response_cost_charged")
 	m.responseCostMissing = def(Counter, "response_cost_missing")
 	m.delayed = def(Counter, "requests_delayed")
+	m.inflightRejected = def(Counter, "requests_concurrency_limited")
+	m.inflightFailed = def(Counter, "concurrency_failures")
+	m.inflightReclaimed = def(Counter, "concurrency_slots_reclaimed")
 	return m
 }
 

@@ -35,6 +35,8 @@ type config struct {
 	// costFrom is set when a rule takes its cost from the response: only then does a
 	// request's answer look for charges to keep until the response ends.
 	costFrom bool
+	// inFlight: some rule has max_in_flight (requests take slots).
+	inFlight bool
 }
 
 func (c *config) syncEnabled() bool { return c.Config != nil && c.Sync.Cluster != "" }
@@ -48,6 +50,7 @@ type Plugin struct {
 	base         *rule.Config
 	rulesVersion uint64
 	table        table
+	inflight     inflight
 	sync         *syncer
 	m            *metrics
 	rnd          uint64
@@ -121,6 +124,7 @@ func New(h Host) *Plugin {
 		worker:  uint32(seed>>32) | 1,
 	}
 	p.table = table{host: h, slots: defaultSlots, probes: defaultProbes}
+	p.inflight = inflight{host: h, self: p.nextRand() | 1, fence: p.table.fenceCas}
 	p.sync = newSyncer(p, p.worker)
 	p.strictSeq = uint64(now)
 	p.peerFn = p.peerAddr
@@ -170,6 +174,11 @@ func (p *Plugin) OnPluginStart(data []byte) bool {
 		if err := p.host.SetTickPeriod(uint32(max(s.IntervalMs/4, 1))); err != nil {
 			p.host.Log(LogError, "tollgate: set tick period: "+err.Error())
 		}
+	} else if p.cfg.inFlight {
+		// Slots in flight need the beat that keeps them this VM's (inflight).
+		if err := p.host.SetTickPeriod(beatEveryUs / 1000); err != nil {
+			p.host.Log(LogError, "tollgate: set tick period: "+err.Error())
+		}
 	}
 	p.host.Log(LogInfo, "tollgate: started with "+strconv.Itoa(len(p.cfg.Rules))+" rules, version "+strconv.FormatUint(p.rulesVersion, 10))
 	return true
@@ -182,6 +191,7 @@ func (p *Plugin) install(cfg *rule.Config, version uint64) {
 	p.cfg = config{Config: cfg}
 	for i := range cfg.Rules {
 		p.cfg.costFrom = p.cfg.costFrom || cfg.Rules[i].CostFrom != nil
+		p.cfg.inFlight = p.cfg.inFlight || cfg.Rules[i].MaxInFlight > 0
 	}
 	p.rulesVersion = version
 	p.listsHaveCIDR = false
@@ -224,6 +234,7 @@ func (p *Plugin) OnTick() {
 	if len(p.delayed) > 0 {
 		p.releaseDue(now)
 	}
+	p.inflightTick(now)
 	if !p.cfg.syncEnabled() {
 		p.loadSharedRules()
 		return

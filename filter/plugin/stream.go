@@ -34,6 +34,12 @@ type Stream struct {
 	resp respState
 	// releaseUs, when > 0, is when the request, held for its permit (max_delay), goes on.
 	releaseUs int64
+	// held are the slots of rules with max_in_flight the request holds until it ends
+	// (their ids in heldIDs); both keep their memory across reuses of the Stream.
+	held    []heldSlot
+	heldIDs []byte
+	// inflightShadow is a shadow rule whose max_in_flight would have refused the request.
+	inflightShadow string
 }
 
 // pausedState is a request waiting for the service: its strict rules' checks and the
@@ -129,6 +135,13 @@ func (s *Stream) decideRequest(now int64, hdrs [][2]string) Action {
 	if applied = withoutRefusals(applied); len(applied) == 0 {
 		return Continue
 	}
+	if p.cfg.inFlight {
+		// Slots first: a request refused for concurrency spends no rate-limit permit,
+		// and one the rate limit refuses gives its slots back at once (answer).
+		if act, done := s.takeSlots(now, applied); done {
+			return act
+		}
+	}
 	if p.cfg.syncEnabled() {
 		for i := range applied {
 			if applied[i].Rule.Strict {
@@ -160,6 +173,7 @@ func (s *Stream) answer(now int64, v verdict, ops []bucketOp, states []wire.Stat
 	s.counted(&v, ops, states)
 	switch {
 	case v.failClosed:
+		s.releaseSlots()
 		p.m.inc(p.m.failClosed)
 		p.m.inc(p.m.degraded)
 		retry := max(p.sync.state.OpenUntilUs-now, p.cfg.Sync.IntervalMs*1000)
@@ -173,6 +187,7 @@ func (s *Stream) answer(now int64, v verdict, ops []bucketOp, states []wire.Stat
 		s.reply(503, "tollgate_unavailable", p.body503(v.reject.a.Rule.ID, secs))
 		return Pause
 	case v.reject != nil:
+		s.releaseSlots()
 		op := v.reject
 		p.m.inc(p.m.rejected)
 		if op.dec.Penalized {
@@ -197,6 +212,8 @@ func (s *Stream) answer(now int64, v verdict, ops []bucketOp, states []wire.Stat
 	if v.shadow != nil {
 		p.m.inc(p.m.shadowRejected)
 		s.hb.Rule(header.XShadow, v.shadow.a.Rule.ID)
+	} else if s.inflightShadow != "" {
+		s.hb.Rule(header.XShadow, s.inflightShadow)
 	}
 	s.headers = s.hb.Pairs()
 	if p.cfg.costFrom {
@@ -256,7 +273,9 @@ func (s *Stream) OnResponseHeaders(int, bool) Action {
 // OnLog is a no-op: Tollgate logs through metrics.
 func (s *Stream) OnLog() {}
 
-// OnDone forgets the stream and keeps it for a later request.
+// OnDone gives back the request's slots, forgets the stream and keeps it for a later
+// request. Envoy calls it when the stream is destroyed, whatever ended it: the response
+// completed, a local reply (the router's timeout included), or a reset by either side.
 func (s *Stream) OnDone() {
 	p := s.p
 	if s.releaseUs > 0 {
@@ -265,10 +284,14 @@ func (s *Stream) OnDone() {
 	if len(s.resp.charges) > 0 {
 		s.responseEnd(p.host.NowUs())
 	}
+	if len(s.held) > 0 {
+		s.releaseSlots()
+	}
 	if s.paused != nil {
 		delete(p.streams, s.id)
 	}
 	s.id, s.headers, s.replied, s.hdrs, s.paused, s.grpc = 0, nil, false, nil, nil, false
+	s.inflightShadow = ""
 	if len(p.free) < maxFreeStreams {
 		p.free = append(p.free, s)
 	}

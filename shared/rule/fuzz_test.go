@@ -56,7 +56,12 @@ func checkInvariants(t testing.TB, c *Config) {
 		if AlgorithmName(r.Algo) == "" || r.Cost < 1 || r.Cost > algo.MaxCost || len(r.Costs) > MaxCosts || len(r.Overrides) > MaxOverrides {
 			t.Fatalf("rule %q: algo %d cost %d", r.ID, r.Algo, r.Cost)
 		}
-		checkWindows(t, r.ID, r.Algo, r.Windows)
+		if r.MaxInFlight < 0 || r.MaxInFlight > MaxInFlight || r.MaxInFlight > 0 && r.Descriptors != nil {
+			t.Fatalf("rule %q: max_in_flight %d", r.ID, r.MaxInFlight)
+		}
+		if len(r.Windows) > 0 || r.MaxInFlight == 0 || len(r.Tiers)+len(r.Overrides) > 0 {
+			checkWindows(t, r.ID, r.Algo, r.Windows)
+		}
 		for name, w := range r.Tiers {
 			if !tierNames[name] {
 				t.Fatalf("rule %q: undefined tier %q", r.ID, name)
@@ -208,6 +213,7 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Add([]byte(`{"rules":[{"id":"a","limit":1,"window":"1s","key":{"source":"route"}}]}`))
 	f.Add([]byte(`{"rules":[{"id":"a","limit":1,"window":"1s","cost":3,"cost_from":{"body":"usage.total_tokens","max_body_bytes":2048}}]}`))
+	f.Add([]byte(`{"rules":[{"id":"a","max_in_flight":3},{"id":"b","limit":1,"window":"1s","max_in_flight":1,"fail":"closed"}]}`))
 	f.Add([]byte(`{"telemetry":{"rule_stats":false,"decision_metadata":true},"rules":[{"id":"a","limit":1,"window":"1s"}]}`))
 	f.Add([]byte(`{"rules":[{"id":"a","limit":1,"window":"1s","match":{"hosts":["api.example.com"],"path":"/search/x",
 	  "headers":[{"name":"x-plan","exact":"pro"},{"name":"x-api-key","prefix":"sk_"},{"name":"x-id","regex":"^[0-9]+$","not":true}],
@@ -260,7 +266,7 @@ func FuzzParse(f *testing.F) {
 				}
 				continue
 			}
-			if a.Key == "" || len(a.Key) > MaxKeyLen || a.Cost < 1 || len(a.Windows) == 0 {
+			if a.Key == "" || len(a.Key) > MaxKeyLen || a.Cost < 1 || len(a.Windows) == 0 && a.Rule.MaxInFlight == 0 {
 				t.Fatalf("bad applied %+v", a)
 			}
 		}

@@ -167,6 +167,10 @@ type Rule struct {
 	// MissingKey is what happens to a request the rule matches but whose key cannot
 	// be found (default: skip the rule).
 	MissingKey MissingKey
+	// MaxInFlight, when > 0, caps the requests of one caller key the rule admits that
+	// have not ended yet (filter only: a request holds a slot from admission to the end
+	// of its stream). A rule may have it without windows (ConcurrencyOnly).
+	MaxInFlight int64
 
 	overrideIdx *globSet // built by Parse; nil: linear scan
 }

@@ -125,7 +125,7 @@ func parseRules(path string, v gjson.Result, tiers []Tier, tiersOK bool) ([]Rule
 func parseRule(path string, v gjson.Result, tiers []Tier, tiersOK bool, r *Rule) error {
 	o, err := parseObject(path, v, "id", "version", "match", "key", "algorithm", "limit", "window", "burst",
 		"windows", "cost", "costs", "cost_from", "max_delay", "tiers", "overrides", "fail", "shadow", "strict", "descriptors",
-		"missing_key", "degraded_limit", "rollout_percent")
+		"missing_key", "degraded_limit", "rollout_percent", "max_in_flight")
 	if err != nil {
 		return err
 	}
@@ -163,7 +163,7 @@ func parseRule(path string, v gjson.Result, tiers []Tier, tiersOK bool, r *Rule)
 			}
 		}
 	}
-	if algoOK {
+	if algoOK && !concurrencyOnly(o) {
 		r.Windows, err = parseLimits(o, r.Algo)
 		errs.add(err)
 	}
@@ -221,6 +221,7 @@ func parseRule(path string, v gjson.Result, tiers []Tier, tiersOK bool, r *Rule)
 	}
 	errs.add(parseMaxDelay(o, r, algoOK))
 	errs.add(parseRuleLevers(o, r, algoOK))
+	errs.add(parseInFlight(o, r))
 	return errs.err()
 }
 

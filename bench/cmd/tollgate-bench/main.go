@@ -196,6 +196,10 @@ func measure(r *report, o options, logger *log.Logger) error {
 	if r.match, err = perf.MeasureMatchCost(mods[perf.FilterPkg], perf.CostOptions{Round: o.dur(300 * time.Millisecond)}); err != nil {
 		return err
 	}
+	logger.Print("concurrency limit: a rule without and with max_in_flight (interleaved rounds)")
+	if r.inflight, err = perf.MeasureInFlightCost(mods[perf.FilterPkg], perf.CostOptions{Round: o.dur(300 * time.Millisecond)}); err != nil {
+		return err
+	}
 
 	logger.Print("response-based cost: without, beside and with cost_from (interleaved rounds)")
 	var before []byte

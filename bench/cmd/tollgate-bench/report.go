@@ -34,6 +34,7 @@ type report struct {
 	respBeforeErr error
 	shape         perf.ShapeResult
 	match         perf.MatchCost
+	inflight      perf.InFlightCost
 	loads         map[string]perf.LoadResult
 	dists         []perf.RedisCost
 	shared        []perf.SharedMem
@@ -455,6 +456,27 @@ func (r *report) respCostSection(w io.Writer) {
 		fmtInt(c.ParseNs("header")), fmtInt(c.ParseNs("json")), fmtInt(c.ParseNs("sse")))
 	fmt.Fprintln(w, "response, against the same response without `cost_from`. `go test -run '^$' -bench ResponseCost")
 	fmt.Fprintln(w, "./bench/perf` measures the same cases.")
+	r.writeInFlightCost(w)
+}
+
+// writeInFlightCost says what a rule's max_in_flight adds to a decision.
+func (r *report) writeInFlightCost(w io.Writer) {
+	c := r.inflight
+	if c.Off.NsPerRequest <= 0 {
+		return
+	}
+	fmt.Fprintln(w, "**What a concurrency limit costs.** The same module and rule without and with")
+	fmt.Fprintln(w, "`max_in_flight` (never reached: each request takes a slot in shared data when admitted and")
+	fmt.Fprintln(w, "gives it back when its stream ends), timed in interleaved rounds as above:")
+	fmt.Fprintln(w)
+	var rows [][]string
+	for _, x := range []perf.Cost{c.Off, c.On} {
+		rows = append(rows, []string{x.Module, fmtInt(x.NsPerRequest), fmtF(x.HostCallsPerRequest, 2), fmtF(x.AllocsPerRequest, 2), hostCalls(x.HostCalls)})
+	}
+	table(w, []string{"module", "ns/request", "host calls", "allocs", "host calls per request"}, rows)
+	fmt.Fprintf(w, "The slot makes the decision %.2f× as long: two shared-data reads and writes more (the record\n", c.Ratio())
+	fmt.Fprintln(w, "when the slot is taken and when it is given back), no guest allocation. `go test -run '^$'")
+	fmt.Fprintln(w, "-bench InFlight ./bench/perf` measures the same pair.")
 	fmt.Fprintln(w)
 }
 
