@@ -103,6 +103,11 @@ func (p *Plugin) grpcUnavailable(rule string, secs int64) []byte {
 	return p.body
 }
 
+func (p *Plugin) grpcKeyMissing(a *rule.Applied) []byte {
+	p.body = header.AppendGRPCMessage(p.body[:0], "no caller key for rule ", a.Rule.ID, -1)
+	return p.body
+}
+
 func (p *Plugin) grpcDenied(pattern string) []byte {
 	p.body = header.AppendGRPCMessage(p.body[:0], "denied by ", pattern, -1)
 	return p.body

@@ -20,7 +20,8 @@ import (
 //
 // decision is allowed, limited, shadow_limited (admitted; the shadow rule named would
 // have refused), unavailable (503, a fail-closed strict rule without the service),
-// denied or bypassed (the allow/deny lists: no rule, no key). key is the caller key's
+// denied or bypassed (the allow/deny lists: no rule, no key), or key_missing (a rule's
+// missing_key "deny": the rule named, no key). key is the caller key's
 // hash (package keyhash, as the service's /v1/top names keys), never the key.
 const DecisionProperty = "tollgate"
 
@@ -31,6 +32,7 @@ const (
 	decShadowLimited = "shadow_limited"
 	decUnavailable   = "unavailable"
 	decDenied        = "denied"
+	decKeyMissing    = "key_missing"
 	decBypassed      = "bypassed"
 )
 

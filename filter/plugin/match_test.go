@@ -163,3 +163,31 @@ func TestMissingKeyInFilter(t *testing.T) {
 		})
 	}
 }
+
+// A gRPC request refused for its missing key is refused the gRPC way (trailers-only:
+// UNAUTHENTICATED for 401, PERMISSION_DENIED for 403), and the decision metadata names
+// the rule and says key_missing.
+func TestMissingKeyGRPC(t *testing.T) {
+	for _, tc := range []struct {
+		policy string
+		status uint32
+		grpc   int32
+	}{
+		{`"deny"`, 401, 16},
+		{`{"action":"deny","status":403}`, 403, 7},
+	} {
+		t.Run(tc.policy, func(t *testing.T) {
+			g := newGateway(t, `{"retry_jitter_ms":0,"rules":[{"id":"r","limit":2,"window":"1m","key":{"source":"header","name":"x-tenant"},"missing_key":`+tc.policy+`}]}`)
+			s := g.send("/svc.Orders/List", "content-type: application/grpc")
+			if s.Local == nil || s.Local.Status != tc.status || s.Local.GRPCStatus != tc.grpc || string(s.Local.Body) != "no caller key for rule r" {
+				t.Fatalf("answer %s (grpc-status %v), want %d with grpc-status %d", answer(s), s.Local, tc.status, tc.grpc)
+			}
+			if got := s.FilterState["tollgate"]; got != "rule=r decision=key_missing degraded=false" {
+				t.Errorf("decision metadata %q", got)
+			}
+			if s := g.send("/x"); s.Local == nil || s.Local.GRPCStatus != -1 || !strings.Contains(string(s.Local.Body), `"rule":"r"`) {
+				t.Errorf("plain HTTP request: %s, want the JSON body", answer(s))
+			}
+		})
+	}
+}

@@ -128,7 +128,12 @@ func (s *Stream) decideRequest(now int64, hdrs [][2]string) Action {
 		return Continue
 	}
 	if a := p.missingKey(applied); a != nil {
+		s.setDecision(decKeyMissing, a, 0, -1, false)
 		s.hb.Reset()
+		if s.grpc {
+			s.replyGRPC(uint32(a.Refuse), "tollgate_key_missing", header.GRPCStatusFor(a.Refuse), p.grpcKeyMissing(a))
+			return Pause
+		}
 		s.reply(uint32(a.Refuse), "tollgate_key_missing", p.bodyKeyMissing(a))
 		return Pause
 	}

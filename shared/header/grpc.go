@@ -11,7 +11,22 @@ const (
 	GRPCPermissionDenied  = 7  // deny list (HTTP 403)
 	GRPCResourceExhausted = 8  // rate limited (HTTP 429)
 	GRPCUnavailable       = 14 // fail-closed rule while degraded (HTTP 503)
+	GRPCUnauthenticated   = 16 // missing key refused with 401 (missing_key "deny")
 )
+
+// GRPCStatusFor is the gRPC status of a refusal the filter answers with HTTP status
+// httpStatus (gRPC's own mapping of HTTP statuses for 401 and 403).
+func GRPCStatusFor(httpStatus int) int32 {
+	switch httpStatus {
+	case 401:
+		return GRPCUnauthenticated
+	case 403:
+		return GRPCPermissionDenied
+	case 503:
+		return GRPCUnavailable
+	}
+	return GRPCResourceExhausted
+}
 
 // AppendGRPCMessage appends the grpc-message of a gRPC refusal: prefix, subject and,
 // when retrySeconds >= 0, "; retry after N s". Bytes of subject outside printable
