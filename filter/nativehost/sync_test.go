@@ -444,3 +444,32 @@ func TestBatchCarriesABucketOnce(t *testing.T) {
 		})
 	}
 }
+
+// A key held far above its limit: once the gateway has refused more than a sync
+// interval's refill, it asks the service again only after an interval's refill, so a
+// second costs about one acquire per interval, not one per permit (a Redis round trip
+// per admitted request, what a per-request limiter costs); what it admits stays the
+// limit.
+func TestHotKeyAcquiresOncePerInterval(t *testing.T) {
+	f := newFleet(t, 1, 1, `[{"id":"api","limit":1000,"window":"1s"}]`)
+	f.svc.NoPenalty = true
+	f.tick(100)
+	admitted := 0
+	for ms := 0; ms < 3000; ms++ {
+		for range 20 { // 20,000 requests a second against 1,000
+			if f.send(0, 0, "hot").Admitted() {
+				admitted++
+			}
+		}
+		f.tick(1)
+	}
+	acquires := f.gws[0].Metric("tollgate.acquires")
+	t.Logf("3 s at 20x the limit: %d admitted, %d acquires, %d batches", admitted, acquires, f.svc.Batches)
+	// The bucket's 1,000 at once, then 1,000 a second.
+	if admitted < 3800 || admitted > 4000 {
+		t.Errorf("%d admitted in 3 s, want about 4,000 (capacity 1,000 + 3,000 refill)", admitted)
+	}
+	if acquires > 60 {
+		t.Errorf("%d acquires in 3 s, want at most about one per 100 ms interval (30) and a few more", acquires)
+	}
+}

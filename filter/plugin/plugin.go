@@ -124,7 +124,9 @@ func New(h Host) *Plugin {
 		worker:  uint32(seed>>32) | 1,
 	}
 	p.table = table{host: h, slots: defaultSlots, probes: defaultProbes}
-	p.inflight = inflight{host: h, self: p.nextRand() | 1, fence: p.table.fenceCas}
+	// The VM's holder id comes from the seed, not from p.rnd: drawing it there would shift
+	// every later jitter, and simulations replay a seed's decisions.
+	p.inflight = inflight{host: h, self: (seed*0x9e3779b97f4a7c15)>>1 | 1, fence: p.table.fenceCas}
 	p.sync = newSyncer(p, p.worker)
 	p.strictSeq = uint64(now)
 	p.peerFn = p.peerAddr

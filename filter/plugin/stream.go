@@ -556,10 +556,11 @@ func (p *Plugin) acquired(now int64, op *bucketOp, st *wire.State) {
 		} else if announced := now + int64(st.RetryInMs)*1000; announced > rec.AnnouncedUs {
 			rec.AnnouncedUs = announced
 		}
-		// A spent bucket: every gateway that wants it would otherwise ask again the
-		// moment its next permit refills, and all but one be refused. Each waits a random
-		// part of the time the fleet's gateways would take to get one permit each, so
-		// about one asks per refill.
+		// A gateway held above its limit asks again after a sync interval's refill, not at
+		// every permit (syncer.batchRetry). On a spent bucket with several gateways, each
+		// also waits a random part of the time the fleet would take to get one permit
+		// each, so that they do not all ask at once.
+		rec = p.sync.batchRetry(rec, op.params, rec.Pending.Rejected, now)
 		if n := int64(p.sync.state.Nodes); n > 1 && st.Remaining < 1 && rec.RetryUs > now {
 			perPermit := max(1, op.params.WindowUs/max(1, op.params.Limit))
 			rec.RetryUs += int64(p.nextRand() % uint64(min(n*perPermit, 1<<40)))

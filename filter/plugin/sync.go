@@ -600,6 +600,7 @@ func (s *syncer) apply(now int64, st *wire.State, d *wire.Delta, id string, seq 
 		} else {
 			rec, returned = lease.ApplyReply(rec, st, d, seq, now)
 			rec.LeaseUntilUs = min(rec.LeaseUntilUs, now+s.cfg().LeaseTTLMs*1000)
+			rec = s.batchRetry(rec, lease.ParamsOf(d), int64(d.Rejected)+rec.Pending.Rejected, now)
 			if returned > 0 && !rec.Urgent {
 				rec.Urgent = true
 			}
@@ -619,6 +620,26 @@ func (s *syncer) apply(now int64, st *wire.State, d *wire.Delta, id string, seq 
 			return
 		}
 	}
+}
+
+// batchRetry holds a gateway that is refusing far more than the bucket refills off the
+// service until the next sync interval. Left alone, a key held above its limit asks
+// (an acquire, a Redis round trip) every time its lease runs dry, and a spent bucket
+// grants a permit or a small lease at a time: about one round trip per admitted request,
+// what a limiter that asks Redis every time costs. A gateway that refused more than an
+// interval's refill since its last report (rejected) counts the bucket as spent until
+// an interval's refill from now (never longer than the whole capacity takes): it uses
+// its lease, refuses beyond it, and then one acquire brings a lease of what refilled
+// meanwhile. What the fleet admits stays the limit; the refused learn a Retry-After
+// of at most an interval. A caller near its limit, refused now and then, is left alone.
+func (s *syncer) batchRetry(rec lease.Record, params algo.Params, rejected, now int64) lease.Record {
+	perPermit := max(1, params.WindowUs/max(1, params.Limit))
+	if rejected*perPermit < s.intervalUs() {
+		return rec
+	}
+	rec.RetryUs = max(rec.RetryUs, now+min(s.intervalUs(), params.Capacity()*perPermit))
+	rec.GlobalRemaining = min(rec.GlobalRemaining, 0)
+	return rec
 }
 
 // uncut gives a refused batch's consumption back to its buckets.
