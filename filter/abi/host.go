@@ -80,23 +80,7 @@ func (h Host) HeaderValue(m MapType, name string) (string, error) {
 // call; the bytes alias a buffer the next ReadBody reuses. An empty result without
 // error means there is nothing at start.
 func (h Host) ReadBody(b BufferType, start, max uint32) ([]byte, error) {
-	if max == 0 {
-		return nil, nil
-	}
-	resetReturn()
-	bodyArmed = true
-	st := proxyGetBufferBytes(uint32(b), start, min(max, maxBodyRead), &retPtr, &retSize)
-	buf, _, ok := takeReturned()
-	if st == statusNotFound {
-		return nil, nil
-	}
-	if err := statusErr(st, "proxy_get_buffer_bytes", ""); err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, &CallError{Func: "proxy_get_buffer_bytes", Err: ErrInvalidMemoryAccess}
-	}
-	return buf, nil
+	return getBuffer(b, start, min(max, maxBodyRead), true)
 }
 
 // AddHeader adds name: value to map m (keeping existing values of name).
@@ -356,13 +340,24 @@ func getPairs(m MapType, dst [][2]string) ([][2]string, error) {
 
 // readBuffer reads up to max bytes of a host buffer. An empty or absent buffer is nil
 // without error: hosts differ on whether that is OK or NOT_FOUND.
-func readBuffer(b BufferType, max uint32) ([]byte, error) {
+func readBuffer(b BufferType, max uint32) ([]byte, error) { return getBuffer(b, 0, max, false) }
+
+// getBuffer is proxy_get_buffer_bytes: into the reused body buffer (reuse: the caller
+// is done with the bytes before the next body read), or into memory the caller owns.
+func getBuffer(b BufferType, start, max uint32, reuse bool) ([]byte, error) {
 	if max == 0 {
 		return nil, nil
 	}
 	resetReturn()
-	st := proxyGetBufferBytes(uint32(b), 0, max, &retPtr, &retSize)
-	buf, ok := takeOwned()
+	bodyArmed = reuse
+	st := proxyGetBufferBytes(uint32(b), start, max, &retPtr, &retSize)
+	var buf []byte
+	var ok bool
+	if reuse {
+		buf, _, ok = takeReturned()
+	} else {
+		buf, ok = takeOwned()
+	}
 	if st == statusNotFound {
 		return nil, nil
 	}
