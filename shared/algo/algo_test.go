@@ -75,7 +75,14 @@ func TestValidate(t *testing.T) {
 		{"burst_refill_too_slow", Params{Limit: 1, WindowUs: MaxWindowUs, Burst: 300}, "burst"},
 		{"burst_refill_at_bound", Params{Limit: 1, WindowUs: MaxWindowUs, Burst: MaxRefillUs / MaxWindowUs}, ""},
 		{"burst_ignored_by_windows", Params{Kind: FixedWindow, Limit: 1, WindowUs: MaxWindowUs, Burst: 10_000}, ""},
-		{"unknown_kind", Params{Kind: 5, Limit: 1, WindowUs: second}, "algorithm"},
+		{"unknown_kind", Params{Kind: Calendar + 1, Limit: 1, WindowUs: second}, "algorithm"},
+		{"calendar_month_utc", CalendarParams(MaxLimit, Month, 0), ""},
+		{"calendar_week_minus_8", CalendarParams(1, Week, -8*60), ""},
+		{"calendar_day_plus_14", CalendarParams(100, Day, MaxOffsetMinutes), ""},
+		{"calendar_bad_period", Params{Kind: Calendar, Limit: 1, WindowUs: DayUs, Burst: 41440}, "calendar"},
+		{"calendar_bad_offset", Params{Kind: Calendar, Limit: 1, WindowUs: DayUs, Burst: 10000 + 1440 + 841}, "calendar"},
+		{"calendar_no_encoding", Params{Kind: Calendar, Limit: 1, WindowUs: DayUs}, "calendar"},
+		{"calendar_window_not_period", Params{Kind: Calendar, Limit: 1, WindowUs: 31 * DayUs, Burst: 11440}, "window"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -103,7 +110,11 @@ func literal(p Params) norm {
 	if (p.Kind == TokenBucket || p.Kind == GCRA) && p.Burst > 0 {
 		c = p.Burst
 	}
-	return norm{kind: p.Kind, lim: p.Limit, win: p.WindowUs, capa: c}
+	n := norm{kind: p.Kind, lim: p.Limit, win: p.WindowUs, capa: c}
+	if per, off, ok := p.Calendar(); ok {
+		n.per, n.off = per, off*60_000_000
+	}
+	return n
 }
 
 // TestValidateMatchesNorm: on parameters drawn at and around every bound, Validate
