@@ -113,15 +113,16 @@ func FormatOffset(minutes int64) string {
 	return string([]byte{sign, byte('0' + h/10), byte('0' + h%10), ':', byte('0' + m/10), byte('0' + m%10)})
 }
 
-// calNorm decodes (clamping, like every bound) the period and offset of a Calendar
-// norm from the encoded field: period clamped to [Day, Month], offset to ±14:00.
-// The Lua twin algo__cal_decode clamps identically.
+// calNorm decodes (clamping, like every bound) the period and the offset (µs) of a
+// Calendar norm from the encoded field. The field is first clamped to the encodings of
+// a day at -14:00 and a month at +14:00 (so the Lua twin, algo__cal_norm, works on a
+// small exact integer whatever it was sent), then the period to [Day, Month] and the
+// offset to ±14:00.
 func calNorm(code int64) (Period, int64) {
-	q := floorDiv(code, calPeriodScale)
-	r := code - q*calPeriodScale
-	per := Period(clamp(q, int64(Day), int64(Month)))
-	off := clamp(r-calOffsetBias, -MaxOffsetMinutes, MaxOffsetMinutes)
-	return per, off * 60_000_000
+	c := clamp(code, calPeriodScale+calOffsetBias-MaxOffsetMinutes, 3*calPeriodScale+calOffsetBias+MaxOffsetMinutes)
+	q := c / calPeriodScale
+	off := clamp(c-q*calPeriodScale-calOffsetBias, -MaxOffsetMinutes, MaxOffsetMinutes)
+	return Period(q), off * 60_000_000
 }
 
 // daysFromCivil is the number of days from 1970-01-01 to y-m-d of the proleptic
