@@ -24,10 +24,10 @@ const (
 // a rule's tier entry or an override): exactly one of the two forms. Every window is
 // checked on its own, so one run reports each bad window.
 func parseLimits(o *object, kind algo.Kind) ([]algo.Params, error) {
-	short := o.has("limit") || o.has("window") || o.has("burst")
+	short := o.has("limit") || o.has("window") || o.has("calendar") || o.has("burst")
 	if o.has("windows") {
 		if short {
-			return nil, fieldError(o.at("windows"), "cannot be combined with \"limit\", \"window\" or \"burst\"; put every window in \"windows\"")
+			return nil, fieldError(o.at("windows"), "cannot be combined with \"limit\", \"window\", \"calendar\" or \"burst\"; put every window in \"windows\"")
 		}
 		elems, err := parseArray(o.at("windows"), o.get("windows"), MaxWindows)
 		if err != nil {
@@ -39,7 +39,7 @@ func parseLimits(o *object, kind algo.Kind) ([]algo.Params, error) {
 		var errs errList
 		out := make([]algo.Params, len(elems))
 		for i, e := range elems {
-			wo, err := parseObject(indexPath(o.at("windows"), i), e, "limit", "window", "burst")
+			wo, err := parseObject(indexPath(o.at("windows"), i), e, "limit", "window", "calendar", "burst")
 			if errs.add(err) {
 				continue
 			}
@@ -63,6 +63,9 @@ func parseLimits(o *object, kind algo.Kind) ([]algo.Params, error) {
 // milliseconds (what the sync protocol carries) and burst is refused where the
 // algorithm ignores it.
 func parseWindow(o *object, kind algo.Kind, alt string) (algo.Params, error) {
+	if o.has("calendar") {
+		return parseCalendarWindow(o, kind, alt)
+	}
 	p := algo.Params{Kind: kind}
 	if !o.has("limit") {
 		return p, fieldError(o.at("limit"), "required"+alt)
