@@ -103,3 +103,58 @@ func TestCalendarLeasesAcrossBoundary(t *testing.T) {
 		})
 	}
 }
+
+// TestCalendarUsageAndReset: /v1/usage of a monthly quota on a real Redis names the
+// calendar, counts what was reported and points its reset at the next boundary (the
+// Feb 1 of the offset, then Mar 1 after the boundary), and /v1/reset deletes the bucket.
+// The bucket key's TTL is covered by TestCalendarLeasesAcrossBoundary.
+func TestCalendarUsageAndReset(t *testing.T) {
+	s, now := usageStore(t)
+	ctx := context.Background()
+	off := int64(330)
+	feb1 := time.Date(2028, 2, 1, 0, 0, 0, 0, time.FixedZone("", int(off)*60)).UnixMicro()
+	mar1 := time.Date(2028, 3, 1, 0, 0, 0, 0, time.FixedZone("", int(off)*60)).UnixMicro()
+	p := algo.CalendarParams(1000, algo.Month, off)
+	key := uniq("plan")
+	d := wire.Delta{Key: key, Rule: "plan", Algo: uint8(algo.Calendar), Limit: 1000, WindowMs: uint32(p.WindowUs / 1000),
+		Burst: uint32(p.Burst), Over: 990, ElapsedMs: 100, Flags: wire.FlagStrict}
+	*now = feb1 - 5_000_000
+	if _, err := s.Apply(ctx, &wire.Batch{Node: uniq("gw"), Seq: 1, Deltas: []wire.Delta{d}}, Options{Idempotent: true}); err != nil {
+		t.Fatal(err)
+	}
+	check := func(at, remaining, resetUs int64) {
+		t.Helper()
+		*now = at
+		u, err := s.Usage(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(u.Buckets) != 1 {
+			t.Fatalf("%d buckets: %+v", len(u.Buckets), u.Buckets)
+		}
+		b := u.Buckets[0]
+		want := BucketUsage{RedisKey: BucketKey(key, "plan", "", 0), Rule: "plan", Algorithm: "fixed_window", Limit: 1000,
+			WindowMs: 31 * 86_400_000, Calendar: &CalendarUsage{Period: "month", UTCOffset: "+05:30"},
+			Remaining: remaining, Available: remaining, ResetInMs: (resetUs - at + 999) / 1000}
+		if b.Calendar == nil || *b.Calendar != *want.Calendar {
+			t.Errorf("calendar %+v, want %+v", b.Calendar, want.Calendar)
+		}
+		b.Calendar = want.Calendar
+		if b != want {
+			t.Errorf("at %d µs from Feb 1:\n got %+v\nwant %+v", at-feb1, b, want)
+		}
+	}
+	check(feb1-1, 10, feb1) // January's count, reset at the boundary
+	check(feb1, 1000, mar1) // February: a fresh count, reset on Mar 1 (29 days: 2028 is a leap year)
+	if mar1-feb1 != 29*algo.DayUs {
+		t.Fatalf("February 2028 is %d days", (mar1-feb1)/algo.DayUs)
+	}
+	*now = feb1 - 1
+	n, err := s.Reset(ctx, key)
+	if err != nil || n != 1 {
+		t.Fatalf("reset deleted %d keys (%v), want the bucket", n, err)
+	}
+	if u, err := s.Usage(ctx, key); err != nil || len(u.Buckets) != 0 {
+		t.Errorf("after reset: %+v (%v), want no bucket", u, err)
+	}
+}
