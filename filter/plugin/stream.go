@@ -510,9 +510,15 @@ func (p *Plugin) acquired(now int64, op *bucketOp, st *wire.State) {
 		// moment its next permit refills, and all but one be refused. Each waits a random
 		// part of the time the fleet's gateways would take to get one permit each, so
 		// about one asks per refill.
+		// A fixed or calendar window gives its whole limit back at once at its end (the
+		// retry time): a sync interval's spread is enough there (RefillUs of one permit
+		// would be days for a small monthly quota).
 		if n := int64(p.sync.state.Nodes); n > 1 && st.Remaining < 1 && rec.RetryUs > now {
-			perPermit := max(1, op.params.WindowUs/max(1, op.params.Limit))
-			rec.RetryUs += int64(p.nextRand() % uint64(min(n*perPermit, 1<<40)))
+			spread := n * lease.RefillUs(op.params, now, 1)
+			if op.params.Kind == algo.FixedWindow || op.params.Kind == algo.Calendar {
+				spread = min(spread, p.cfg.Sync.IntervalMs*1000)
+			}
+			rec.RetryUs += int64(p.nextRand() % uint64(min(max(spread, 1), 1<<40)))
 		}
 		op.s.rec = rec
 		if ok, err := p.table.store(op.id, &op.s); err != nil || ok {

@@ -175,8 +175,7 @@ func DecideTo(dst algo.State, r Record, p algo.Params, now, cost int64, env Env)
 		// The service last said the bucket is empty until RetryUs, and this gateway has
 		// spent what it held since: a real refusal. Wait at least until the steady rate
 		// refills the deficit (the retry time predates what was spent since).
-		perPermit := max(1, p.WindowUs/max(1, p.Limit))
-		d.RetryAfterUs = max(r.RetryUs-now, (cost-max(r.GlobalRemaining, 0))*perPermit)
+		d.RetryAfterUs = max(r.RetryUs-now, RefillUs(p, now, cost-max(r.GlobalRemaining, 0)))
 		d.ResetUs = r.ResetUs
 		return reject(r, now, d, true)
 	}
@@ -187,6 +186,20 @@ func DecideTo(dst algo.State, r Record, p algo.Params, now, cost int64, env Env)
 	// together admit more than it holds (RATIONALE.md §2).
 	d.Acquire = true
 	return r, d
+}
+
+// RefillUs is how long bucket p takes, from now, to give back n permits at its steady
+// rate: n·Window/Limit. A fixed or calendar window has no steady rate: it gives back its
+// whole limit at the window's end, so the wait is also at most until that end (a monthly
+// quota of 5 refused two minutes before the 1st is not sent away for six days).
+func RefillUs(p algo.Params, now, n int64) int64 {
+	perPermit := max(1, p.WindowUs/max(1, p.Limit))
+	wait := max(n, 0) * perPermit
+	if p.Kind == algo.FixedWindow || p.Kind == algo.Calendar {
+		_, _, end := algo.CalendarWindow(p, now)
+		wait = min(wait, end-now)
+	}
+	return wait
 }
 
 // admit finishes an admission out of the lease: the local state follows this gateway's
