@@ -172,12 +172,11 @@ func (p Params) Validate() error {
 		return paramErr("limit", itoa(p.Limit)+" per "+itoa(p.WindowUs)+" µs is more than one permit per µs")
 	}
 	if p.Kind == Calendar {
-		per, _, ok := p.Calendar()
-		if !ok {
-			return paramErr("calendar", "period/offset encoding "+itoa(p.Burst)+" is not period·10000 + offset minutes + 1440 with period 1-3 and offset within ±14:00")
-		}
-		if p.WindowUs != PeriodUs(per) {
-			return paramErr("window", "a "+per.String()+" calendar window is "+itoa(PeriodUs(per))+" µs, got "+itoa(p.WindowUs))
+		// CalendarParams is the one encoding (calendar.go)
+		if per, _, ok := p.Calendar(); !ok {
+			return paramErr("calendar", "bad period/offset encoding "+itoa(p.Burst))
+		} else if p.WindowUs != PeriodUs(per) {
+			return paramErr("window", "must be the calendar period's longest length, got "+itoa(p.WindowUs)+" µs")
 		}
 		return nil
 	}

@@ -1,13 +1,12 @@
 package rule
 
 import (
-	"errors"
+	"github.com/tidwall/gjson"
 
 	"github.com/tollgate-rl/tollgate/shared/algo"
 )
 
-// parseCalendarWindow reads a window whose length is a calendar period instead of a
-// duration:
+// A window may be a calendar period instead of a duration:
 //
 //	{"limit": 1000000, "calendar": {"period": "month", "utc_offset": "+05:30"}}
 //
@@ -16,26 +15,26 @@ import (
 // (no time zones: a fixed offset is the same everywhere and every year). The count
 // resets exactly at the period boundary, which is fixed-window counting: a calendar
 // needs the rule's algorithm to be fixed_window (a token bucket or a sliding window
-// has no boundary to align). "window" and "burst" do not go with it.
-func parseCalendarWindow(o *object, kind algo.Kind, alt string) (algo.Params, error) {
-	p := algo.Params{Kind: algo.Calendar}
-	if kind != algo.FixedWindow {
-		return p, fieldError(o.at("calendar"), "a calendar window counts permits per period and resets at its boundary: it needs \"algorithm\": \"fixed_window\", the rule's algorithm is "+AlgorithmName(kind))
+// has no boundary to align). "window" and "burst" do not go with it. parseWindow reads
+// the limit and checks the result with algo.Params.Validate.
+
+// calendarAllowed refuses a "calendar" where it has no meaning.
+func calendarAllowed(o *object, kind algo.Kind) error {
+	switch {
+	case kind != algo.FixedWindow:
+		return fieldError(o.at("calendar"), "a calendar window counts permits per period and resets at its boundary: it needs \"algorithm\": \"fixed_window\", the rule's algorithm is "+AlgorithmName(kind))
+	case o.has("window"):
+		return fieldError(o.at("window"), "cannot be combined with \"calendar\": the calendar period is the window")
+	case o.has("burst"):
+		return fieldError(o.at("burst"), "only token_bucket and gcra use burst, the rule's algorithm is fixed_window")
 	}
-	if o.has("window") {
-		return p, fieldError(o.at("window"), "cannot be combined with \"calendar\": the calendar period is the window")
-	}
-	if o.has("burst") {
-		return p, fieldError(o.at("burst"), "only token_bucket and gcra use burst, the rule's algorithm is fixed_window")
-	}
-	if !o.has("limit") {
-		return p, fieldError(o.at("limit"), "required"+alt)
-	}
-	limit, err := parseInt(o.at("limit"), o.get("limit"), 1, algo.MaxLimit)
-	if err != nil {
-		return p, err
-	}
-	co, err := parseObject(o.at("calendar"), o.get("calendar"), "period", "utc_offset")
+	return nil
+}
+
+// parseCalendar reads the "calendar" object of a window of limit permits.
+func parseCalendar(path string, v gjson.Result, limit int64) (algo.Params, error) {
+	p := algo.Params{Kind: algo.Calendar, Limit: limit}
+	co, err := parseObject(path, v, "period", "utc_offset")
 	if err != nil {
 		return p, err
 	}
@@ -60,15 +59,7 @@ func parseCalendarWindow(o *object, kind algo.Kind, alt string) (algo.Params, er
 			return p, fieldError(co.at("utc_offset"), "must be \"+HH:MM\" or \"-HH:MM\" within ±14:00 (e.g. \"+05:30\", \"-08:00\"), got "+quoteShort(s))
 		}
 	}
-	p = algo.CalendarParams(limit, per, off)
-	if err := p.Validate(); err != nil {
-		var pe *algo.ParamError
-		if errors.As(err, &pe) {
-			return p, &FieldError{Field: o.at(pe.Field), Msg: pe.Msg, Err: err}
-		}
-		return p, &FieldError{Field: o.path, Msg: err.Error(), Err: err}
-	}
-	return p, nil
+	return algo.CalendarParams(limit, per, off), nil
 }
 
 // parseUTCOffset reads "+HH:MM" or "-HH:MM" (exactly that form) into minutes east of
@@ -77,18 +68,14 @@ func parseUTCOffset(s string) (int64, bool) {
 	if len(s) != 6 || (s[0] != '+' && s[0] != '-') || s[3] != ':' {
 		return 0, false
 	}
-	var d [4]int64
+	var off int64
 	for i, c := range []byte{s[1], s[2], s[4], s[5]} {
-		if c < '0' || c > '9' {
+		if c < '0' || c > '9' || i == 2 && c > '5' {
 			return 0, false
 		}
-		d[i] = int64(c - '0')
+		off = off*10 + int64(c-'0')
 	}
-	h, m := d[0]*10+d[1], d[2]*10+d[3]
-	if m > 59 {
-		return 0, false
-	}
-	off := h*60 + m
+	off = off/100*60 + off%100 // HHMM to minutes
 	if off > algo.MaxOffsetMinutes {
 		return 0, false
 	}

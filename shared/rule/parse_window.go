@@ -63,14 +63,17 @@ func parseLimits(o *object, kind algo.Kind) ([]algo.Params, error) {
 // milliseconds (what the sync protocol carries) and burst is refused where the
 // algorithm ignores it.
 func parseWindow(o *object, kind algo.Kind, alt string) (algo.Params, error) {
-	if o.has("calendar") {
-		return parseCalendarWindow(o, kind, alt)
-	}
 	p := algo.Params{Kind: kind}
+	cal := o.has("calendar") // a calendar period instead of "window" (parse_calendar.go)
+	if cal {
+		if err := calendarAllowed(o, kind); err != nil {
+			return p, err
+		}
+	}
 	if !o.has("limit") {
 		return p, fieldError(o.at("limit"), "required"+alt)
 	}
-	if !o.has("window") {
+	if !cal && !o.has("window") {
 		return p, fieldError(o.at("window"), "required"+alt)
 	}
 	var err error
@@ -82,11 +85,16 @@ func parseWindow(o *object, kind algo.Kind, alt string) (algo.Params, error) {
 	if err != nil {
 		return p, err
 	}
-	if p.WindowUs, err = parseWindowLength(o.at("window"), o.get("window")); err != nil {
+	if cal {
+		p, err = parseCalendar(o.at("calendar"), o.get("calendar"), p.Limit)
+	} else {
+		p.WindowUs, err = parseWindowLength(o.at("window"), o.get("window"))
+	}
+	if err != nil {
 		return p, err
 	}
 	var burstErr error
-	if bv := o.get("burst"); bv.Exists() {
+	if bv := o.get("burst"); bv.Exists() && !cal {
 		if p.Burst, burstErr = parseInt(o.at("burst"), bv, 0, algo.MaxBurst); burstErr != nil {
 			p.Burst = 0
 		}
@@ -103,7 +111,7 @@ func parseWindow(o *object, kind algo.Kind, alt string) (algo.Params, error) {
 	}
 	// The window algorithms ignore burst; accepting it would let an operator believe
 	// a capacity is configured that nothing enforces.
-	if p.Burst != 0 && kind != algo.TokenBucket && kind != algo.GCRA {
+	if p.Burst != 0 && !cal && kind != algo.TokenBucket && kind != algo.GCRA {
 		return p, fieldError(o.at("burst"), "only token_bucket and gcra use burst, the rule's algorithm is "+AlgorithmName(kind))
 	}
 	return p, nil
