@@ -12,6 +12,8 @@ const (
 	hour   = 60 * minute
 )
 
+// allKinds are the algorithms whose Params are a limit per window length; the property
+// tests add Calendar (whose Params come from CalendarParams).
 var allKinds = []Kind{TokenBucket, GCRA, SlidingWindowLog, SlidingWindowCounter, FixedWindow}
 
 func TestKindNames(t *testing.T) {
@@ -374,6 +376,10 @@ func TestStateKindMismatchIsFresh(t *testing.T) {
 func randParams(rng *rand.Rand, k Kind) Params {
 	limits := []int64{1, 2, 3, 7, 10, 64, 100, 999, 1000, 12_345}
 	windows := []int64{MinWindowUs, 1_001, 7_919, 100_000, second, 3 * second, minute, hour, MaxWindowUs}
+	if k == Calendar {
+		offsets := []int64{0, 330, -480, MaxOffsetMinutes, -MaxOffsetMinutes}
+		return CalendarParams(limits[rng.Intn(len(limits))], Period(1+rng.Intn(3)), offsets[rng.Intn(len(offsets))])
+	}
 	for {
 		p := Params{Kind: k, Limit: limits[rng.Intn(len(limits))], WindowUs: windows[rng.Intn(len(windows))]}
 		if rng.Intn(4) == 0 {

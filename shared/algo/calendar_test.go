@@ -176,3 +176,20 @@ func TestCalendarState(t *testing.T) {
 		})
 	}
 }
+
+// TestCalendarAllocations: a calendar decision allocates nothing (the filter's hot path).
+func TestCalendarAllocations(t *testing.T) {
+	p := CalendarParams(100, Month, 330)
+	s := Take(p, nil, 10, 100)
+	buf := make(State, 0, MaxStateSize)
+	if n := testing.AllocsPerRun(100, func() {
+		Available(p, s, 20)
+		RetryAfter(p, s, 20, 1)
+		ResetAt(p, s, 20)
+		Decide(p, s, 20, 1)
+		DecideTo(buf, p, nil, 20, 1)
+		TakeTo(buf, p, nil, 20, 1)
+	}); n != 0 {
+		t.Errorf("%v allocations per call set, want 0", n)
+	}
+}
