@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tollgate-rl/tollgate/shared/algo"
+	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
 // TestCalendarEpochs: a calendar window's lease epochs restart at every period boundary
@@ -64,6 +65,39 @@ func TestRefillUs(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := RefillUs(tt.p, tt.now, tt.n); got != tt.want {
 				t.Errorf("RefillUs = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestReplyAfterLongSilence: a bucket used again after more than 24.8 days (the low 32
+// bits of the server's milliseconds then compare as older) takes the service's answer;
+// an answer really older than the one applied (replies overtaking each other) is still
+// ignored. A monthly quota used a month later kept the previous month's remaining and
+// reset.
+func TestReplyAfterLongSilence(t *testing.T) {
+	day := int64(86_400_000) // ms
+	base := uint64(1_700_000_000_000)
+	now := int64(base) * 1000
+	r := ApplyAcquire(Record{}, &wire.State{Remaining: 96, ResetInMs: 1000, ServerMs: base}, now)
+	tests := []struct {
+		name      string
+		laterMs   int64
+		remaining int64
+		applied   bool
+	}{
+		{"a_second_older", -1000, 5, false},
+		{"a_second_newer", 1000, 5, true},
+		{"25_days_later", 25 * day, 100, true},
+		{"43_days_later", 43 * day, 100, true},
+		{"60_days_later", 60 * day, 100, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			at := now + tt.laterMs*1000
+			got := ApplyAcquire(r, &wire.State{Remaining: tt.remaining, ResetInMs: 2000, ServerMs: uint64(int64(base) + tt.laterMs)}, at)
+			if applied := got.GlobalRemaining == tt.remaining && got.ResetUs == at+2_000_000; applied != tt.applied {
+				t.Errorf("remaining %d reset %d: applied %v, want %v", got.GlobalRemaining, got.ResetUs-at, applied, tt.applied)
 			}
 		})
 	}

@@ -406,10 +406,17 @@ func ApplyAcquire(r Record, s *wire.State, now int64) Record {
 // the state r last applied (force: the reply to r's own report, applied regardless).
 func (r Record) overwrite(s *wire.State, now int64, force bool) (Record, int64) {
 	ms := uint32(s.ServerMs)
-	if !force && r.ServerMs != 0 && int32(ms-r.ServerMs) < 0 {
+	// Replies overtake each other by a round trip at most. A state that looks more than
+	// maxReorderMs older is one from after a long silence (the low 32 bits of the server
+	// time wrap every 49.7 days and compare as signed differences over 24.8): a bucket
+	// used again a month later must take the service's answer, not keep last month's
+	// remaining and reset.
+	d := int32(ms - r.ServerMs)
+	older := r.ServerMs != 0 && d < 0 && d > -maxReorderMs
+	if !force && older {
 		return r, 0
 	}
-	if int32(ms-r.ServerMs) > 0 || r.ServerMs == 0 {
+	if !older {
 		r.ServerMs = ms
 	}
 	remaining := s.Remaining - r.Pending.Over
@@ -430,6 +437,10 @@ func (r Record) overwrite(s *wire.State, now int64, force bool) (Record, int64) 
 	}
 	return r, returned
 }
+
+// maxReorderMs bounds how much older than the newest applied state a reply can be and
+// still be recognized as out of order: far above any request timeout.
+const maxReorderMs = 3_600_000
 
 // Synced reports whether a reply has ever been applied to r.
 func (r *Record) Synced() bool { return r.SyncedUs != 0 }
