@@ -229,12 +229,17 @@ func calLoad(n norm, s State, now int64) calState {
 	if len(s) != fwLen || s[0] != stateTag(n.kind) {
 		return fresh
 	}
+	// The only period starts in [cur, end] are cur and end (the next period).
 	st := int64(le.Uint64(s[1:]))
-	if !validTime(st) || st < cur || st > end {
+	if !validTime(st) {
 		return fresh
 	}
-	if _, ws, we := calWindow(n.per, n.off, st); ws == st {
-		return calState{start: st, end: we, count: int64(le.Uint32(s[9:]))}
+	switch st {
+	case cur:
+		return calState{start: st, end: end, count: int64(le.Uint32(s[9:]))}
+	case end:
+		_, _, next := calWindow(n.per, n.off, end)
+		return calState{start: st, end: next, count: int64(le.Uint32(s[9:]))}
 	}
 	return fresh
 }

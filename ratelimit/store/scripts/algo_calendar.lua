@@ -34,10 +34,15 @@ end
 local function algo__load(per, off, st, now)
   local _, cur, e = algo__cal_window(per, off, now)
   if #st == 13 and string.byte(st, 1) == algo__TAG then
+    -- the only period starts in [cur, e] are cur and e (the next period); a start at
+    -- or beyond 2^53 unpacks rounded and must not match
     local _, s, c = struct.unpack('<Bi8I4', st)
-    if s > -algo__EXACT and s < algo__EXACT and s >= cur and s <= e then
-      local _, ws, we = algo__cal_window(per, off, s)
-      if ws == s then return s, we, c, false end
+    if s > -algo__EXACT and s < algo__EXACT then
+      if s == cur then return s, e, c, false end
+      if s == e then
+        local _, _, next = algo__cal_window(per, off, e)
+        return s, next, c, false
+      end
     end
   end
   return cur, e, 0, true
