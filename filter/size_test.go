@@ -27,10 +27,11 @@ const (
 	// mistake, is most of it), per-rule stats, decision metadata and the levers to 4.08 MB,
 	// response-based cost and shaping to 4.16 MB (the body scanner 16 KB, its plugin and
 	// parser code 37 KB, the rest their data), concurrency limits (max_in_flight: slots,
-	// liveness, the refusal) about 50 KB more.
+	// liveness, the refusal) about 50 KB more, calendar windows (their day counting,
+	// decisions and parser) 29 KB more.
 	// go run ./filter/wasmbuild/cmd/tollgate-wasm -sizes
 	// ./filter prints them.
-	maxModuleBytes = 4_250_000
+	maxModuleBytes = 4_280_000
 	// maxReflectFuncs bounds reflect's linked functions (the runtime keeps one).
 	maxReflectFuncs = 2
 )

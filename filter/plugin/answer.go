@@ -35,7 +35,7 @@ func (p *Plugin) views(now int64, ops []bucketOp, strict []wire.State) []header.
 			ResetUnix:      ceilSec(op.dec.ResetUs),
 			ResetInSeconds: ceilSec(op.dec.ResetUs - now),
 		})
-		withPolicy(&v[len(v)-1], op.a.Rule.ID, op.params.WindowUs)
+		withPolicy(&v[len(v)-1], op.a.Rule.ID, op.params)
 	}
 	for i := range strict {
 		st := &strict[i]
@@ -54,7 +54,7 @@ func (p *Plugin) views(now int64, ops []bucketOp, strict []wire.State) []header.
 			ResetUnix:      ceilSec(reset),
 			ResetInSeconds: ceilSec(reset - now),
 		})
-		withPolicy(&v[len(v)-1], r.ID, prm.WindowUs)
+		withPolicy(&v[len(v)-1], r.ID, prm)
 	}
 	p.viewBuf = v
 	return v
@@ -68,9 +68,9 @@ func quota(prm algo.Params) (q, windowSeconds int64) {
 
 // withPolicy names a window that has no precomputed text (which rules from rule.Parse
 // always have), so that the headers can format it.
-func withPolicy(w *header.Window, ruleID string, windowUs int64) {
+func withPolicy(w *header.Window, ruleID string, prm algo.Params) {
 	if w.Fixed == nil {
-		w.Policy = header.PolicyName(ruleID, windowUs)
+		w.Policy = rule.PolicyName(ruleID, prm)
 	}
 }
 
@@ -120,6 +120,9 @@ func (p *Plugin) body429(op *bucketOp, secs int64) []byte {
 		RetryAfterSeconds: secs,
 		ResetUnix:         ceilSec(op.dec.ResetUs),
 		Rule:              op.a.Rule.ID,
+	}
+	if per, _, ok := op.params.Calendar(); ok {
+		e.Per = per.String()
 	}
 	if op.dec.Penalized {
 		e.PenaltyLevel = int64(op.dec.PenaltyLevel)
@@ -188,7 +191,7 @@ func fixedTexts(ruleID string, windows []algo.Params) []*header.Fixed {
 	out := make([]*header.Fixed, len(windows))
 	for w, prm := range windows {
 		q, secs := quota(prm)
-		out[w] = header.NewFixed(header.PolicyName(ruleID, prm.WindowUs), q, secs)
+		out[w] = header.NewFixed(rule.PolicyName(ruleID, prm), q, secs)
 	}
 	return out
 }

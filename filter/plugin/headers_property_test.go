@@ -26,9 +26,33 @@ import (
 //     and reaches the gateway rounded down to the millisecond (a reset on a whole second
 //     rounded up would cross into the next one, then step back on an exact reply).
 //
+// Calendar windows run too, with pauses of up to two periods: a gateway that uses a
+// monthly quota again after weeks takes the service's answer (the 32-bit server time it
+// compares replies by has wrapped), instead of showing last month's remaining.
+//
 // Each sequence is seeded, so a failure names a replayable case; 64 seeds pass, 8 run
 // here to keep the suite short.
 func TestHeaderProperties(t *testing.T) {
+	// Calendar windows (fixed_window with a calendar): a day at +05:30, a week, and a
+	// monthly quota whose per-permit pace is hours.
+	for _, c := range []struct {
+		name, calendar string
+		limit, winMs   int64
+	}{
+		{"day_plus_0530", `{"period":"day","utc_offset":"+05:30"}`, 5, 86_400_000},
+		{"week", `{"period":"week"}`, 20, 7 * 86_400_000},
+		{"month_minus_0800", `{"period":"month","utc_offset":"-08:00"}`, 100, 31 * 86_400_000},
+	} {
+		t.Run("calendar/"+c.name, func(t *testing.T) {
+			for _, sync := range []string{"", `"sync":{"cluster":"svc","interval_ms":100},`} {
+				cfg := fmt.Sprintf(`{"key":{"source":"header","name":"x-api-key"},"retry_jitter_ms":0,%s
+					"rules":[{"id":"api","algorithm":"fixed_window","limit":%d,"calendar":%s}]}`, sync, c.limit, c.calendar)
+				for seed := uint64(1); seed <= 8; seed++ {
+					checkHeaderSequence(t, cfg, sync != "", c.limit, c.winMs*1000, seed)
+				}
+			}
+		})
+	}
 	type limits struct {
 		name                string
 		limit, burst, winMs int64

@@ -559,11 +559,17 @@ func (p *Plugin) acquired(now int64, op *bucketOp, st *wire.State) {
 		// A gateway held above its limit asks again after a sync interval's refill, not at
 		// every permit (syncer.batchRetry). On a spent bucket with several gateways, each
 		// also waits a random part of the time the fleet would take to get one permit
-		// each, so that they do not all ask at once.
+		// each, so that they do not all ask at once; a fixed or calendar window gives its
+		// whole limit back at once at its end (the retry time), so a sync interval's
+		// spread is enough there (one permit's refill would be days for a small monthly
+		// quota).
 		rec = p.sync.batchRetry(rec, op.params, rec.Pending.Rejected, now)
 		if n := int64(p.sync.state.Nodes); n > 1 && st.Remaining < 1 && rec.RetryUs > now {
-			perPermit := max(1, op.params.WindowUs/max(1, op.params.Limit))
-			rec.RetryUs += int64(p.nextRand() % uint64(min(n*perPermit, 1<<40)))
+			spread := n * lease.RefillUs(op.params, now, 1)
+			if op.params.Kind == algo.FixedWindow || op.params.Kind == algo.Calendar {
+				spread = min(spread, p.cfg.Sync.IntervalMs*1000)
+			}
+			rec.RetryUs += int64(p.nextRand() % uint64(min(max(spread, 1), 1<<40)))
 		}
 		op.s.rec = rec
 		if ok, err := p.table.store(op.id, &op.s); err != nil || ok {

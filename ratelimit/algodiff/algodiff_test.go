@@ -117,6 +117,9 @@ func startRedis(t *testing.T) *redis.Client {
 // randParams mixes valid rules (small and extreme) with out-of-range ones, which both
 // sides must clamp identically.
 func randParams(rng *rand.Rand, k algo.Kind) algo.Params {
+	if k == algo.Calendar {
+		return randCalendar(rng)
+	}
 	limits := []int64{1, 2, 3, 7, 10, 100, 999, algo.MaxLogLimit, 12_345, 5_000_000, algo.MaxLimit}
 	windows := []int64{algo.MinWindowUs, 7_919, 1_000_000, 60_000_000, 3_600_000_000, algo.MaxWindowUs}
 	p := algo.Params{Kind: k, Limit: limits[rng.Intn(len(limits))], WindowUs: windows[rng.Intn(len(windows))]}
@@ -144,6 +147,37 @@ func randParams(rng *rand.Rand, k algo.Kind) algo.Params {
 		}
 	}
 	return p
+}
+
+// calendarOffsets are UTC offsets (minutes) at and around the bounds and in use.
+var calendarOffsets = []int64{0, 0, 60, -60, 330, 345, -480, -210, algo.MaxOffsetMinutes, -algo.MaxOffsetMinutes, 1, -1}
+
+// randCalendar is a calendar window of a random period and offset; one in twelve has an
+// encoding Validate refuses (which both sides must clamp identically).
+func randCalendar(rng *rand.Rand) algo.Params {
+	limits := []int64{1, 2, 3, 10, 100, 1_000_000, algo.MaxLimit}
+	p := algo.CalendarParams(limits[rng.Intn(len(limits))], algo.Period(1+rng.Intn(3)), calendarOffsets[rng.Intn(len(calendarOffsets))])
+	if rng.Intn(12) == 0 {
+		bad := []int64{-5, 0, 5, 10599, 32281, 19999, 40000, 1 << 40, 1 << 62, -1 << 62}
+		p.Burst = bad[rng.Intn(len(bad))]
+		if rng.Intn(2) == 0 {
+			p.Limit = []int64{-5, 0, algo.MaxLimit + 1, 1 << 62}[rng.Intn(4)]
+		}
+	}
+	return p
+}
+
+// calendarStarts are instants (UTC) next to the boundaries where calendars go wrong:
+// month ends of 31, 30, 29 and 28 days, leap and century years, year ends.
+func calendarStarts() []int64 {
+	at := func(y int, m time.Month, d int) int64 {
+		return time.Date(y, m, d, 0, 0, 0, 0, time.UTC).UnixMicro() - 3_600_000_000
+	}
+	return []int64{
+		at(2026, 2, 1), at(2026, 3, 1), at(2028, 2, 29), at(2028, 3, 1), at(2027, 1, 1),
+		at(2100, 3, 1), at(2000, 3, 1), at(2026, 5, 1), at(1970, 1, 1), at(1969, 3, 1),
+		at(2026, 11, 30), at(2027, 1, 4),
+	}
 }
 
 func randStep(rng *rand.Rand, w, l int64) int64 {
@@ -192,6 +226,14 @@ func boundary(rng *rand.Rand, p algo.Params, st algo.State, now, n int64) int64 
 	if now < 0 {
 		edge = -((-now)/w)*w + w
 	}
+	if p.Kind == algo.Calendar {
+		// the next calendar boundary, or the one after it
+		_, _, edge = algo.CalendarWindow(p, now)
+		w = 0
+		if rng.Intn(2) == 0 {
+			_, _, edge = algo.CalendarWindow(p, edge)
+		}
+	}
 	switch rng.Intn(4) {
 	case 0:
 		return algo.ResetAt(p, st, now) + rng.Int63n(3) - 1
@@ -221,6 +263,13 @@ func crafted(rng *rand.Rand, k algo.Kind, p algo.Params, now int64) []byte {
 	}
 	cur := (now / w) * w
 	switch k {
+	case algo.Calendar:
+		_, cs, ce := algo.CalendarWindow(p, now)
+		_, ps, _ := algo.CalendarWindow(p, cs-1)
+		_, _, ne := algo.CalendarWindow(p, ce)
+		starts := []int64{cs, ps, ce, ne, cs + 1, ce - 1, cs + algo.DayUs, cs - 60_000_000, exact - 1, -exact + 1, exact}
+		counts := []uint32{0, 1, 1<<32 - 1, uint32(rng.Intn(100))}
+		return fixed(starts[rng.Intn(len(starts))], counts[rng.Intn(len(counts))], 0, 13)
 	case algo.TokenBucket, algo.GCRA:
 		ts := []int64{exact - 1, exact, -exact + 1, -exact, now + algo.MaxAheadUs, now + algo.MaxAheadUs - 1, now - 1, now + 1}
 		fracs := []uint32{0, 1, 1<<32 - 1, uint32(rng.Int63n(algo.MaxLimit))}
@@ -264,6 +313,10 @@ func randState(rng *rand.Rand, k algo.Kind, p algo.Params, now int64) []byte {
 		return b
 	case 1:
 		other := algo.Params{Kind: algo.Kind(rng.Intn(5)), Limit: 10, WindowUs: 1_000_000}
+		if k == algo.Calendar && rng.Intn(2) == 0 {
+			// the same kind under another period or offset
+			other = randCalendar(rng)
+		}
 		return algo.Take(other, nil, now, 7)
 	case 2, 3:
 		s := []byte(algo.Take(p, algo.Take(p, nil, now-5_000, 3), now, rng.Int63n(p.Capacity()+5)))
@@ -284,7 +337,7 @@ func randState(rng *rand.Rand, k algo.Kind, p algo.Params, now int64) []byte {
 func TestLuaMatchesGo(t *testing.T) {
 	rdb := startRedis(t)
 	ctx := context.Background()
-	kinds := []algo.Kind{algo.TokenBucket, algo.GCRA, algo.SlidingWindowLog, algo.SlidingWindowCounter, algo.FixedWindow}
+	kinds := []algo.Kind{algo.TokenBucket, algo.GCRA, algo.SlidingWindowLog, algo.SlidingWindowCounter, algo.FixedWindow, algo.Calendar}
 	for _, k := range kinds {
 		t.Run(k.String(), func(t *testing.T) {
 			// The fragment as the service runs it: shared helpers and includes resolved.
@@ -298,6 +351,9 @@ func TestLuaMatchesGo(t *testing.T) {
 				p := randParams(rng, k)
 				capa := p.Capacity()
 				starts := []int64{1_700_000_000_000_000 + rng.Int63n(1<<40), 0, rng.Int63n(1 << 30), -rng.Int63n(1 << 40), algo.MaxTimeUs - 1<<45}
+				if k == algo.Calendar && rng.Intn(3) > 0 {
+					starts = calendarStarts()
+				}
 				now := starts[rng.Intn(len(starts))]
 				init := randState(rng, k, p, now)
 				var steps []step
@@ -379,5 +435,70 @@ func compare(t *testing.T, name string, p algo.Params, st []byte, steps []step, 
 			t.Fatalf("%s step %d (%c now=%d n=%d): state %x from Lua, %x from Go", name, i, s.op, s.now, s.n, row[len(want)], st)
 		}
 		st = []byte(luaState)
+	}
+}
+
+// TestLuaMatchesGoAcrossCalendarBoundaries walks calendar windows of every period at
+// offsets either side of UTC through consecutive boundaries — months of every length,
+// February of leap, common and century years, year ends — spending each period and
+// deciding 1 µs before, at and after each boundary, in Go and in Redis.
+func TestLuaMatchesGoAcrossCalendarBoundaries(t *testing.T) {
+	rdb := startRedis(t)
+	ctx := context.Background()
+	frag, err := store.Fragment(algo.Calendar)
+	if err != nil {
+		t.Fatalf("fragment: %v", err)
+	}
+	script := redis.NewScript(frag + harness)
+	rng := rand.New(rand.NewSource(7))
+	crossings := map[string]int{}
+	for per := algo.Day; per <= algo.Month; per++ {
+		for _, off := range []int64{0, 330, -480, algo.MaxOffsetMinutes, -algo.MaxOffsetMinutes} {
+			for _, start := range calendarStarts() {
+				p := algo.CalendarParams(3, per, off)
+				now := start
+				var st algo.State
+				var steps []step
+				add := func(op byte, at, n int64) {
+					s := step{op: op, now: at, n: n}
+					steps = append(steps, s)
+					st = s.apply(p, st)
+				}
+				for range 14 {
+					_, _, end := algo.CalendarWindow(p, now)
+					for range 1 + rng.Intn(4) {
+						add('d', now, 1+rng.Int63n(2))
+					}
+					if rng.Intn(3) == 0 {
+						add('t', now, rng.Int63n(5))
+					}
+					refused := !algo.Decide(p, st, end-1, 1).Allowed
+					add('d', end-1, 1)
+					add('d', end, 1)
+					if refused {
+						lt := time.UnixMicro(end).In(time.FixedZone("", int(off)*60))
+						crossings[per.String()+lt.Format(" Jan 2")]++
+					}
+					add([]byte{'d', 'r', 't'}[rng.Intn(3)], end+1, 1)
+					now = end + rng.Int63n(max(end-now, 2)/2)
+				}
+				args := []any{p.Limit, p.WindowUs, p.Burst, ""}
+				for _, s := range steps {
+					args = append(args, string(s.op), s.now, s.n)
+				}
+				res, err := script.Run(ctx, rdb, nil, args...).Slice()
+				if err != nil {
+					t.Fatalf("%+v: script: %v", p, err)
+				}
+				compare(t, fmt.Sprintf("%s %s from %d", per, algo.FormatOffset(off), start), p, nil, steps, res)
+			}
+		}
+	}
+	// Spent periods refused 1 µs before the boundary were decided across these local
+	// boundaries (at every offset), among others.
+	for _, want := range []string{"month Feb 1", "month Mar 1", "month Jan 1", "day Mar 1", "day Feb 29", "week Jan 4"} {
+		if crossings[want] == 0 {
+			t.Errorf("no spent period crossed into %q; crossings: %v", want, crossings)
+		}
 	}
 }

@@ -35,7 +35,7 @@ return {algo__MAX_LIMIT, algo__MAX_LOG_LIMIT, algo__MAX_BURST, algo__MIN_WINDOW,
 func TestLuaBoundsMatchGo(t *testing.T) {
 	rdb := startRedis(t)
 	ctx := context.Background()
-	for k := range algo.Kind(5) {
+	for k := range algo.Calendar + 1 {
 		t.Run(k.String(), func(t *testing.T) {
 			frag, err := store.Fragment(k)
 			if err != nil {
@@ -195,6 +195,17 @@ func TestLuaMulDivRemExact(t *testing.T) {
 // refills within MaxRefillUs), plus the same just beyond them (clamped identically).
 func extremeParams(k algo.Kind) []algo.Params {
 	var out []algo.Params
+	if k == algo.Calendar {
+		for _, l := range []int64{1, algo.MaxLimit} {
+			for per := algo.Day; per <= algo.Month; per++ {
+				for _, off := range []int64{-algo.MaxOffsetMinutes, 0, algo.MaxOffsetMinutes} {
+					p := algo.CalendarParams(l, per, off)
+					out = append(out, p, algo.Params{Kind: k, Limit: l + 1, WindowUs: p.WindowUs + 1, Burst: p.Burst + 1})
+				}
+			}
+		}
+		return out
+	}
 	for _, l := range []int64{1, maxLimitOf(k)} {
 		for _, w := range []int64{max(algo.MinWindowUs, l), algo.MaxWindowUs} {
 			for _, b := range []int64{0, algo.MaxBurst} {
@@ -216,7 +227,7 @@ func extremeParams(k algo.Kind) []algo.Params {
 func TestLuaMatchesGoAtTheBounds(t *testing.T) {
 	rdb := startRedis(t)
 	ctx := context.Background()
-	for k := range algo.Kind(5) {
+	for k := range algo.Calendar + 1 {
 		t.Run(k.String(), func(t *testing.T) {
 			frag, err := store.Fragment(k)
 			if err != nil {

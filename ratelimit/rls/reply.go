@@ -83,7 +83,7 @@ func (r *reply) build(perDesc [][]check, out *store.Outcome, m *metrics) *rlsv3.
 			if v == gone {
 				continue
 			}
-			w := header.Window{Policy: header.PolicyName(a.Rule.ID, c.prm.WindowUs), Limit: c.prm.Limit,
+			w := header.Window{Policy: rule.PolicyName(a.Rule.ID, c.prm), Limit: c.prm.Limit,
 				WindowSeconds: header.WindowSeconds(c.prm.WindowUs)}
 			switch v {
 			case unavailable:
@@ -112,6 +112,9 @@ func (r *reply) build(perDesc [][]check, out *store.Outcome, m *metrics) *rlsv3.
 						r.refusedBy = a.Rule
 						r.exceeded = &header.Exceeded{Limit: c.prm.Limit, WindowSeconds: w.WindowSeconds, Rule: a.Rule.ID,
 							ResetUnix: r.now.Unix() + w.ResetInSeconds}
+						if per, _, ok := c.prm.Calendar(); ok {
+							r.exceeded.Per = per.String()
+						}
 						if st.PenaltyInMs > 0 {
 							r.exceeded.PenaltyLevel = int64(st.PenaltyLevel)
 							r.exceeded.PenaltySeconds = ceilSec(int64(st.PenaltyInMs) * 1000)

@@ -122,12 +122,40 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 		"r4": {kind, uint32(maxLimitOf(kind)), algo.MaxWindowUs / 2000, algo.MaxBurst},
 	}
 	ruleIDs := []string{"r1", "r2", "r:3", "r4"}
+	// A calendar rule sends a day (window 0; r:3 a week) or a month (window 1) at its own
+	// UTC offset; the clock starts minutes before a UTC day, week, month (or year) boundary,
+	// which the UTC rules cross.
+	calOffset := map[string]int64{"r1": 0, "r2": 330, "r:3": 0, "r4": -480}
+	fill := func(d *wire.Delta, rl string, win uint8) {
+		p := rulesP[rl]
+		d.Algo, d.Limit, d.WindowMs, d.Burst = uint8(p.kind), p.limit, p.windowMs*uint32(win+1), p.burst
+		if p.kind == algo.Calendar {
+			per := []algo.Period{algo.Day, algo.Month}[win]
+			if rl == "r:3" && win == 0 {
+				per = algo.Week
+			}
+			cp := algo.CalendarParams(int64(p.limit), per, calOffset[rl])
+			d.WindowMs, d.Burst = uint32(cp.WindowUs/1000), uint32(cp.Burst)
+		}
+	}
 	tiers := []string{"", "", "pro"}
 	nodes := []string{prefix + "-n1", prefix + "-n2", prefix + "-n:3"}
 	seqs := map[string]uint64{}
 	local := map[string]heldLease{} // node|bucket -> the lease the node believes it holds
 	var history []wire.Batch
 	*clock = 1_700_000_000_000_000 + int64(rng.IntN(1_000_000))
+	if kind == algo.Calendar {
+		// 2027-03-01 (a Monday after a common February), 2029-01-01 (a Monday, a year
+		// end), 2028-03-01 (after a leap February), a minute before
+		starts := []int64{1_803_859_200_000_000, 1_861_920_000_000_000, 1_835_481_600_000_000}
+		*clock = starts[rng.IntN(len(starts))] - 60_000_000 + int64(rng.IntN(1_000_000))
+	}
+	startDay := *clock / algo.DayUs
+	if kind == algo.Calendar {
+		// fewer buckets, so that more of them are reported across a boundary
+		keys, tiers = keys[:2], tiers[:1]
+	}
+	var lastGrants int // calendar: grants in a period's last epoch
 	var replays, grants, reclaims, refusals, penalties, overshoots, clamps, excesses, renewals, acquired, refusedDeltas, stepsBack int
 
 	for step := 0; step < 160; step++ {
@@ -148,8 +176,8 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 				}
 				used[bk] = true
 				p := rulesP[rl]
-				d := wire.Delta{Key: key, Rule: rl, Tier: tier, Window: win, Algo: uint8(p.kind), Limit: p.limit,
-					WindowMs: p.windowMs * uint32(win+1), Burst: p.burst, ElapsedMs: uint32(rng.IntN(3000))}
+				d := wire.Delta{Key: key, Rule: rl, Tier: tier, Window: win, ElapsedMs: uint32(rng.IntN(3000))}
+				fill(&d, rl, win)
 				lk := b.Node + "|" + bk
 				if l := local[lk]; l.n > 0 {
 					d.Epoch = l.epoch
@@ -194,16 +222,20 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 			if step%40 == 39 {
 				// A large batch: several script calls per node (maxPerCall).
 				for i := 0; i < 3*maxPerCall; i++ {
-					d := wire.Delta{Key: fmt.Sprint(prefix, "-bulk-", step, "-", i), Rule: "r1", Algo: uint8(kind), Limit: 20, WindowMs: 1000, Over: uint32(i % 25)}
+					d := wire.Delta{Key: fmt.Sprint(prefix, "-bulk-", step, "-", i), Rule: "r1", Over: uint32(i % 25)}
+					fill(&d, "r1", 0)
 					b.Deltas = append(b.Deltas, d)
 				}
 			}
 			history = append(history, b)
 		}
-		switch rng.IntN(20) {
-		case 0:
+		switch {
+		case kind == algo.Calendar && step%20 == 10:
+			// a few seconds before the next UTC midnight: the day rules cross it
+			*clock = (*clock/algo.DayUs+1)*algo.DayUs - 4_000_000 + int64(rng.IntN(1_000_000))
+		case rng.IntN(20) == 0:
 			*clock += 2*cfg.EpochMs*1000 + int64(rng.IntN(2_000_000)) // a silence: epochs end
-		case 1:
+		case rng.IntN(19) == 0:
 			// The server clock steps back (a corrected clock, a promoted replica): leases
 			// stored in an epoch ahead of now.
 			back := *clock - int64(rng.IntN(int(cfg.EpochMs*1000)))
@@ -235,6 +267,10 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 			}
 			r := &want[i]
 			d := &b.Deltas[i]
+			if dp := lease.ParamsOf(d); dp.Kind == algo.Calendar && !r.Replay {
+				_, _, pe := algo.CalendarWindow(dp, now)
+				lastGrants += b2i(r.Grant > 0 && pe-now < cfg.EpochMs*1000)
+			}
 			replays += b2i(r.Replay)
 			grants += b2i(!r.Replay && r.Grant > 0)
 			reclaims += b2i(r.Reclaimed > 0)
@@ -250,6 +286,14 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 			}
 		}
 		compareStored(t, s, tw, &b, step)
+	}
+	if kind == algo.Calendar {
+		if *clock/algo.DayUs == startDay {
+			t.Errorf("the clock never crossed the UTC boundary it started before")
+		}
+		if lastGrants == 0 {
+			t.Errorf("calendar: no grant in a period's last epoch")
+		}
 	}
 	// The sequence must have exercised every branch worth comparing.
 	for name, n := range map[string]int{"replays": replays, "grants": grants, "reclaims": reclaims, "strict refusals": refusals,

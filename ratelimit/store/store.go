@@ -37,8 +37,8 @@ import (
 //go:embed scripts/*.lua
 var scriptFS embed.FS
 
-// numKinds is the number of algorithms (algo.FixedWindow is the last).
-const numKinds = int(algo.FixedWindow) + 1
+// numKinds is the number of algorithms (algo.Calendar is the last).
+const numKinds = int(algo.Calendar) + 1
 
 // script is the lease script.
 type script struct {

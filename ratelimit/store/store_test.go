@@ -31,6 +31,10 @@ func uniq(prefix string) string { return fmt.Sprint(prefix, "-", rand.Uint64()) 
 
 // mkDelta is a delta reporting nothing yet on (key, rule) with a limit of 100 per minute.
 func mkDelta(kind algo.Kind, key, rule string) wire.Delta {
+	if kind == algo.Calendar {
+		p := algo.CalendarParams(100, algo.Day, 0)
+		return wire.Delta{Key: key, Rule: rule, Algo: uint8(kind), Limit: 100, WindowMs: uint32(p.WindowUs / 1000), Burst: uint32(p.Burst)}
+	}
 	return wire.Delta{Key: key, Rule: rule, Algo: uint8(kind), Limit: 100, WindowMs: 60_000}
 }
 

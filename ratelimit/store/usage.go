@@ -84,12 +84,30 @@ type BucketUsage struct {
 	Limit     int64  `json:"limit"`
 	WindowMs  int64  `json:"window_ms"`
 	Burst     int64  `json:"burst"`
+	// Calendar is set for a calendar window (algorithm fixed_window, window_ms the
+	// period's longest length, reset_in_ms the time to the next boundary).
+	Calendar *CalendarUsage `json:"calendar,omitempty"`
 	// Remaining counts every outstanding lease as taken; Consumed is what gateways
 	// reported consumed (the bucket's own state), Outstanding what they hold in leases.
 	Remaining   int64 `json:"remaining"`
 	Available   int64 `json:"available_without_leases"`
 	ResetInMs   int64 `json:"reset_in_ms"`
 	Outstanding int64 `json:"outstanding"`
+}
+
+// CalendarUsage is a calendar window's period, as the rule writes it.
+type CalendarUsage struct {
+	Period    string `json:"period"`
+	UTCOffset string `json:"utc_offset"`
+}
+
+// describe is how a bucket's parameters read in a usage answer: a calendar window is
+// the fixed_window with a calendar its rule configured (its Burst is the encoded period).
+func describe(p algo.Params) (name string, burst int64, cal *CalendarUsage) {
+	if per, off, ok := p.Calendar(); ok {
+		return algo.FixedWindow.String(), 0, &CalendarUsage{Period: per.String(), UTCOffset: algo.FormatOffset(off)}
+	}
+	return p.Kind.String(), p.Burst, nil
 }
 
 // PenaltyUsage is the key's progressive-penalty state.
@@ -173,9 +191,10 @@ func (s *Store) Usage(ctx context.Context, key string) (*Usage, error) {
 		bp := r.params
 		b.Advance(bp, now, s.cfg.Lease) // leases of an ended epoch or window no longer count
 		eff := algo.Take(bp, b.State, now, b.Leases.Outstanding())
+		name, burst, cal := describe(bp)
 		u.Buckets = append(u.Buckets, BucketUsage{
 			RedisKey: BucketKey(key, r.rule, r.tier, uint8(r.window)), Rule: r.rule, Tier: r.tier, Window: r.window,
-			Algorithm: bp.Kind.String(), Limit: bp.Limit, WindowMs: bp.WindowUs / 1000, Burst: bp.Burst,
+			Algorithm: name, Limit: bp.Limit, WindowMs: bp.WindowUs / 1000, Burst: burst, Calendar: cal,
 			Remaining: algo.Available(bp, eff, now), Available: algo.Available(bp, b.State, now),
 			ResetInMs: ceilMs(algo.ResetAt(bp, b.State, now) - now), Outstanding: b.Leases.Outstanding(),
 		})

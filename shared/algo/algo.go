@@ -22,6 +22,9 @@ const (
 	SlidingWindowLog
 	SlidingWindowCounter
 	FixedWindow
+	// Calendar is a fixed window aligned to calendar days, ISO weeks or months at a
+	// fixed UTC offset (calendar.go); its period and offset are encoded in Burst.
+	Calendar
 )
 
 // Params configures one window of one rule.
@@ -32,7 +35,8 @@ type Params struct {
 	// WindowUs is the window length in microseconds, MinWindowUs to MaxWindowUs.
 	WindowUs int64
 	// Burst is the capacity for TokenBucket and GCRA (permits that may be taken at once);
-	// 0 means Limit. Ignored by the window algorithms.
+	// 0 means Limit. Ignored by the other window algorithms; Calendar keeps its period
+	// and UTC offset here (see CalendarParams).
 	Burst int64
 }
 
@@ -124,6 +128,7 @@ var kindNames = [...]string{
 	SlidingWindowLog:     "sliding_window_log",
 	SlidingWindowCounter: "sliding_window_counter",
 	FixedWindow:          "fixed_window",
+	Calendar:             "calendar",
 }
 
 // String returns the name used in configuration ("token_bucket", "gcra", ...).
@@ -166,6 +171,15 @@ func (p Params) Validate() error {
 	if p.WindowUs < p.Limit {
 		return paramErr("limit", itoa(p.Limit)+" per "+itoa(p.WindowUs)+" µs is more than one permit per µs")
 	}
+	if p.Kind == Calendar {
+		// CalendarParams is the one encoding (calendar.go)
+		if per, _, ok := p.Calendar(); !ok {
+			return paramErr("calendar", "bad period/offset encoding "+itoa(p.Burst))
+		} else if p.WindowUs != PeriodUs(per) {
+			return paramErr("window", "must be the calendar period's longest length, got "+itoa(p.WindowUs)+" µs")
+		}
+		return nil
+	}
 	if p.Burst < 0 || p.Burst > MaxBurst {
 		return paramErr("burst", "must be in [0, "+itoa(MaxBurst)+"], got "+itoa(p.Burst))
 	}
@@ -198,6 +212,8 @@ func DecideTo(dst State, p Params, s State, now, cost int64) Result {
 		return swcDecide(dst, n, s, now, cost)
 	case FixedWindow:
 		return fwDecide(dst, n, s, now, cost)
+	case Calendar:
+		return calDecide(dst, n, s, now, cost)
 	default:
 		return tatDecide(dst, n, s, now, cost)
 	}
@@ -216,6 +232,8 @@ func Available(p Params, s State, now int64) int64 {
 	case FixedWindow:
 		st := fwLoad(n, s, now)
 		return n.lim - st.count
+	case Calendar:
+		return n.lim - calLoad(n, s, now).count
 	default:
 		st := tatLoad(n, s, now)
 		return n.capa - tatUsed(n, st, now)
@@ -239,6 +257,8 @@ func TakeTo(dst State, p Params, s State, now, n int64) State {
 		return swcTake(dst, q, s, now, n)
 	case FixedWindow:
 		return fwTake(dst, q, s, now, n)
+	case Calendar:
+		return calTake(dst, q, s, now, n)
 	default:
 		return tatTake(dst, q, s, now, n)
 	}
@@ -256,14 +276,17 @@ func Refund(p Params, s State, now, n int64) State {
 		return swcRefund(q, s, now, n)
 	case FixedWindow:
 		return fwRefund(q, s, now, n)
+	case Calendar:
+		return calRefund(q, s, now, n)
 	default:
 		return tatRefund(q, s, now, n)
 	}
 }
 
 // ResetAt is the absolute time at which the bucket is full again: now for a full
-// TokenBucket/GCRA, the end of the current window for FixedWindow, and the moment the
-// last counted permit leaves the window for the sliding algorithms.
+// TokenBucket/GCRA, the end of the current window for FixedWindow (the next period
+// boundary for Calendar), and the moment the last counted permit leaves the window for
+// the sliding algorithms.
 func ResetAt(p Params, s State, now int64) int64 {
 	n := p.norm()
 	switch n.kind {
@@ -273,6 +296,8 @@ func ResetAt(p Params, s State, now int64) int64 {
 		return swcResetAt(n, swcLoad(n, s, now), now)
 	case FixedWindow:
 		return fwLoad(n, s, now).start + n.win
+	case Calendar:
+		return calLoad(n, s, now).end
 	default:
 		return tatResetAt(tatLoad(n, s, now))
 	}
@@ -296,6 +321,8 @@ func RetryAfter(p Params, s State, now, cost int64) int64 {
 		return swcRetryAfter(n, swcLoad(n, s, now), now, cost)
 	case FixedWindow:
 		return fwRetryAfter(n, fwLoad(n, s, now), now, cost)
+	case Calendar:
+		return calRetryAfter(n, calLoad(n, s, now), now, cost)
 	default:
 		return tatRetryAfter(n, tatLoad(n, s, now), now, cost)
 	}

@@ -12,6 +12,8 @@ const (
 	hour   = 60 * minute
 )
 
+// allKinds are the algorithms whose Params are a limit per window length; the property
+// tests add Calendar (whose Params come from CalendarParams).
 var allKinds = []Kind{TokenBucket, GCRA, SlidingWindowLog, SlidingWindowCounter, FixedWindow}
 
 func TestKindNames(t *testing.T) {
@@ -75,7 +77,14 @@ func TestValidate(t *testing.T) {
 		{"burst_refill_too_slow", Params{Limit: 1, WindowUs: MaxWindowUs, Burst: 300}, "burst"},
 		{"burst_refill_at_bound", Params{Limit: 1, WindowUs: MaxWindowUs, Burst: MaxRefillUs / MaxWindowUs}, ""},
 		{"burst_ignored_by_windows", Params{Kind: FixedWindow, Limit: 1, WindowUs: MaxWindowUs, Burst: 10_000}, ""},
-		{"unknown_kind", Params{Kind: 5, Limit: 1, WindowUs: second}, "algorithm"},
+		{"unknown_kind", Params{Kind: Calendar + 1, Limit: 1, WindowUs: second}, "algorithm"},
+		{"calendar_month_utc", CalendarParams(MaxLimit, Month, 0), ""},
+		{"calendar_week_minus_8", CalendarParams(1, Week, -8*60), ""},
+		{"calendar_day_plus_14", CalendarParams(100, Day, MaxOffsetMinutes), ""},
+		{"calendar_bad_period", Params{Kind: Calendar, Limit: 1, WindowUs: DayUs, Burst: 41440}, "calendar"},
+		{"calendar_bad_offset", Params{Kind: Calendar, Limit: 1, WindowUs: DayUs, Burst: 10000 + 1440 + 841}, "calendar"},
+		{"calendar_no_encoding", Params{Kind: Calendar, Limit: 1, WindowUs: DayUs}, "calendar"},
+		{"calendar_window_not_period", Params{Kind: Calendar, Limit: 1, WindowUs: 31 * DayUs, Burst: 11440}, "window"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -103,7 +112,11 @@ func literal(p Params) norm {
 	if (p.Kind == TokenBucket || p.Kind == GCRA) && p.Burst > 0 {
 		c = p.Burst
 	}
-	return norm{kind: p.Kind, lim: p.Limit, win: p.WindowUs, capa: c}
+	n := norm{kind: p.Kind, lim: p.Limit, win: p.WindowUs, capa: c}
+	if per, off, ok := p.Calendar(); ok {
+		n.per, n.off = per, off*60_000_000
+	}
+	return n
 }
 
 // TestValidateMatchesNorm: on parameters drawn at and around every bound, Validate
@@ -363,6 +376,10 @@ func TestStateKindMismatchIsFresh(t *testing.T) {
 func randParams(rng *rand.Rand, k Kind) Params {
 	limits := []int64{1, 2, 3, 7, 10, 64, 100, 999, 1000, 12_345}
 	windows := []int64{MinWindowUs, 1_001, 7_919, 100_000, second, 3 * second, minute, hour, MaxWindowUs}
+	if k == Calendar {
+		offsets := []int64{0, 330, -480, MaxOffsetMinutes, -MaxOffsetMinutes}
+		return CalendarParams(limits[rng.Intn(len(limits))], Period(1+rng.Intn(3)), offsets[rng.Intn(len(offsets))])
+	}
 	for {
 		p := Params{Kind: k, Limit: limits[rng.Intn(len(limits))], WindowUs: windows[rng.Intn(len(windows))]}
 		if rng.Intn(4) == 0 {

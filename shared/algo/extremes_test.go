@@ -14,6 +14,16 @@ import (
 // that still refills within MaxRefillUs.
 func extremeParams(k Kind) []Params {
 	var out []Params
+	if k == Calendar {
+		for _, l := range []int64{1, MaxLimit} {
+			for _, per := range []Period{Day, Month} {
+				for _, off := range []int64{-MaxOffsetMinutes, MaxOffsetMinutes} {
+					out = append(out, CalendarParams(l, per, off))
+				}
+			}
+		}
+		return out
+	}
 	for _, l := range []int64{1, maxLimitOf(k)} {
 		for _, w := range []int64{max(MinWindowUs, l), MaxWindowUs} {
 			bursts := []int64{0}
@@ -198,7 +208,8 @@ func bucketExcess(ev []event, p Params) *big.Int {
 //   - sliding_window_log: at most L in any span of W;
 //   - sliding_window_counter: at most 2L − 1 in any span of W (the previous window's
 //     permits bunched at its end, see swcState);
-//   - fixed_window: at most L per aligned window (so at most 2L in any span of W).
+//   - fixed_window: at most L per aligned window (so at most 2L in any span of W);
+//   - calendar: at most L per calendar period.
 //
 // Times start at 0, just above −MaxTimeUs and just below MaxTimeUs, where the Lua
 // twins' doubles have the least room.
@@ -208,7 +219,7 @@ func TestPropertyExtremes(t *testing.T) {
 		span      = MaxAheadUs // how far the clients may get: 420 windows of 31 days
 	)
 	cases := 0
-	for _, k := range allKinds {
+	for _, k := range append(allKinds, Calendar) {
 		for pi, p := range extremeParams(k) {
 			for si, start := range []int64{0, -MaxTimeUs + 1, MaxTimeUs - span - MaxRefillUs - 3*p.WindowUs} {
 				name := fmt.Sprintf("%v %+v start %d", k, p, start)
@@ -235,11 +246,20 @@ func TestPropertyExtremes(t *testing.T) {
 					if most, at := maxPerAlignedWindow(ev, p.WindowUs); most > p.Limit {
 						t.Errorf("%s: %d admitted in the window starting at %d", name, most, at)
 					}
+				case Calendar:
+					per := map[int64]int64{}
+					for _, e := range ev {
+						i, _, _ := CalendarWindow(p, e.t)
+						if per[i] += e.n; per[i] > p.Limit {
+							t.Errorf("%s: %d admitted in calendar period %d", name, per[i], i)
+							break
+						}
+					}
 				}
 			}
 		}
 	}
-	if cases < 5*3*3 {
+	if cases < 6*3*3 {
 		t.Fatalf("only %d cases: extremeParams lost combinations", cases)
 	}
 }

@@ -20,6 +20,8 @@ func wellFormed(n norm, s State, now int64) bool {
 	case FixedWindow:
 		_, ok := loadStart(n, s, fwLen, floorDiv(now, n.win)*n.win)
 		return ok
+	case Calendar:
+		return !calLoad(n, s, now).moved
 	default:
 		return len(s) == tatLen && s[0] == stateTag(n.kind) && validTime(int64(le.Uint64(s[1:])))
 	}
@@ -40,12 +42,14 @@ func FuzzState(f *testing.F) {
 		{Take(Params{Kind: SlidingWindowLog, Limit: 10, WindowUs: second}, Take(Params{Kind: SlidingWindowLog, Limit: 10, WindowUs: second}, nil, 5, 3), 900, 2), uint8(SlidingWindowLog)},
 		{[]byte{0x12, 0, 0, 0, 0, 0, 0, 0, 0, 0x80}, uint8(SlidingWindowLog)},
 		{[]byte{0x10, 1, 2, 3}, uint8(TokenBucket)},
+		{Take(CalendarParams(10, Month, 330), nil, 5, 3), uint8(Calendar)},
 	}
 	for _, sd := range seeds {
 		f.Add(sd.s, sd.kind, int64(10), second, int64(0), int64(1_000), int64(1))
 	}
+	f.Add([]byte(Take(CalendarParams(3, Week, -480), nil, 1_700_000_000_000_000, 3)), uint8(Calendar), int64(3), int64(7*DayUs), int64(20960), int64(1_700_000_100_000_000), int64(1))
 	f.Fuzz(func(t *testing.T, s []byte, kind uint8, limit, window, burst, now, cost int64) {
-		p := Params{Kind: Kind(kind % 6), Limit: limit, WindowUs: window, Burst: burst}
+		p := Params{Kind: Kind(kind % 7), Limit: limit, WindowUs: window, Burst: burst}
 		n := p.norm()
 		now %= MaxTimeUs
 		capa := p.Capacity()

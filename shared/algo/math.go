@@ -16,9 +16,11 @@ var le = binary.LittleEndian
 // The Lua fragments clamp identically (algo_norm).
 type norm struct {
 	kind Kind
-	lim  int64 // permits per window
-	win  int64 // window, µs
-	capa int64 // capacity
+	lim  int64  // permits per window
+	win  int64  // window, µs
+	capa int64  // capacity
+	per  Period // Calendar: the period
+	off  int64  // Calendar: the UTC offset, µs
 }
 
 func (p Params) norm() norm {
@@ -27,6 +29,11 @@ func (p Params) norm() norm {
 		k = TokenBucket
 	}
 	l := clamp(p.Limit, 1, maxLimitOf(k))
+	if k == Calendar {
+		// the window is the period's, whatever WindowUs says
+		per, off := calNorm(p.Burst)
+		return norm{kind: k, lim: l, win: PeriodUs(per), capa: l, per: per, off: off}
+	}
 	w := clamp(p.WindowUs, MinWindowUs, MaxWindowUs)
 	w = max(w, l)
 	c := l

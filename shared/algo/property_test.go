@@ -35,7 +35,7 @@ func walk(t *testing.T, seed int64, k Kind, steps int, check func(p Params, s St
 // TestPropertyAlgebra checks, for every algorithm and on states reached by random
 // sequences, the relations the sync service and the filter rely on.
 func TestPropertyAlgebra(t *testing.T) {
-	for _, k := range allKinds {
+	for _, k := range append(allKinds, Calendar) {
 		t.Run(k.String(), func(t *testing.T) {
 			for seed := range int64(60) {
 				walk(t, seed, k, 200, func(p Params, s State, now int64, rng *rand.Rand) {
@@ -103,11 +103,16 @@ func TestPropertyAlgebra(t *testing.T) {
 					if rs < now || Available(p, s, rs) != capa {
 						t.Fatalf("seed %d %+v: ResetAt %d (now %d) leaves %d available", seed, p, rs, now, Available(p, s, rs))
 					}
-					if k != FixedWindow && rs > now && Available(p, s, rs-1) == capa {
+					if k != FixedWindow && k != Calendar && rs > now && Available(p, s, rs-1) == capa {
 						t.Fatalf("seed %d %+v: full before ResetAt %d", seed, p, rs)
 					}
 					if k == FixedWindow && rs != floorDiv(now, p.WindowUs)*p.WindowUs+p.WindowUs {
 						t.Fatalf("seed %d %+v: ResetAt %d is not the end of the window of %d", seed, p, rs, now)
+					}
+					if _, _, end := CalendarWindow(p, now); k == Calendar && rs != end && rs != ResetAt(p, nil, end) {
+						// the end of the period, or of the next one for a state kept one
+						// period ahead (a clock stepped back)
+						t.Fatalf("seed %d %+v: ResetAt %d is not the end of the period of %d", seed, p, rs, now)
 					}
 					if len(s) > p.MaxStateLen() {
 						t.Fatalf("seed %d %+v: state of %d bytes above MaxStateLen %d", seed, p, len(s), p.MaxStateLen())

@@ -19,6 +19,9 @@ type Exceeded struct {
 	RetryAfterSeconds int64  // the value sent in Retry-After
 	ResetUnix         int64  // when the window is full again, UNIX seconds
 	Rule              string // rule id
+	// Per, when set, names the window in the message instead of its length: a calendar
+	// window's period ("month": "... requests per month exceeded").
+	Per string
 	// PenaltyLevel and PenaltySeconds describe a progressive-penalty cooldown; the
 	// body carries them only when one applies (either is > 0).
 	PenaltyLevel   int64
@@ -40,9 +43,12 @@ func AppendBody429(dst []byte, e *Exceeded) []byte {
 	} else {
 		dst = append(dst, " requests per "...)
 	}
-	if e.WindowSeconds == 1 {
+	switch {
+	case e.Per != "":
+		dst = append(dst, e.Per...)
+	case e.WindowSeconds == 1:
 		dst = append(dst, "second"...)
-	} else {
+	default:
 		dst = strconv.AppendInt(dst, e.WindowSeconds, 10)
 		dst = append(dst, " seconds"...)
 	}

@@ -175,8 +175,7 @@ func DecideTo(dst algo.State, r Record, p algo.Params, now, cost int64, env Env)
 		// The service last said the bucket is empty until RetryUs, and this gateway has
 		// spent what it held since: a real refusal. Wait at least until the steady rate
 		// refills the deficit (the retry time predates what was spent since).
-		perPermit := max(1, p.WindowUs/max(1, p.Limit))
-		d.RetryAfterUs = max(r.RetryUs-now, (cost-max(r.GlobalRemaining, 0))*perPermit)
+		d.RetryAfterUs = max(r.RetryUs-now, RefillUs(p, now, cost-max(r.GlobalRemaining, 0)))
 		d.ResetUs = r.ResetUs
 		return reject(r, now, d, true)
 	}
@@ -187,6 +186,19 @@ func DecideTo(dst algo.State, r Record, p algo.Params, now, cost int64, env Env)
 	// together admit more than it holds (RATIONALE.md §2).
 	d.Acquire = true
 	return r, d
+}
+
+// RefillUs is how long bucket p takes, from now, to give back n permits at its steady
+// rate: n·Window/Limit. A fixed or calendar window has no steady rate: it gives back its
+// whole limit at the window's end, so the wait is also at most until that end (a monthly
+// quota of 5 refused two minutes before the 1st is not sent away for six days).
+func RefillUs(p algo.Params, now, n int64) int64 {
+	perPermit := max(1, p.WindowUs/max(1, p.Limit))
+	wait := max(n, 0) * perPermit
+	if p.Kind == algo.FixedWindow || p.Kind == algo.Calendar {
+		wait = min(wait, algo.ResetAt(p, nil, now)-now) // the end of the current window
+	}
+	return wait
 }
 
 // admit finishes an admission out of the lease: the local state follows this gateway's
@@ -443,10 +455,17 @@ func ApplyAcquire(r Record, s *wire.State, now int64) Record {
 // the state r last applied (force: the reply to r's own report, applied regardless).
 func (r Record) overwrite(s *wire.State, now int64, force bool) (Record, int64) {
 	ms := uint32(s.ServerMs)
-	if !force && r.ServerMs != 0 && int32(ms-r.ServerMs) < 0 {
+	// Replies overtake each other by a round trip at most. A state that looks more than
+	// maxReorderMs older is one from after a long silence (the low 32 bits of the server
+	// time wrap every 49.7 days and compare as signed differences over 24.8): a bucket
+	// used again a month later must take the service's answer, not keep last month's
+	// remaining and reset.
+	d := int32(ms - r.ServerMs)
+	older := r.ServerMs != 0 && d < 0 && d > -maxReorderMs
+	if !force && older {
 		return r, 0
 	}
-	if int32(ms-r.ServerMs) > 0 || r.ServerMs == 0 {
+	if !older {
 		r.ServerMs = ms
 	}
 	remaining := s.Remaining - r.Pending.Over
@@ -472,6 +491,10 @@ func (r Record) overwrite(s *wire.State, now int64, force bool) (Record, int64) 
 	}
 	return r, returned
 }
+
+// maxReorderMs bounds how much older than the newest applied state a reply can be and
+// still be recognized as out of order: far above any request timeout.
+const maxReorderMs = 3_600_000
 
 // Synced reports whether a reply has ever been applied to r.
 func (r *Record) Synced() bool { return r.SyncedUs != 0 }

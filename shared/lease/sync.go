@@ -182,7 +182,9 @@ const maxReportWindows = 1 << 20
 // while the service was unreachable (FlagDegraded) are charged at most what the bucket
 // held, well inside it.
 func ReportBound(p algo.Params, elapsedMs int64) int64 {
-	win := max(p.WindowUs, 1)
+	// Calendar months count as 28 days here: a period of elapsed spans at most this many
+	// windows plus one.
+	win := max(p.ShortestWindowUs(), 1)
 	n := min((max(elapsedMs, 0)*1000+win-1)/win, maxReportWindows)
 	return max(p.Limit, p.Capacity()) * (n + 1)
 }
@@ -231,7 +233,7 @@ func ParamsOf(d *wire.Delta) algo.Params {
 // windowed reports the algorithms whose buckets start afresh at window boundaries: a
 // lease granted in one window means nothing in the next.
 func windowed(p algo.Params) bool {
-	return p.Kind == algo.FixedWindow || p.Kind == algo.SlidingWindowCounter
+	return p.Kind == algo.FixedWindow || p.Kind == algo.SlidingWindowCounter || p.Kind == algo.Calendar
 }
 
 // epochClock places now in the lease epochs of p: the epoch index (mod 2^32), the index
@@ -239,9 +241,18 @@ func windowed(p algo.Params) bool {
 // leases of this epoch stop being usable. Continuous algorithms use epochs of EpochMs
 // from the Unix epoch. Window algorithms cut every window into epochs of at most
 // EpochMs, counted from the window's start, so a window boundary is an epoch boundary;
-// their leases end with the window.
+// their leases end with the window. A calendar window's periods differ in length (28
+// to 31 days): its epochs are numbered as if every period were the longest (WindowUs),
+// from the period's index, so consecutive periods still have increasing epochs; an
+// epoch never runs past the period's end.
 func epochClock(p algo.Params, now int64, cfg *SyncConfig) (k uint32, j, start, length, validUntil int64) {
 	e := cfg.EpochMs * 1000
+	if p.Kind == algo.Calendar {
+		wi, ws, we := algo.CalendarWindow(p, now)
+		n := (algo.MaxWindowUs + e - 1) / e // e < one day, the shortest period
+		j = (now - ws) / e
+		return uint32((wi*n + j) % (1 << 32)), j, ws + j*e, e, min(ws+(j+2)*e, we)
+	}
 	if !windowed(p) || p.WindowUs <= 0 {
 		q := now / e
 		return uint32(q % (1 << 32)), 0, q * e, e, (q + 2) * e
@@ -333,9 +344,9 @@ func Sync(b *Bucket, pen *Penalty, d *wire.Delta, now int64, cfg SyncConfig) Syn
 	slot := b.Leases.slot(d.Epoch, j, win)
 
 	// 2. Consumption, charged now. What a lease covered stops being outstanding as it
-	// is charged, so it changes nothing for the other gateways. A fixed window's lease of
-	// an earlier window was counted in that window: its consumption is not charged to
-	// this one.
+	// is charged, so it changes nothing for the other gateways. A fixed (or calendar)
+	// window's lease of an earlier window was counted in that window: its consumption is
+	// not charged to this one.
 	avail0 := algo.Available(p, st, now) - b.Leases.Outstanding()
 	leased, over := int64(d.Leased), int64(d.Over)
 	var covered int64
@@ -344,7 +355,7 @@ func Sync(b *Bucket, pen *Penalty, d *wire.Delta, now int64, cfg SyncConfig) Syn
 		*slot -= covered
 	}
 	uncovered := leased - covered
-	if p.Kind == algo.FixedWindow && pastWindow(d.Epoch, k, j) {
+	if (p.Kind == algo.FixedWindow || p.Kind == algo.Calendar) && pastWindow(d.Epoch, k, j) {
 		uncovered = 0
 	}
 	if !strict {
@@ -473,10 +484,17 @@ func finish(r *SyncResult, p algo.Params, st algo.State, outstanding, now int64,
 
 // TTLUs is how long the bucket's Redis key must live after a call at now: until the
 // bucket is full again with every lease counted, at least two windows and two epochs.
+// A calendar window's key lives until its period ends plus two epochs: the boundary
+// resets the count, the leases and the demand, so nothing in the key counts after it
+// (the two epochs cover a server clock stepping back across the boundary), and a
+// daily quota's key does not outlive its day by a month.
 func TTLUs(b *Bucket, d *wire.Delta, now int64, cfg SyncConfig) int64 {
 	cfg = cfg.Normalized()
 	p := ParamsOf(d)
 	eff := algo.Take(p, b.State, now, b.Leases.Outstanding())
+	if p.Kind == algo.Calendar {
+		return algo.ResetAt(p, eff, now) - now + 2*cfg.EpochMs*1000
+	}
 	return max(2*p.WindowUs, algo.ResetAt(p, eff, now)-now+p.WindowUs, 2*cfg.EpochMs*1000)
 }
 
@@ -505,7 +523,7 @@ func penaltyCooldown(level int64, cfg SyncConfig) int64 {
 const FlagNoLease = 0x80
 
 // leaseTag starts a bucket value that carries leases (algorithm states start with
-// 0x10-0x14, or are empty).
+// 0x10-0x15, or are empty).
 const leaseTag = 0x21
 
 // AppendValue encodes b as the Redis string the Lua script writes: the algorithm state

@@ -97,11 +97,13 @@ func RolloutPoint(ruleID, key string) uint32 {
 // DegradedWindow is window p while degraded under a degraded limit: limit and burst
 // capped at it, the window unchanged (limit <= 0: p itself).
 func DegradedWindow(p algo.Params, limit int64) algo.Params {
-	if limit <= 0 || limit >= p.Limit && (p.Burst == 0 || limit >= p.Burst) {
+	// Only the buckets have a burst; a calendar window keeps its period in the field.
+	burst := p.Burst > 0 && (p.Kind == algo.TokenBucket || p.Kind == algo.GCRA)
+	if limit <= 0 || limit >= p.Limit && (!burst || limit >= p.Burst) {
 		return p
 	}
 	p.Limit = min(p.Limit, limit)
-	if p.Burst > 0 {
+	if burst {
 		p.Burst = min(p.Burst, limit)
 	}
 	return p

@@ -134,7 +134,7 @@ type Rule struct {
 	// Config.DefaultKey, which lets Apply extract the default key once per request.
 	Key     KeySource
 	Algo    algo.Kind
-	Windows []algo.Params // at least one; all share Algo
+	Windows []algo.Params // at least one; all share Algo (a fixed_window's "calendar" windows are algo.Calendar)
 	Cost    int64         // default 1; with CostFrom, the estimate charged on admission
 	Costs   []RouteCost
 	// CostFrom, when set, charges what the response reports beyond the cost when the

@@ -9,8 +9,13 @@ import (
 )
 
 // AlgorithmName is the configuration name of an algorithm ("token_bucket", ...), or ""
-// for an unknown kind. The names are shared/algo's.
+// for an unknown kind. The names are shared/algo's; a calendar window is configured as
+// a fixed_window with a "calendar" (parse_calendar.go), so algo.Calendar is named
+// "fixed_window".
 func AlgorithmName(k algo.Kind) string {
+	if k == algo.Calendar {
+		return algo.FixedWindow.String()
+	}
 	name := k.String()
 	if _, ok := algo.ParseKind(name); ok {
 		return name
@@ -18,8 +23,15 @@ func AlgorithmName(k algo.Kind) string {
 	return ""
 }
 
-// ParseAlgorithm is the inverse of AlgorithmName.
-func ParseAlgorithm(name string) (algo.Kind, bool) { return algo.ParseKind(name) }
+// ParseAlgorithm is the inverse of AlgorithmName for the algorithms a rule names
+// (algo.Calendar is not one: it is a fixed_window's "calendar").
+func ParseAlgorithm(name string) (algo.Kind, bool) {
+	k, ok := algo.ParseKind(name)
+	if !ok || k == algo.Calendar {
+		return 0, false
+	}
+	return k, true
+}
 
 // parseTiers reads the tier definitions; each is checked on its own.
 func parseTiers(path string, v gjson.Result) ([]Tier, error) {
@@ -123,7 +135,7 @@ func parseRules(path string, v gjson.Result, tiers []Tier, tiersOK bool) ([]Rule
 // parseRule reads one rule. Its fields are checked independently, except that windows
 // are only read once the algorithm is known (they are checked against it).
 func parseRule(path string, v gjson.Result, tiers []Tier, tiersOK bool, r *Rule) error {
-	o, err := parseObject(path, v, "id", "version", "match", "key", "algorithm", "limit", "window", "burst",
+	o, err := parseObject(path, v, "id", "version", "match", "key", "algorithm", "limit", "window", "calendar", "burst",
 		"windows", "cost", "costs", "cost_from", "max_delay", "tiers", "overrides", "fail", "shadow", "strict", "descriptors",
 		"missing_key", "degraded_limit", "rollout_percent", "max_in_flight")
 	if err != nil {
@@ -285,7 +297,7 @@ func parseRuleTiers(path string, v gjson.Result, tiers []Tier, tiersOK bool, kin
 			errs.add(fieldError(tp, "undefined tier "+quoteShort(name)+" (define it in the top-level \"tiers\")"))
 			return true
 		}
-		o, err := parseObject(tp, tv, "limit", "window", "burst", "windows")
+		o, err := parseObject(tp, tv, "limit", "window", "calendar", "burst", "windows")
 		if errs.add(err) {
 			return true
 		}
@@ -305,7 +317,7 @@ func parseOverrides(path string, v gjson.Result, kind algo.Kind) ([]Override, er
 	var errs errList
 	out := make([]Override, len(elems))
 	for i, e := range elems {
-		o, err := parseObject(indexPath(path, i), e, "key", "limit", "window", "burst", "windows")
+		o, err := parseObject(indexPath(path, i), e, "key", "limit", "window", "calendar", "burst", "windows")
 		if errs.add(err) {
 			continue
 		}

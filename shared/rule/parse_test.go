@@ -309,6 +309,17 @@ var parseErrorCases = []struct {
 	{"tier_missing_name.json", "tiers[0].name", "required"},
 	{"duplicate_tier_name.json", "tiers[1].name", `duplicate tier name "pro"`},
 	{"bad_tier_name.json", "tiers[0].name", `invalid tier name "gold tier"`},
+	{"calendar_needs_fixed_window.json", "rules[0].calendar", `needs "algorithm": "fixed_window", the rule's algorithm is token_bucket`},
+	{"calendar_on_sliding_window_counter.json", "rules[0].windows[0].calendar", `the rule's algorithm is sliding_window_counter`},
+	{"calendar_with_window.json", "rules[0].window", `cannot be combined with "calendar"`},
+	{"calendar_with_burst.json", "rules[0].burst", "only token_bucket and gcra use burst"},
+	{"calendar_bad_period.json", "rules[0].calendar.period", `must be "day", "week" or "month", got "year"`},
+	{"calendar_missing_period.json", "rules[0].calendar.period", "required"},
+	{"calendar_bad_utc_offset.json", "rules[0].calendar.utc_offset", `must be "+HH:MM" or "-HH:MM" within ±14:00 (e.g. "+05:30", "-08:00"), got "+5:30"`},
+	{"calendar_utc_offset_beyond_14h.json", "rules[0].calendar.utc_offset", `got "-14:30"`},
+	{"calendar_time_zone_name.json", "rules[0].calendar.time_zone", "unknown field"},
+	{"calendar_not_object.json", "rules[0].calendar", `must be an object, got "month"`},
+	{"calendar_window_in_list_bad_period.json", "rules[0].windows[1].calendar.period", `got "fortnight"`},
 	{"tier_without_selector.json", "tiers[0]", `tier "pro" needs "keys" or "header" and "values"`},
 	{"tier_header_without_values.json", "tiers[0].values", `required with "header"`},
 	{"tier_values_without_header.json", "tiers[0].header", `required with "values"`},
@@ -450,10 +461,65 @@ func TestAlgorithmNames(t *testing.T) {
 			t.Errorf("kind %d: name %q back %d %v", k, name, back, ok)
 		}
 	}
-	if AlgorithmName(algo.FixedWindow+1) != "" {
+	// A calendar window is configured as a fixed_window with a "calendar".
+	if AlgorithmName(algo.Calendar) != "fixed_window" {
+		t.Errorf("calendar is named %q", AlgorithmName(algo.Calendar))
+	}
+	if _, ok := ParseAlgorithm(algo.Calendar.String()); ok {
+		t.Error("the calendar kind parsed as a rule algorithm")
+	}
+	if AlgorithmName(algo.Calendar+1) != "" {
 		t.Error("unknown kind has a name")
 	}
 	if _, ok := ParseAlgorithm("leaky"); ok {
 		t.Error("leaky parsed")
+	}
+}
+
+func TestParseCalendar(t *testing.T) {
+	c, err := Parse(readFixture(t, "valid_calendar.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]algo.Params{
+		"plan":  {algo.CalendarParams(1_000_000, algo.Month, 0)},
+		"india": {{Kind: algo.FixedWindow, Limit: 100, WindowUs: durUs("1m")}, algo.CalendarParams(50_000, algo.Day, 330)},
+		"west":  {algo.CalendarParams(7000, algo.Week, -480)},
+	}
+	for _, r := range c.Rules {
+		if !reflect.DeepEqual(r.Windows, want[r.ID]) {
+			t.Errorf("rule %s: windows %+v, want %+v", r.ID, r.Windows, want[r.ID])
+		}
+	}
+	if got, want := c.Rules[2].Tiers["pro"], []algo.Params{algo.CalendarParams(20_000_000, algo.Month, 60)}; !reflect.DeepEqual(got, want) {
+		t.Errorf("tier pro: %+v, want %+v", got, want)
+	}
+	if got := c.Rules[0].Overrides[0].Windows; !reflect.DeepEqual(got, []algo.Params{algo.CalendarParams(5_000_000, algo.Month, 0)}) {
+		t.Errorf("override: %+v", got)
+	}
+	// The degraded limit caps the limit and leaves the period alone.
+	if got := c.Rules[0].Degraded(c.Rules[0].Windows[0]); got != algo.CalendarParams(1000, algo.Month, 0) {
+		t.Errorf("degraded: %+v", got)
+	}
+}
+
+func TestParseUTCOffset(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"+00:00", 0, true}, {"-00:00", 0, true}, {"+05:30", 330, true}, {"-08:00", -480, true},
+		{"+14:00", 840, true}, {"-14:00", -840, true}, {"+05:45", 345, true},
+		{"+14:01", 0, false}, {"+5:30", 0, false}, {"05:30", 0, false}, {"+05:60", 0, false},
+		{"+0530", 0, false}, {"Z", 0, false}, {"+05:3a", 0, false}, {"", 0, false}, {"+05:30 ", 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, ok := parseUTCOffset(tt.in)
+			if got != tt.want || ok != tt.ok {
+				t.Errorf("parseUTCOffset(%q) = %d, %v, want %d, %v", tt.in, got, ok, tt.want, tt.ok)
+			}
+		})
 	}
 }

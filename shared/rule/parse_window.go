@@ -24,10 +24,10 @@ const (
 // a rule's tier entry or an override): exactly one of the two forms. Every window is
 // checked on its own, so one run reports each bad window.
 func parseLimits(o *object, kind algo.Kind) ([]algo.Params, error) {
-	short := o.has("limit") || o.has("window") || o.has("burst")
+	short := o.has("limit") || o.has("window") || o.has("calendar") || o.has("burst")
 	if o.has("windows") {
 		if short {
-			return nil, fieldError(o.at("windows"), "cannot be combined with \"limit\", \"window\" or \"burst\"; put every window in \"windows\"")
+			return nil, fieldError(o.at("windows"), "cannot be combined with \"limit\", \"window\", \"calendar\" or \"burst\"; put every window in \"windows\"")
 		}
 		elems, err := parseArray(o.at("windows"), o.get("windows"), MaxWindows)
 		if err != nil {
@@ -39,7 +39,7 @@ func parseLimits(o *object, kind algo.Kind) ([]algo.Params, error) {
 		var errs errList
 		out := make([]algo.Params, len(elems))
 		for i, e := range elems {
-			wo, err := parseObject(indexPath(o.at("windows"), i), e, "limit", "window", "burst")
+			wo, err := parseObject(indexPath(o.at("windows"), i), e, "limit", "window", "calendar", "burst")
 			if errs.add(err) {
 				continue
 			}
@@ -64,10 +64,16 @@ func parseLimits(o *object, kind algo.Kind) ([]algo.Params, error) {
 // algorithm ignores it.
 func parseWindow(o *object, kind algo.Kind, alt string) (algo.Params, error) {
 	p := algo.Params{Kind: kind}
+	cal := o.has("calendar") // a calendar period instead of "window" (parse_calendar.go)
+	if cal {
+		if err := calendarAllowed(o, kind); err != nil {
+			return p, err
+		}
+	}
 	if !o.has("limit") {
 		return p, fieldError(o.at("limit"), "required"+alt)
 	}
-	if !o.has("window") {
+	if !cal && !o.has("window") {
 		return p, fieldError(o.at("window"), "required"+alt)
 	}
 	var err error
@@ -79,11 +85,16 @@ func parseWindow(o *object, kind algo.Kind, alt string) (algo.Params, error) {
 	if err != nil {
 		return p, err
 	}
-	if p.WindowUs, err = parseWindowLength(o.at("window"), o.get("window")); err != nil {
+	if cal {
+		p, err = parseCalendar(o.at("calendar"), o.get("calendar"), p.Limit)
+	} else {
+		p.WindowUs, err = parseWindowLength(o.at("window"), o.get("window"))
+	}
+	if err != nil {
 		return p, err
 	}
 	var burstErr error
-	if bv := o.get("burst"); bv.Exists() {
+	if bv := o.get("burst"); bv.Exists() && !cal {
 		if p.Burst, burstErr = parseInt(o.at("burst"), bv, 0, algo.MaxBurst); burstErr != nil {
 			p.Burst = 0
 		}
@@ -100,7 +111,7 @@ func parseWindow(o *object, kind algo.Kind, alt string) (algo.Params, error) {
 	}
 	// The window algorithms ignore burst; accepting it would let an operator believe
 	// a capacity is configured that nothing enforces.
-	if p.Burst != 0 && kind != algo.TokenBucket && kind != algo.GCRA {
+	if p.Burst != 0 && !cal && kind != algo.TokenBucket && kind != algo.GCRA {
 		return p, fieldError(o.at("burst"), "only token_bucket and gcra use burst, the rule's algorithm is "+AlgorithmName(kind))
 	}
 	return p, nil

@@ -184,14 +184,24 @@ local function apply(a)
   local p = {limit = tonumber(ARGV[a + 10]), window_us = tonumber(ARGV[a + 11]), burst = tonumber(ARGV[a + 12])}
   local capacity = tonumber(ARGV[a + 13])
   local kind = tonumber(ARGV[a])
-  local win = kind == 3 or kind == 4
+  local win = kind == 3 or kind == 4 or kind == 5
 
   local epoch, cur, prev, dcur, dprev, st = parse_value(redis.call('GET', bkey))
 
   -- 1. Epochs (Go epochClock, Leases.advance).
   local e = epoch_ms * 1000
   local k, j, estart, elen, valid_until
-  if not win or p.window_us <= 0 then
+  if kind == 5 then
+    -- a calendar period: epochs numbered as if every period were 31 days long (the
+    -- longest), from the period's index (algo_common.lua)
+    local per, off = algo__cal_norm(p.burst)
+    local wi, ws, we = algo__cal_window(per, off, now)
+    local n = idiv(algo__MAX_WINDOW + e - 1, e)
+    j = idiv(now - ws, e)
+    k = (wi * n + j) % U32
+    estart, elen = ws + j * e, e
+    valid_until = math.min(ws + (j + 2) * e, we)
+  elseif not win or p.window_us <= 0 then
     local q = idiv(now, e)
     k, j, estart, elen, valid_until = q % U32, 0, q * e, e, (q + 2) * e
   else
@@ -250,7 +260,7 @@ local function apply(a)
     slot_sub(covered)
   end
   local uncovered = leased - covered
-  if kind == 4 and depoch ~= 0 and signed(k - depoch) > j then
+  if (kind == 4 or kind == 5) and depoch ~= 0 and signed(k - depoch) > j then
     uncovered = 0 -- a lease of an earlier window: counted in that window
   end
   if not strict then
@@ -269,6 +279,9 @@ local function apply(a)
     -- ReportBound): the larger of limit and capacity per window of elapsed, rounded up
     -- and at most 2^20 windows, plus one capacity.
     local wus = math.max(p.window_us, 1)
+    if kind == 5 then
+      wus = algo__cal_shortest(p.burst) -- a month counts as 28 days
+    end
     local nwin = math.min(idiv(elapsed * 1000 + wus - 1, wus), 1048576)
     local bound = math.max(p.limit, capacity) * (nwin + 1)
     if uncovered > bound then
@@ -377,6 +390,10 @@ local function apply(a)
   local eff = A.take(p, st, now, cur + prev)
   local reset_at = A.reset_at(p, eff, now)
   local ttl = math.max(2 * p.window_us, reset_at - now + p.window_us, 2 * e)
+  if kind == 5 then
+    -- a calendar period's key ends with the period (plus two epochs, Go TTLUs)
+    ttl = reset_at - now + 2 * e
+  end
   redis.call('SET', bkey, value, 'PX', idiv(ttl + 999, 1000))
 
   if plevel ~= plevel0 or puntil ~= puntil0 or plast ~= plast0 then
