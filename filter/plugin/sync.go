@@ -632,7 +632,15 @@ func (s *syncer) apply(now int64, st *wire.State, d *wire.Delta, id string, seq 
 // its lease, refuses beyond it, and then one acquire brings a lease of what refilled
 // meanwhile. What the fleet admits stays the limit; the refused learn a Retry-After
 // of at most an interval. A caller near its limit, refused now and then, is left alone.
+//
+// Only the buckets that refill a permit at a time (token_bucket, gcra) are held: a
+// window's count comes back at the window's end, which the service's retry time
+// already says, and a hold there would refuse what a new window (a month's quota on the
+// 1st) just gave.
 func (s *syncer) batchRetry(rec lease.Record, params algo.Params, rejected, now int64) lease.Record {
+	if params.Kind != algo.TokenBucket && params.Kind != algo.GCRA {
+		return rec
+	}
 	perPermit := max(1, params.WindowUs/max(1, params.Limit))
 	if rejected*perPermit < s.intervalUs() {
 		return rec
