@@ -283,7 +283,7 @@ func (r *report) writeTargets(w io.Writer) {
 			fmtInt(r.resp.Other.NsPerRequest), fmtInt(r.resp.None.NsPerRequest)), yesNo(r.resp.OtherRatio() > 0 && r.resp.OtherRatio() <= 1.10)},
 		{"no cost_from rule: 0 added (vs the module before response cost)", r.respNoneLine(), yesNo(r.resp.NoneRatio() > 0 && r.resp.NoneRatio() <= 1.05)},
 		{"shaping: a held burst reaches the upstream at the rule's spacing (10 ms), none refused within max_delay", r.shapeLine(),
-			yesNo(r.shape.Through == 101 && r.shape.GapMean >= 9*time.Millisecond && r.shape.GapMean <= 11*time.Millisecond)},
+			yesNo(r.shape.Through >= 101 && r.shape.Refused > 0 && r.shape.GapMean >= 9*time.Millisecond && r.shape.GapMean <= 11*time.Millisecond)},
 		{"held requests hold no worker: another caller's latency while they are held ≤ 1.2× idle", fmt.Sprintf("%.2f× (%s vs %s)",
 			ratio(float64(r.shape.OtherHeld), float64(r.shape.OtherIdle)), fmtDur(r.shape.OtherHeld), fmtDur(r.shape.OtherIdle)),
 			yesNo(r.shape.OtherIdle > 0 && ratio(float64(r.shape.OtherHeld), float64(r.shape.OtherIdle)) <= 1.2)},
@@ -412,7 +412,7 @@ func (r *report) writeCost(w io.Writer) {
 // shapeLine is the shaping target's cell.
 func (r *report) shapeLine() string {
 	c := r.shape
-	return fmt.Sprintf("burst of %d at 100/s, max_delay 1 s: %d through (1 at once, the rest held), %d refused; gaps mean %s, median %s, %s–%s (5 ms tick)",
+	return fmt.Sprintf("burst of %d at 100/s, max_delay 1 s: %d through (1 at once, 100 held, and what refilled while the burst arrived), %d refused; gaps mean %s, median %s, %s–%s (5 ms tick)",
 		c.Burst, c.Through, c.Refused, fmtDur(c.GapMean), fmtDur(c.GapP50), fmtDur(c.GapMin), fmtDur(c.GapMax))
 }
 
