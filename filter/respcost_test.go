@@ -98,7 +98,7 @@ func TestResponseCostLargeBody(t *testing.T) {
 				t.Fatalf("status %d, %d bytes", r.Status, len(r.Body))
 			}
 			before := memorySizes(h)[0]
-			const n = 5
+			const n = 2
 			for i := 0; i < n; i++ {
 				if r := h.Handle(llmRequest("k", 1001)); r.Status != 200 {
 					t.Fatalf("status %d", r.Status)
