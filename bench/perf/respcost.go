@@ -15,21 +15,26 @@ const BeforeResponseCost = "88190c4"
 
 const benchRule = `{"id":"api","match":{"prefix":"/v1/search"},"limit":1000000,"window":"1s","cost":1`
 
-// RespCostNoneConfig has no rule with cost_from.
-var RespCostNoneConfig = []byte(`{"key":{"source":"header","name":"x-api-key"},"rules":[` + benchRule + `}]}`)
+// otherRule is a second rule BenchRequest does not match (its path is elsewhere); with
+// cost_from appended it is the rule set's one cost_from rule.
+const otherRule = `{"id":"llm","match":{"prefix":"/v1/chat"},"limit":1000000,"window":"1m","cost":1`
 
-// RespCostOtherConfig adds a cost_from rule that BenchRequest does not match.
-var RespCostOtherConfig = []byte(`{"key":{"source":"header","name":"x-api-key"},"rules":[` + benchRule + `},
-	{"id":"llm","match":{"prefix":"/v1/chat"},"limit":1000000,"window":"1m","cost":1,"cost_from":{"body":"usage.total_tokens"}}]}`)
+// RespCostNoneConfig has no rule with cost_from: BenchRequest's rule and otherRule.
+var RespCostNoneConfig = []byte(`{"key":{"source":"header","name":"x-api-key"},"rules":[` + benchRule + `},` + otherRule + `}]}`)
 
-// RespCostConfig is BenchRequest's rule taking its cost from the response (a header, or
-// the body's usage.total_tokens).
+// RespCostOtherConfig is RespCostNoneConfig with otherRule taking its cost from the
+// response: the two differ by cost_from alone.
+var RespCostOtherConfig = []byte(`{"key":{"source":"header","name":"x-api-key"},"rules":[` + benchRule + `},` + otherRule +
+	`,"cost_from":{"body":"usage.total_tokens"}}]}`)
+
+// RespCostConfig is RespCostNoneConfig with BenchRequest's rule taking its cost from the
+// response (a header, or the body's usage.total_tokens).
 func RespCostConfig(format string) []byte {
 	from := `{"body":"usage.total_tokens"}`
 	if format == "header" {
 		from = `{"header":"` + llmapi.TokensHeader + `"}`
 	}
-	return []byte(`{"key":{"source":"header","name":"x-api-key"},"rules":[` + benchRule + `,"cost_from":` + from + `}]}`)
+	return []byte(`{"key":{"source":"header","name":"x-api-key"},"rules":[` + benchRule + `,"cost_from":` + from + `},` + otherRule + `}]}`)
 }
 
 // LLMUpstream is a completion reporting 5 tokens in format, with 2,000 bytes of text
