@@ -407,6 +407,7 @@ func (r *report) writeCost(w io.Writer) {
 	fmt.Fprintln(w, "same pair as Go benchmarks.")
 	fmt.Fprintln(w)
 	r.respCostSection(w)
+	r.writeInFlightCost(w)
 }
 
 // shapeLine is the shaping target's cell.
@@ -456,7 +457,7 @@ func (r *report) respCostSection(w io.Writer) {
 		fmtInt(c.ParseNs("header")), fmtInt(c.ParseNs("json")), fmtInt(c.ParseNs("sse")))
 	fmt.Fprintln(w, "response, against the same response without `cost_from`. `go test -run '^$' -bench ResponseCost")
 	fmt.Fprintln(w, "./bench/perf` measures the same cases.")
-	r.writeInFlightCost(w)
+	fmt.Fprintln(w)
 }
 
 // writeInFlightCost says what a rule's max_in_flight adds to a decision.
