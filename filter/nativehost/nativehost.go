@@ -254,11 +254,7 @@ func (h *Host) Reset(s *Stream) {
 	w := s.Worker
 	s.Paused, s.Open, s.hold = false, false, false
 	w.cur = s
-	s.s.OnLog()
-	s.s.OnDone()
-	w.cur = nil
-	s.Ended = true
-	delete(w.streams, s.ID)
+	w.end(s)
 }
 
 // Restart replaces worker w's VM with a new one, as Envoy does when a VM traps: the old
@@ -324,6 +320,11 @@ func (w *Worker) finish(s *Stream) {
 		s.s.OnResponseBody(len(c), i == len(body)-1 && !s.upstream.Reset)
 	}
 	s.chunk = nil
+	w.end(s)
+}
+
+// end runs the end of the current stream s (proxy_on_log, proxy_on_done) and forgets it.
+func (w *Worker) end(s *Stream) {
 	s.s.OnLog()
 	s.s.OnDone()
 	w.cur = nil

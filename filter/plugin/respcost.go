@@ -1,7 +1,6 @@
 package plugin
 
 import (
-	"strings"
 	"unsafe"
 
 	"github.com/tollgate-rl/tollgate/filter/respcost"
@@ -164,7 +163,4 @@ func (p *Plugin) charge(now int64, id string, params algo.Params, n int64) {
 }
 
 // isEventStream reports whether a content-type is text/event-stream.
-func isEventStream(ct string) bool {
-	const sse = "text/event-stream"
-	return len(ct) >= len(sse) && strings.EqualFold(ct[:len(sse)], sse)
-}
+func isEventStream(ct string) bool { return hasPrefixFold(ct, "text/event-stream") }

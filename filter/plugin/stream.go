@@ -255,10 +255,15 @@ func (s *Stream) replyGRPC(status uint32, details string, grpcStatus int32, mess
 // (application/grpc+proto). Envoy answers such a request's local reply trailers-only.
 func isGRPC(ct string) bool {
 	const grpc = "application/grpc"
-	if len(ct) < len(grpc) || !strings.EqualFold(ct[:len(grpc)], grpc) {
+	if !hasPrefixFold(ct, grpc) {
 		return false
 	}
 	return len(ct) == len(grpc) || ct[len(grpc)] == '+' || ct[len(grpc)] == ';'
+}
+
+// hasPrefixFold reports whether s begins with prefix, ignoring ASCII case (media types).
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
 // OnResponseHeaders adds the rate-limit headers decided on the request.

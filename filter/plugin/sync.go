@@ -641,11 +641,10 @@ func (s *syncer) batchRetry(rec lease.Record, params algo.Params, rejected, now 
 	if params.Kind != algo.TokenBucket && params.Kind != algo.GCRA {
 		return rec
 	}
-	perPermit := max(1, params.WindowUs/max(1, params.Limit))
-	if rejected*perPermit < s.intervalUs() {
+	if lease.RefillUs(params, now, rejected) < s.intervalUs() {
 		return rec
 	}
-	rec.RetryUs = max(rec.RetryUs, now+min(s.intervalUs(), params.Capacity()*perPermit))
+	rec.RetryUs = max(rec.RetryUs, now+min(s.intervalUs(), lease.RefillUs(params, now, params.Capacity())))
 	rec.GlobalRemaining = min(rec.GlobalRemaining, 0)
 	return rec
 }

@@ -6,6 +6,7 @@ package respcost
 
 import (
 	"bytes"
+	"strings"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
@@ -59,21 +60,9 @@ type Scanner struct {
 // max_body_bytes, sse whether the response is a text/event-stream.
 func (s *Scanner) Reset(path string, max int, sse bool) {
 	s.path, s.max, s.sse = path, max, sse
-	s.first, s.rest = path, ""
-	if i := indexByte(path, '.'); i >= 0 {
-		s.first, s.rest = path[:i], path[i+1:]
-	}
+	s.first, s.rest, _ = strings.Cut(path, ".")
 	s.buf, s.data = s.buf[:0], s.data[:0]
 	s.total, s.cr, s.skipLine, s.skipData, s.found, s.cost = 0, false, false, false, false, 0
-}
-
-func indexByte(s string, c byte) int {
-	for i := 0; i < len(s); i++ {
-		if s[i] == c {
-			return i
-		}
-	}
-	return -1
 }
 
 // Write takes the next chunk of the body.

@@ -315,8 +315,7 @@ func ChargeTo(dst algo.State, r Record, p algo.Params, now, n int64, env Env) Re
 		// This gateway knows the bucket is in debt before the service does (until the
 		// next report): it refuses until the debt is refilled, instead of asking the
 		// service, which would still admit on what it last heard.
-		perPermit := max(1, p.WindowUs/max(1, p.Limit))
-		retry := now + (1-r.GlobalRemaining)*perPermit
+		retry := now + RefillUs(p, now, 1-r.GlobalRemaining)
 		if windowed(p) && r.ResetUs > now {
 			retry = min(retry, r.ResetUs) // the window's end wipes a window's debt
 		}
