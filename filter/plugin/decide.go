@@ -171,6 +171,7 @@ func (p *Plugin) decide(now int64, ops []bucketOp, commit, acquireFailed bool) v
 			if op.charged {
 				continue
 			}
+			v.delayUs = max(v.delayUs, op.delayUs) // used only if the request is admitted
 			if op.dec.Degraded {
 				v.degraded = true
 				if op.a.Rule.Fail == rule.FailClosed && !op.shadow {
@@ -191,11 +192,6 @@ func (p *Plugin) decide(now int64, ops []bucketOp, commit, acquireFailed bool) v
 				} else if v.reject == nil {
 					v.reject = op
 				}
-			}
-		}
-		if !v.acquire && v.reject == nil {
-			for i := range ops {
-				v.delayUs = max(v.delayUs, ops[i].delayUs)
 			}
 		}
 		if v.reject != nil {
