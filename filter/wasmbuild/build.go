@@ -5,8 +5,9 @@
 // how each is answered). The result imports only WASI functions every Envoy with a Wasm
 // runtime offers, never hands poll_oneoff to the host (Envoy 1.33–1.38 answered it with
 // an error that aborts Go's runtime, golang/go#78513), and makes no WASI call during
-// _initialize outside Envoy's start-up allow-list. Last, Optimize runs binaryen's
-// wasm-opt over it for size, and MeasureSizes says where the bytes go.
+// _initialize outside Envoy's start-up allow-list. Thread then turns the forward jumps
+// of Go's resumable functions into direct branches (thread.go says why), Optimize runs
+// binaryen's wasm-opt over it for size, and MeasureSizes says where the bytes go.
 //
 // `make wasm`, the filter tests (filter/wasmtest), the end-to-end harness and the
 // benchmarks all build through Build, so every test runs the module that ships.
@@ -25,7 +26,8 @@ import (
 
 // Build compiles pkg (an import path, or a path relative to the repository root such as
 // "./filter") for wasip1 as a reactor with the given build tags, links the shim into it,
-// runs the optimizer over it (Optimize) and returns the module.
+// threads its jumps (Thread), runs the optimizer over it (Optimize) and returns the
+// module.
 func Build(pkg string, tags ...string) ([]byte, error) {
 	st, err := BuildStages(pkg, tags...)
 	if err != nil {
@@ -38,6 +40,7 @@ func Build(pkg string, tags ...string) ([]byte, error) {
 type Stages struct {
 	Toolchain []byte // GoBuild
 	Linked    []byte // Link: the WASI shim resolved inside
+	Threaded  []byte // Thread: forward jumps taken directly
 	Final     []byte // Optimize: what Build returns
 }
 
@@ -52,7 +55,10 @@ func BuildStages(pkg string, tags ...string) (*Stages, error) {
 	if st.Linked, err = Link(st.Toolchain); err != nil {
 		return nil, fmt.Errorf("linking the WASI shim into %q: %w", pkg, err)
 	}
-	if st.Final, err = Optimize(st.Linked); err != nil {
+	if st.Threaded, _, err = Thread(st.Linked); err != nil {
+		return nil, fmt.Errorf("threading the jumps of %q: %w", pkg, err)
+	}
+	if st.Final, err = Optimize(st.Threaded); err != nil {
 		return nil, fmt.Errorf("optimizing %q: %w", pkg, err)
 	}
 	return &st, nil

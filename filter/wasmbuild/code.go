@@ -64,57 +64,10 @@ func rewriteExpr(in []byte, fn, typ func(uint32) (uint32, error)) ([]byte, error
 			out = append(out, op)
 			out = appendSleb(out, int64(n))
 			continue
-		case op == 0x00 || op == 0x01 || op == 0x05 || op == 0x0B || op == 0x0F ||
-			op == 0x1A || op == 0x1B || op == 0xD1 || (op >= 0x45 && op <= 0xC4):
-			// no immediate
-		case op == 0x0C || op == 0x0D || (op >= 0x20 && op <= 0x26): // br, br_if, locals, globals, table.get/set
-			r.u32()
-		case op == 0x0E: // br_table
-			n := r.u32()
-			for i := uint32(0); i <= n && r.err == nil; i++ {
-				r.u32()
-			}
-		case op == 0x1C: // select t*
-			n := r.u32()
-			for i := uint32(0); i < n && r.err == nil; i++ {
-				r.byte()
-			}
-		case op >= 0x28 && op <= 0x3E: // loads and stores: align, offset
-			r.u32()
-			r.u32()
-		case op == 0x3F || op == 0x40: // memory.size, memory.grow
-			r.byte()
-		case op == 0x41:
-			r.s33() // i32.const: a 32-bit signed LEB fits the 33-bit reader
-		case op == 0x42:
-			r.s64()
-		case op == 0x43:
-			r.skip(4)
-		case op == 0x44:
-			r.skip(8)
-		case op == 0xD0: // ref.null t
-			r.byte()
-		case op == 0xFC:
-			switch sub := r.u32(); {
-			case sub <= 7: // saturating truncations
-			case sub == 8: // memory.init data mem
-				r.u32()
-				r.byte()
-			case sub == 9, sub == 13, sub >= 15 && sub <= 17: // data.drop, elem.drop, table.grow/size/fill
-				r.u32()
-			case sub == 10: // memory.copy
-				r.byte()
-				r.byte()
-			case sub == 11: // memory.fill
-				r.byte()
-			case sub == 12, sub == 14: // table.init, table.copy
-				r.u32()
-				r.u32()
-			default:
-				return nil, fmt.Errorf("unknown instruction 0xFC %d at byte %d", sub, start)
-			}
 		default:
-			return nil, fmt.Errorf("unknown instruction 0x%02X at byte %d", op, start)
+			if err := skipImmediates(&r, op, start); err != nil {
+				return nil, err
+			}
 		}
 		if r.err != nil {
 			return nil, r.err
@@ -122,6 +75,77 @@ func rewriteExpr(in []byte, fn, typ func(uint32) (uint32, error)) ([]byte, error
 		out = append(out, in[start:r.p]...)
 	}
 	return out, r.err
+}
+
+// skipImmediates advances r over the immediates of the instruction op that starts at
+// byte start, for every instruction Go's wasm backend emits (see rewriteExpr), and
+// refuses any other.
+func skipImmediates(r *reader, op byte, start int) error {
+	switch {
+	case op == 0x10 || op == 0xD2: // call f, ref.func f
+		r.u32()
+	case op == 0x11: // call_indirect type table
+		r.u32()
+		r.u32()
+	case op == 0x02 || op == 0x03 || op == 0x04: // block, loop, if: blocktype
+		if r.p < len(r.b) && (r.b[r.p] == 0x40 || isValType(r.b[r.p])) {
+			r.p++
+		} else if r.s33() < 0 && r.err == nil {
+			return fmt.Errorf("block type at byte %d", start)
+		}
+	case op == 0x00 || op == 0x01 || op == 0x05 || op == 0x0B || op == 0x0F ||
+		op == 0x1A || op == 0x1B || op == 0xD1 || (op >= 0x45 && op <= 0xC4):
+		// no immediate
+	case op == 0x0C || op == 0x0D || (op >= 0x20 && op <= 0x26): // br, br_if, locals, globals, table.get/set
+		r.u32()
+	case op == 0x0E: // br_table
+		n := r.u32()
+		for i := uint32(0); i <= n && r.err == nil; i++ {
+			r.u32()
+		}
+	case op == 0x1C: // select t*
+		n := r.u32()
+		for i := uint32(0); i < n && r.err == nil; i++ {
+			r.byte()
+		}
+	case op >= 0x28 && op <= 0x3E: // loads and stores: align, offset
+		r.u32()
+		r.u32()
+	case op == 0x3F || op == 0x40: // memory.size, memory.grow
+		r.byte()
+	case op == 0x41:
+		r.s33() // i32.const: a 32-bit signed LEB fits the 33-bit reader
+	case op == 0x42:
+		r.s64()
+	case op == 0x43:
+		r.skip(4)
+	case op == 0x44:
+		r.skip(8)
+	case op == 0xD0: // ref.null t
+		r.byte()
+	case op == 0xFC:
+		switch sub := r.u32(); {
+		case sub <= 7: // saturating truncations
+		case sub == 8: // memory.init data mem
+			r.u32()
+			r.byte()
+		case sub == 9, sub == 13, sub >= 15 && sub <= 17: // data.drop, elem.drop, table.grow/size/fill
+			r.u32()
+		case sub == 10: // memory.copy
+			r.byte()
+			r.byte()
+		case sub == 11: // memory.fill
+			r.byte()
+		case sub == 12, sub == 14: // table.init, table.copy
+			r.u32()
+			r.u32()
+		default:
+			return fmt.Errorf("unknown instruction 0xFC %d at byte %d", sub, start)
+		}
+	default:
+		return fmt.Errorf("unknown instruction 0x%02X at byte %d", op, start)
+	}
+	return r.err
 }
 
 func isValType(b byte) bool {

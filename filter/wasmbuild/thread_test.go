@@ -1,0 +1,88 @@
+package wasmbuild_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	"github.com/tollgate-rl/tollgate/filter/wasmbuild"
+)
+
+// A Go program's output is the same natively, as the toolchain's module, threaded, and
+// threaded then optimized as Build does it: jumps of every kind, panics recovered,
+// goroutines switching (resumptions through the dispatch Thread leaves alone) and
+// garbage collections. The whole filter suite runs the threaded module besides.
+func TestThreadKeepsBehaviour(t *testing.T) {
+	root, err := wasmbuild.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkg := "./filter/wasmbuild/testdata/jumps"
+	native := exec.Command("go", "run", pkg)
+	native.Dir = root
+	want, err := native.Output()
+	if err != nil {
+		t.Fatalf("go run %s: %v", pkg, err)
+	}
+
+	out := filepath.Join(t.TempDir(), "jumps.wasm")
+	build := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
+	build.Dir = root
+	build.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
+	if msg, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, msg)
+	}
+	raw, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	threaded, st, err := wasmbuild.Thread(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every Go function that calls another has the shape; a toolchain that changed it
+	// would leave the pass doing nothing, silently.
+	if st.Funcs < 500 || st.Threaded < 5*st.Backward || st.Backward == 0 {
+		t.Fatalf("threaded %+v: want hundreds of resumable functions, most jumps forward, loops left", st)
+	}
+	t.Logf("%+v", st)
+	optimized, err := wasmbuild.Optimize(threaded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []struct {
+		name string
+		wasm []byte
+	}{{"toolchain", raw}, {"threaded", threaded}, {"threaded and optimized", optimized}} {
+		if got := runWASI(t, m.wasm); !bytes.Equal(got, want) {
+			t.Errorf("%s module printed\n%s\nnatively\n%s", m.name, got, want)
+		}
+	}
+
+	// Threading twice finds nothing left to do: no forward jump still goes through the
+	// dispatch.
+	again, st2, err := wasmbuild.Thread(threaded)
+	if err != nil || st2.Threaded != 0 || !bytes.Equal(again, threaded) {
+		t.Fatalf("second pass: %+v, err %v, changed %v", st2, err, !bytes.Equal(again, threaded))
+	}
+}
+
+func runWASI(t *testing.T, wasm []byte) []byte {
+	t.Helper()
+	ctx := context.Background()
+	rt := wazero.NewRuntime(ctx)
+	defer rt.Close(ctx)
+	wasi_snapshot_preview1.MustInstantiate(ctx, rt)
+	var stdout bytes.Buffer
+	_, err := rt.InstantiateWithConfig(ctx, wasm, wazero.NewModuleConfig().WithStdout(&stdout).WithStderr(os.Stderr))
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	return stdout.Bytes()
+}
