@@ -92,8 +92,8 @@ func threadBody(body []byte, st *ThreadStats) ([]byte, error) {
 	var (
 		stack   []open
 		nextID  = len(d.blockAt) + 1 // ids 0..len-1: the dispatch blocks; len: the loop
-		constK  = int64(-1)         // K of an i32.const just before
-		setPC   bool                // local.set 0 just after it
+		constK  = int64(-1)          // K of an i32.const just before
+		setPC   bool                 // local.set 0 just after it
 		c       = reader{b: code}
 		opening = 0 // dispatch constructs seen so far (loop, then its blocks)
 	)
