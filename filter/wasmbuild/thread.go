@@ -94,6 +94,7 @@ func threadBody(body []byte, st *ThreadStats) ([]byte, error) {
 	st.Funcs++
 	f.threadForward(d, st)
 	loops := f.restructureLoops(d, st)
+	f.enterDirectly()
 	out, err := f.encode(body[:r.p])
 	if err != nil && loops > 0 {
 		return nil, fmt.Errorf("loops: %w", err)
@@ -121,7 +122,7 @@ const (
 	opBlock, opLoop, opIf, opElse, opEnd = 0x02, 0x03, 0x04, 0x05, 0x0B
 	opBr, opBrIf, opBrTable              = 0x0C, 0x0D, 0x0E
 	opLocalGet, opLocalSet, opI32Const   = 0x20, 0x21, 0x41
-	opI32Eq                              = 0x46
+	opI32Eqz, opI32Eq                    = 0x45, 0x46
 )
 
 func decodeCode(b []byte) (*code, error) {
@@ -238,6 +239,7 @@ var (
 	rawEnd        = []byte{opEnd}
 	rawGetPC      = []byte{opLocalGet, 0}
 	rawI32Eq      = []byte{opI32Eq}
+	rawI32Eqz     = []byte{opI32Eqz}
 )
 
 // dispatch recognises Go's prologue: the function's first loop, whose body opens only
@@ -522,4 +524,26 @@ func (f *code) restructureLoops(d dispatch, st *ThreadStats) int {
 	}
 	st.Loops += len(loops)
 	return len(loops)
+}
+
+// enterDirectly tests for state 0 — a call, as opposed to a resumption — before the
+// dispatch and branches to its block directly: every call enters its function through
+// the dispatch, and a conditional branch that is nearly always taken costs less than
+// the indirect jump.
+func (f *code) enterDirectly() {
+	for i, in := range f.ins {
+		if in.op == opLoop {
+			for j := i + 1; j < len(f.ins) && f.ins[j].op == opBlock; j++ {
+				if j+2 < len(f.ins) && bytes.Equal(f.ins[j+1].raw, rawGetPC) && f.ins[j+2].op == opBrTable {
+					at := j + 1
+					f.ins = slices.Insert(f.ins, at,
+						instr{op: opLocalGet, raw: rawGetPC, k: -1},
+						instr{op: opI32Eqz, raw: rawI32Eqz, k: -1},
+						instr{op: opBrIf, targets: []int{f.ins[at+1].targets[0]}, k: -1})
+					return
+				}
+			}
+			return
+		}
+	}
 }
