@@ -59,32 +59,47 @@ func MeasureTelemetry(wasm []byte, o CostOptions) (TelemetryCost, error) {
 		defer h.Close()
 		hosts[i] = h
 	}
+	if c.PairRatios, err = PairRatios(hosts[0], hosts[1], c.Off.NsPerRequest, 100*o.Rounds); err != nil {
+		return c, fmt.Errorf("telemetry pair: %w", err)
+	}
+	return c, nil
+}
+
+// PairRatios times BenchRequest through a and b in back-to-back chunks of about 2 ms
+// each (nsPerRequest sizes them; the order alternates) after a warm-up, and returns
+// pairs b/a ratios, sorted: load from elsewhere on the machine, which shifts by far
+// more than a small difference between rounds of 300 ms, hits both sides of a pair
+// alike.
+func PairRatios(a, b *host.Host, nsPerRequest float64, pairs int) ([]float64, error) {
+	hosts := [2]*host.Host{a, b}
 	req := BenchRequest("k-bench")
 	chunk := func(h *host.Host, n int) (time.Duration, error) {
 		start := time.Now()
 		for k := 0; k < n; k++ {
 			if resp, err := h.Exchange(0, req, UpstreamOK); err != nil || resp.Status != 200 {
-				return 0, fmt.Errorf("telemetry pair: status %v, err %v", resp, err)
+				return 0, fmt.Errorf("status %v, err %v", resp, err)
 			}
 		}
 		return time.Since(start), nil
 	}
 	for _, h := range hosts { // warm-up
 		if _, err := chunk(h, 5000); err != nil {
-			return c, err
+			return nil, err
 		}
 	}
-	n := max(20, int(2*time.Millisecond/time.Duration(max(c.Off.NsPerRequest, 1))))
-	for p := 0; p < 100*o.Rounds; p++ {
+	n := max(20, int(2*time.Millisecond/time.Duration(max(nsPerRequest, 1))))
+	ratios := make([]float64, 0, pairs)
+	for p := 0; p < pairs; p++ {
 		first := p % 2
 		var d [2]time.Duration
 		for _, i := range []int{first, 1 - first} {
+			var err error
 			if d[i], err = chunk(hosts[i], n); err != nil {
-				return c, err
+				return nil, err
 			}
 		}
-		c.PairRatios = append(c.PairRatios, float64(d[1])/float64(d[0]))
+		ratios = append(ratios, float64(d[1])/float64(d[0]))
 	}
-	sort.Float64s(c.PairRatios)
-	return c, nil
+	sort.Float64s(ratios)
+	return ratios, nil
 }

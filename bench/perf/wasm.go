@@ -35,6 +35,12 @@ const FirstVersion = "c8e7beb"
 // wasip1 c-shared build there. It needs the repository's history (a clone, not an
 // export of one revision); the error says what was missing.
 func BuildAtRevision(rev string, pkgs ...string) (map[string][]byte, error) {
+	return buildAtRevision(rev, false, pkgs...)
+}
+
+// buildAtRevision is BuildAtRevision; with profile, the filter is compiled with today's
+// filter/default.pgo, as `make wasm` would compile that revision's source today.
+func buildAtRevision(rev string, profile bool, pkgs ...string) (map[string][]byte, error) {
 	root, err := wasmbuild.RepoRoot()
 	if err != nil {
 		return nil, err
@@ -63,6 +69,15 @@ func BuildAtRevision(rev string, pkgs ...string) (map[string][]byte, error) {
 	if err := untar.Wait(); err != nil {
 		return nil, fmt.Errorf("tar of git archive %s: %w", rev, err)
 	}
+	if profile {
+		pgo, err := os.ReadFile(filepath.Join(root, "filter", "default.pgo"))
+		if err != nil {
+			return nil, fmt.Errorf("the filter's profile: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "filter", "default.pgo"), pgo, 0o644); err != nil {
+			return nil, err
+		}
+	}
 	out := map[string][]byte{}
 	for _, pkg := range pkgs {
 		file := filepath.Join(dir, "module.wasm")
@@ -81,11 +96,11 @@ func BuildAtRevision(rev string, pkgs ...string) (map[string][]byte, error) {
 	return out, nil
 }
 
-// ShippedAtRevision is BuildAtRevision with the shipping recipe's later steps (the WASI
-// shim linked in, the optimizer run): a revision's module as `make wasm` makes it today,
-// to compare with the current one step for step.
+// ShippedAtRevision is BuildAtRevision with the shipping recipe (today's profile for the
+// filter, the WASI shim linked in, the jumps threaded, the optimizer run): a revision's
+// module as `make wasm` makes it today, to compare with the current one step for step.
 func ShippedAtRevision(rev string, pkgs ...string) (map[string][]byte, error) {
-	mods, err := BuildAtRevision(rev, pkgs...)
+	mods, err := buildAtRevision(rev, true, pkgs...)
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +109,11 @@ func ShippedAtRevision(rev string, pkgs ...string) (map[string][]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s at %s: linking the WASI shim: %w", pkg, rev, err)
 		}
-		if mods[pkg], err = wasmbuild.Optimize(linked); err != nil {
+		threaded, _, err := wasmbuild.Thread(linked)
+		if err != nil {
+			return nil, fmt.Errorf("%s at %s: threading the jumps: %w", pkg, rev, err)
+		}
+		if mods[pkg], err = wasmbuild.Optimize(threaded); err != nil {
 			return nil, fmt.Errorf("%s at %s: optimizing: %w", pkg, rev, err)
 		}
 	}

@@ -27,9 +27,19 @@ import (
 // Build compiles pkg (an import path, or a path relative to the repository root such as
 // "./filter") for wasip1 as a reactor with the given build tags, links the shim into it,
 // threads its jumps (Thread), runs the optimizer over it (Optimize) and returns the
-// module.
-func Build(pkg string, tags ...string) ([]byte, error) {
-	st, err := BuildStages(pkg, tags...)
+// module. The Go toolchain applies the main package's default.pgo (filter/default.pgo,
+// `make pgo`).
+func Build(pkg string, tags ...string) ([]byte, error) { return Recipe{}.Build(pkg, tags...) }
+
+// Recipe leaves steps out of Build, to measure what each gives; the zero value is Build.
+type Recipe struct {
+	NoProfile bool // compile without the package's default.pgo (-pgo=off)
+	NoThread  bool // skip Thread
+}
+
+// Build is Build without the steps the recipe leaves out.
+func (rc Recipe) Build(pkg string, tags ...string) ([]byte, error) {
+	st, err := rc.stages(pkg, tags...)
 	if err != nil {
 		return nil, err
 	}
@@ -40,23 +50,28 @@ func Build(pkg string, tags ...string) ([]byte, error) {
 type Stages struct {
 	Toolchain []byte // GoBuild
 	Linked    []byte // Link: the WASI shim resolved inside
-	Threaded  []byte // Thread: forward jumps taken directly
+	Threaded  []byte // Thread: jumps taken directly (Linked, if the recipe leaves it out)
 	Final     []byte // Optimize: what Build returns
 }
 
 // BuildStages is Build, keeping the module of every step (the size report measures the
 // linked one: the optimizer's output no longer says which function is which).
-func BuildStages(pkg string, tags ...string) (*Stages, error) {
+func BuildStages(pkg string, tags ...string) (*Stages, error) { return Recipe{}.stages(pkg, tags...) }
+
+func (rc Recipe) stages(pkg string, tags ...string) (*Stages, error) {
 	var st Stages
 	var err error
-	if st.Toolchain, err = GoBuild(pkg, tags...); err != nil {
+	if st.Toolchain, err = goBuild(pkg, !rc.NoProfile, tags...); err != nil {
 		return nil, err
 	}
 	if st.Linked, err = Link(st.Toolchain); err != nil {
 		return nil, fmt.Errorf("linking the WASI shim into %q: %w", pkg, err)
 	}
-	if st.Threaded, _, err = Thread(st.Linked); err != nil {
-		return nil, fmt.Errorf("threading the jumps of %q: %w", pkg, err)
+	st.Threaded = st.Linked
+	if !rc.NoThread {
+		if st.Threaded, _, err = Thread(st.Linked); err != nil {
+			return nil, fmt.Errorf("threading the jumps of %q: %w", pkg, err)
+		}
 	}
 	if st.Final, err = Optimize(st.Threaded); err != nil {
 		return nil, fmt.Errorf("optimizing %q: %w", pkg, err)
@@ -66,7 +81,10 @@ func BuildStages(pkg string, tags ...string) (*Stages, error) {
 
 // GoBuild is Build without Link: the Go toolchain's module as it comes. Tests use it to
 // show what the shim prevents.
-func GoBuild(pkg string, tags ...string) ([]byte, error) {
+func GoBuild(pkg string, tags ...string) ([]byte, error) { return goBuild(pkg, true, tags...) }
+
+// goBuild is GoBuild, with or without the main package's default.pgo.
+func goBuild(pkg string, profile bool, tags ...string) ([]byte, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return nil, err
@@ -80,6 +98,9 @@ func GoBuild(pkg string, tags ...string) ([]byte, error) {
 	// -s: no name section (the runtime's tracebacks read the pclntab, not the name
 	// section, and the optimizer would drop it anyway).
 	args := []string{"build", "-buildmode=c-shared", "-buildvcs=false", "-trimpath", "-ldflags=-s"}
+	if !profile {
+		args = append(args, "-pgo=off")
+	}
 	if len(tags) > 0 {
 		args = append(args, "-tags", strings.Join(tags, ","))
 	}

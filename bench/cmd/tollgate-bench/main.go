@@ -192,6 +192,10 @@ func measure(r *report, o options, logger *log.Logger) error {
 	if r.telemetry, err = perf.MeasureTelemetry(mods[perf.FilterPkg], perf.CostOptions{Round: o.dur(300 * time.Millisecond)}); err != nil {
 		return err
 	}
+	logger.Print("build steps: the filter without the jump threading and without the profile (interleaved rounds)")
+	if r.recipe, err = perf.MeasureRecipe(mods[perf.FilterPkg], perf.CostOptions{Round: o.dur(300 * time.Millisecond)}); err != nil {
+		return err
+	}
 	logger.Print("match conditions: prefix vs host + prefix + header exact (interleaved rounds)")
 	if r.match, err = perf.MeasureMatchCost(mods[perf.FilterPkg], perf.CostOptions{Round: o.dur(300 * time.Millisecond)}); err != nil {
 		return err

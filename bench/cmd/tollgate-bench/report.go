@@ -29,6 +29,7 @@ type report struct {
 	costs       []perf.Cost // empty, floor, filter, filter (default key)[, first version's floor, filter]
 	firstErr    error       // why the first version's modules were not measured
 	telemetry   perf.TelemetryCost
+	recipe      perf.RecipeCost
 	// resp is response-based cost; respBeforeErr why the module before it was not built.
 	resp          perf.RespCost
 	respBeforeErr error
@@ -382,6 +383,7 @@ func (r *report) writeCost(w io.Writer) {
 	} else if r.firstErr != nil {
 		fmt.Fprintf(w, "The first version (%s) was not measured: %s.\n\n", perf.FirstVersion, oneLine(r.firstErr))
 	}
+	r.writeRecipe(w)
 	fmt.Fprintln(w, "`go test -run '^$' -bench Decision ./bench/perf` measures the same three modules as Go")
 	fmt.Fprintln(w, "benchmarks (`BenchmarkDecision/{empty,floor,filter}`).")
 	fmt.Fprintln(w)
@@ -1133,4 +1135,31 @@ func (r *report) writeRLS(w io.Writer) {
 		fmt.Fprintln(w, "(section 2) answers from its leases without any of this.")
 		fmt.Fprintln(w)
 	}
+}
+
+// writeRecipe is the decision section's paragraph on the build steps after the Go
+// toolchain's that change the filter's speed: the jump threading and the profile.
+func (r *report) writeRecipe(w io.Writer) {
+	c := r.recipe
+	if c.Shipped.NsPerRequest == 0 {
+		return
+	}
+	fmt.Fprintln(w, "**What the build gives.** The filter as it ships beside the same source built without")
+	fmt.Fprintln(w, "wasmbuild's `Thread` (every jump between basic blocks through the Go backend's dispatch, as")
+	fmt.Fprintln(w, "the toolchain emits it) and without the profile-guided build (`filter/default.pgo`), timed in")
+	fmt.Fprintln(w, "interleaved rounds as above and in paired chunks of the same requests (RATIONALE.md §6):")
+	fmt.Fprintln(w)
+	var rows [][]string
+	for _, m := range []struct {
+		c     perf.Cost
+		bytes int
+	}{{c.Shipped, c.ShippedBytes}, {c.Unthreaded, c.UnthreadedBytes}, {c.Unprofiled, c.UnprofiledBytes}} {
+		rows = append(rows, []string{m.c.Module, fmtF(float64(m.bytes)/1e6, 2) + " MB", fmtInt(m.c.NsPerRequest), fmtInt(m.c.GuestNsPerRequest), fmtF(m.c.HostCallsPerRequest, 2)})
+	}
+	table(w, []string{"module", "size", "ns/request", "module CPU ns", "host calls"}, rows)
+	fmt.Fprintf(w, "In %s paired chunks the shipped module takes %s of the time of the unthreaded one (median)\n",
+		fmtInt(float64(len(c.ThreadPairs))), fmtF(c.ThreadRatio(), 3))
+	fmt.Fprintf(w, "and %s of the one built without the profile. `go test -run '^$' -bench Recipe ./bench/perf`\n", fmtF(c.ProfileRatio(), 3))
+	fmt.Fprintln(w, "measures the same.")
+	fmt.Fprintln(w)
 }

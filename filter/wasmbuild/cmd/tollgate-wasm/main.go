@@ -60,8 +60,8 @@ func run(pkg, out string, tags []string, sizes bool, top, funcs int) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("Go toolchain: %d bytes; WASI shim linked: %d bytes; optimized (shipped): %d bytes\n\n",
-		len(st.Toolchain), len(st.Linked), len(st.Final))
+	fmt.Printf("Go toolchain: %d bytes; WASI shim linked: %d bytes; jumps threaded: %d bytes; optimized (shipped): %d bytes\n\n",
+		len(st.Toolchain), len(st.Linked), len(st.Threaded), len(st.Final))
 	fmt.Println("Before the optimizer:")
 	s.Table(os.Stdout, top, funcs)
 	if out != "" {
