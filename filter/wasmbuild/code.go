@@ -148,6 +148,20 @@ func skipImmediates(r *reader, op byte, start int) error {
 	return r.err
 }
 
+// codeStart returns where a function body's instructions start: after its locals.
+func codeStart(body []byte) (int, error) {
+	r := reader{b: body}
+	groups := r.u32()
+	for i := uint32(0); i < groups && r.err == nil; i++ {
+		r.u32()
+		r.byte()
+	}
+	if r.err != nil {
+		return 0, fmt.Errorf("locals: %w", r.err)
+	}
+	return r.p, nil
+}
+
 func isValType(b byte) bool {
 	switch b {
 	case 0x7F, 0x7E, 0x7D, 0x7C, 0x7B, 0x70, 0x6F:

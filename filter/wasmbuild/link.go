@@ -428,20 +428,15 @@ func rewriteBody(entry []byte, fn, typ func(uint32) (uint32, error)) ([]byte, er
 	if r.err != nil {
 		return nil, r.err
 	}
-	br := reader{b: body}
-	groups := br.u32()
-	for i := uint32(0); i < groups && br.err == nil; i++ {
-		br.u32()
-		br.byte()
-	}
-	if br.err != nil {
-		return nil, fmt.Errorf("locals: %w", br.err)
-	}
-	expr, err := rewriteExpr(body[br.p:], fn, typ)
+	at, err := codeStart(body)
 	if err != nil {
 		return nil, err
 	}
-	return append(slices.Clip(body[:br.p]), expr...), nil
+	expr, err := rewriteExpr(body[at:], fn, typ)
+	if err != nil {
+		return nil, err
+	}
+	return append(slices.Clip(body[:at]), expr...), nil
 }
 
 func rewriteExports(b []byte, fn func(uint32) (uint32, error)) ([]byte, error) {

@@ -78,17 +78,11 @@ func Thread(wasm []byte) ([]byte, ThreadStats, error) {
 
 // threadBody returns one function body (locals and code, without its size) threaded.
 func threadBody(body []byte, st *ThreadStats) ([]byte, error) {
-	r := reader{b: body}
-	groups := r.u32()
-	for i := uint32(0); i < groups && r.err == nil; i++ {
-		r.u32()
-		r.byte()
+	at, err := codeStart(body)
+	if err != nil {
+		return nil, err
 	}
-	if r.err != nil {
-		return nil, fmt.Errorf("locals: %w", r.err)
-	}
-	code := body[r.p:]
-	f, err := decodeCode(code)
+	f, err := decodeCode(body[at:])
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +94,7 @@ func threadBody(body []byte, st *ThreadStats) ([]byte, error) {
 	f.threadForward(d, st)
 	loops := f.restructureLoops(d, st)
 	f.enterDirectly()
-	out, err := f.encode(body[:r.p])
+	out, err := f.encode(body[:at])
 	if err != nil && loops > 0 {
 		return nil, fmt.Errorf("loops: %w", err)
 	}
