@@ -79,3 +79,24 @@ func runWASI(t *testing.T, wasm []byte) []byte {
 	}
 	return stdout.Bytes()
 }
+
+// The filter Build ships is threaded: Thread of its linked stage finds the resumable
+// functions, threads jumps and rewrites loops without skipping any, and the stage Build
+// optimizes is exactly that output.
+func TestBuildThreadsTheFilter(t *testing.T) {
+	st, err := wasmbuild.BuildStages("./filter")
+	if err != nil {
+		t.Fatal(err)
+	}
+	threaded, stats, err := wasmbuild.Thread(st.Linked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", stats)
+	if !bytes.Equal(threaded, st.Threaded) || bytes.Equal(st.Threaded, st.Linked) {
+		t.Fatal("Build's threaded stage is not Thread's output of its linked one")
+	}
+	if stats.Funcs < 1000 || stats.Threaded < 10000 || stats.Loops < 500 || stats.Skipped > 0 {
+		t.Fatalf("threaded %+v: want the filter's functions threaded, its loops rewritten, none skipped", stats)
+	}
+}
