@@ -21,8 +21,8 @@ import (
 // after a goroutine switch), and a jump into them from outside the loop goes back to
 // the dispatch. Falling into L' from code before it, PC_B holds a state no later than
 // hi's (every jump sets it to its target, and states follow code order), which the
-// inner dispatch sends to E: hi's code, as before. It returns the loops rewritten.
-func (f *code) restructureLoops(d dispatch, st *ThreadStats) int {
+// inner dispatch sends to E: hi's code, as before.
+func (f *code) restructureLoops(d dispatch, st *ThreadStats) {
 	type edge struct{ at, k, from int }
 	var back []edge
 	lo := map[int]int{}
@@ -33,7 +33,7 @@ func (f *code) restructureLoops(d dispatch, st *ThreadStats) int {
 		}
 		from, hi := d.region(i), d.state[k]
 		if from < 0 || from > hi {
-			return 0 // not a back edge of the dispatch's code: leave the function as is
+			return // not a back edge of the dispatch's code: leave the function as is
 		}
 		back = append(back, edge{i, k, from})
 		if v, ok := lo[hi]; !ok || from < v {
@@ -66,7 +66,7 @@ func (f *code) restructureLoops(d dispatch, st *ThreadStats) int {
 		}
 	}
 	if len(loops) == 0 {
-		return 0
+		return
 	}
 
 	saved, savedStats := slices.Clone(f.ins), *st
@@ -147,7 +147,7 @@ func (f *code) restructureLoops(d dispatch, st *ThreadStats) int {
 					if _, ok := f.jumpTo(i, t, len(d.state)); !ok {
 						f.ins, *st = saved, savedStats
 						st.Skipped++
-						return 0
+						return
 					}
 					in.targets[j] = d.loop
 					st.Threaded--
@@ -175,8 +175,7 @@ func (f *code) restructureLoops(d dispatch, st *ThreadStats) int {
 	if _, err := f.encode(nil); err != nil {
 		f.ins, *st = saved, savedStats
 		st.Skipped++
-		return 0
+		return
 	}
 	st.Loops += len(loops)
-	return len(loops)
 }

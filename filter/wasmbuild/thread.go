@@ -92,13 +92,9 @@ func threadBody(body []byte, st *ThreadStats) ([]byte, error) {
 	}
 	st.Funcs++
 	f.threadForward(d, st)
-	loops := f.restructureLoops(d, st)
+	f.restructureLoops(d, st)
 	f.enterDirectly()
-	out, err := f.encode(body[:at])
-	if err != nil && loops > 0 {
-		return nil, fmt.Errorf("loops: %w", err)
-	}
-	return out, err
+	return f.encode(body[:at])
 }
 
 // dispatch is where a resumable function's state machine sits.

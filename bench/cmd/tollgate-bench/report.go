@@ -358,8 +358,8 @@ func (r *report) writeCost(w io.Writer) {
 	fmt.Fprintf(w, "**Where the time goes.** The filter spends about %s ns per request in its own compiled code\n", fmtInt(real.GuestNsPerRequest))
 	fmt.Fprintf(w, "against %s ns for the floor module and %s ns for the empty one, so of the %s ns it costs\n", fmtInt(fl.GuestNsPerRequest), fmtInt(empty.GuestNsPerRequest), fmtInt(real.NsPerRequest-fl.NsPerRequest))
 	fmt.Fprintf(w, "above the floor about %s ns are the filter's logic running as Go compiled to wasm (rule\n", fmtInt(real.GuestNsPerRequest-fl.GuestNsPerRequest))
-	fmt.Fprintln(w, "matching, key extraction, the lease decision, encoding the record, formatting five headers,")
-	fmt.Fprintln(w, "and the Go runtime's allocator and GC inside the module), and the rest is its extra host calls")
+	fmt.Fprintln(w, "matching, key extraction, the lease decision, encoding the record, formatting five headers;")
+	fmt.Fprintln(w, "no heap allocation in steady state), and the rest is its extra host calls")
 	fmt.Fprintf(w, "(%s per request against the floor's %s). The host calls themselves are close to the floor:\n", fmtF(real.HostCallsPerRequest, 0), fmtF(fl.HostCallsPerRequest, 0))
 	fmt.Fprintln(w, "one header-map read, one shared-data get and set, two metric increments (the total and the")
 	fmt.Fprintln(w, "rule's), the decision metadata for the access log (one `proxy_set_property`), and one more response")
@@ -1154,9 +1154,9 @@ func (r *report) writeRecipe(w io.Writer) {
 		c     perf.Cost
 		bytes int
 	}{{c.Shipped, c.ShippedBytes}, {c.Unthreaded, c.UnthreadedBytes}, {c.Unprofiled, c.UnprofiledBytes}} {
-		rows = append(rows, []string{m.c.Module, fmtF(float64(m.bytes)/1e6, 2) + " MB", fmtInt(m.c.NsPerRequest), fmtInt(m.c.GuestNsPerRequest), fmtF(m.c.HostCallsPerRequest, 2)})
+		rows = append(rows, []string{m.c.Module, fmtF(float64(m.bytes)/1e6, 2) + " MB", fmtInt(m.c.NsPerRequest), fmtF(m.c.HostCallsPerRequest, 2)})
 	}
-	table(w, []string{"module", "size", "ns/request", "module CPU ns", "host calls"}, rows)
+	table(w, []string{"module", "size", "ns/request", "host calls"}, rows)
 	fmt.Fprintf(w, "In %s paired chunks the shipped module takes %s of the time of the unthreaded one (median)\n",
 		fmtInt(float64(len(c.ThreadPairs))), fmtF(c.ThreadRatio(), 3))
 	fmt.Fprintf(w, "and %s of the one built without the profile. `go test -run '^$' -bench Recipe ./bench/perf`\n", fmtF(c.ProfileRatio(), 3))
