@@ -3,7 +3,6 @@ package perf
 import (
 	"fmt"
 
-	"github.com/tollgate-rl/tollgate/e2e/host"
 	"github.com/tollgate-rl/tollgate/filter/wasmbuild"
 )
 
@@ -48,19 +47,10 @@ func MeasureRecipe(shipped []byte, o CostOptions) (RecipeCost, error) {
 		return c, err
 	}
 	c.Shipped, c.Unthreaded, c.Unprofiled = costs[0], costs[1], costs[2]
-	var hosts [3]*host.Host
-	for i, wasm := range [][]byte{shipped, unthreaded, unprofiled} {
-		h, err := host.New(host.Config{Wasm: wasm, PluginConfig: config, Workers: 1, LogLevel: host.LogWarn})
-		if err != nil {
-			return c, err
-		}
-		defer h.Close()
-		hosts[i] = h
-	}
-	if c.ThreadPairs, err = PairRatios(hosts[1], hosts[0], c.Shipped.NsPerRequest, 100*o.Rounds); err != nil {
+	if c.ThreadPairs, err = PairModules(unthreaded, shipped, config, c.Shipped.NsPerRequest, 100*o.Rounds); err != nil {
 		return c, fmt.Errorf("threading pairs: %w", err)
 	}
-	if c.ProfilePairs, err = PairRatios(hosts[2], hosts[0], c.Shipped.NsPerRequest, 100*o.Rounds); err != nil {
+	if c.ProfilePairs, err = PairModules(unprofiled, shipped, config, c.Shipped.NsPerRequest, 100*o.Rounds); err != nil {
 		return c, fmt.Errorf("profile pairs: %w", err)
 	}
 	return c, nil

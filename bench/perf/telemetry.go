@@ -65,6 +65,21 @@ func MeasureTelemetry(wasm []byte, o CostOptions) (TelemetryCost, error) {
 	return c, nil
 }
 
+// PairModules is PairRatios of two modules on one worker each with the same plugin
+// configuration: b/a time ratios.
+func PairModules(a, b, config []byte, nsPerRequest float64, pairs int) ([]float64, error) {
+	var hosts [2]*host.Host
+	for i, wasm := range [][]byte{a, b} {
+		h, err := host.New(host.Config{Wasm: wasm, PluginConfig: config, Workers: 1, LogLevel: host.LogWarn})
+		if err != nil {
+			return nil, err
+		}
+		defer h.Close()
+		hosts[i] = h
+	}
+	return PairRatios(hosts[0], hosts[1], nsPerRequest, pairs)
+}
+
 // PairRatios times BenchRequest through a and b in back-to-back chunks of about 2 ms
 // each (nsPerRequest sizes them; the order alternates) after a warm-up, and returns
 // pairs b/a ratios, sorted: load from elsewhere on the machine, which shifts by far

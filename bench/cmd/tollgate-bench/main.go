@@ -188,6 +188,13 @@ func measure(r *report, o options, logger *log.Logger) error {
 		return err
 	}
 	r.costs = costs
+	if r.firstErr == nil {
+		logger.Print("decision cost: the first version's filter and today's in paired chunks")
+		first := costMods[len(costMods)-1]
+		if r.firstPairs, err = perf.PairModules(first.Wasm, mods[perf.FilterPkg], first.Config, costs[2].NsPerRequest, 900); err != nil {
+			return err
+		}
+	}
 	logger.Print("decision cost: telemetry off and on (interleaved rounds)")
 	if r.telemetry, err = perf.MeasureTelemetry(mods[perf.FilterPkg], perf.CostOptions{Round: o.dur(300 * time.Millisecond)}); err != nil {
 		return err

@@ -30,6 +30,7 @@ type report struct {
 	firstErr    error       // why the first version's modules were not measured
 	telemetry   perf.TelemetryCost
 	recipe      perf.RecipeCost
+	firstPairs  []float64 // today's filter / the first version's, paired chunks, sorted
 	// resp is response-based cost; respBeforeErr why the module before it was not built.
 	resp          perf.RespCost
 	respBeforeErr error
@@ -379,6 +380,12 @@ func (r *report) writeCost(w io.Writer) {
 			fmtInt(first.NsPerRequest), fmtF(ratio(first.NsPerRequest, r.cost(4).NsPerRequest), 2), fmtInt(real.NsPerRequest))
 		fmt.Fprintf(w, "decision is %s× faster. Its module spent %s ns per request in its own code against today's %s.\n",
 			fmtF(r.firstSpeedup(), 2), fmtInt(first.GuestNsPerRequest), fmtInt(real.GuestNsPerRequest))
+		if n := len(r.firstPairs); n > 0 {
+			fmt.Fprintf(w, "The rounds' medians move with load from elsewhere; in %s pairs of back-to-back chunks of the\n", fmtInt(float64(n)))
+			fmt.Fprintf(w, "same requests (as for the telemetry below) today's filter takes %s of the first version's time\n", fmtF(r.firstPairs[n/2], 3))
+			fmt.Fprintf(w, "(median; quartiles %s–%s): %s× faster. The target above is judged on the rounds.\n",
+				fmtF(r.firstPairs[n/4], 3), fmtF(r.firstPairs[3*n/4], 3), fmtF(1/r.firstPairs[n/2], 2))
+		}
 		fmt.Fprintln(w)
 	} else if r.firstErr != nil {
 		fmt.Fprintf(w, "The first version (%s) was not measured: %s.\n\n", perf.FirstVersion, oneLine(r.firstErr))
@@ -496,7 +503,11 @@ func (r *report) firstLine() string {
 		}
 		return "not measured"
 	}
-	return fmt.Sprintf("%.2f× (%s ns at %s, %s ns now)", r.firstSpeedup(), fmtInt(r.cost(5).NsPerRequest), perf.FirstVersion, fmtInt(r.cost(2).NsPerRequest))
+	line := fmt.Sprintf("%.2f× (%s ns at %s, %s ns now)", r.firstSpeedup(), fmtInt(r.cost(5).NsPerRequest), perf.FirstVersion, fmtInt(r.cost(2).NsPerRequest))
+	if n := len(r.firstPairs); n > 0 {
+		line += fmt.Sprintf("; paired chunks %.2f×", 1/r.firstPairs[n/2])
+	}
+	return line
 }
 
 // httpFloorNote puts the floor module's share through HTTP beside the filter's: what
