@@ -23,6 +23,10 @@ import (
 // hi's (every jump sets it to its target, and states follow code order), which the
 // inner dispatch sends to E: hi's code, as before.
 func (f *code) restructureLoops(d dispatch, st *ThreadStats) {
+	region := make([]int, len(f.ins)) // of each instruction, found once
+	for i := range f.ins {
+		region[i] = d.region(i)
+	}
 	type edge struct{ at, k, from int }
 	var back []edge
 	lo := map[int]int{}
@@ -31,7 +35,7 @@ func (f *code) restructureLoops(d dispatch, st *ThreadStats) {
 		if !ok {
 			continue
 		}
-		from, hi := d.region(i), d.state[k]
+		from, hi := region[i], d.state[k]
 		if from < 0 || from > hi {
 			return // not a back edge of the dispatch's code: leave the function as is
 		}
@@ -131,11 +135,10 @@ func (f *code) restructureLoops(d dispatch, st *ThreadStats) {
 
 		for i := range f.ins {
 			in := &f.ins[i]
-			r := d.region(i)
-			inLoop := r >= l.lo && r <= l.hi
+			inLoop := region[i] >= l.lo && region[i] <= l.hi
 			for j, t := range in.targets {
-				b := slices.Index(d.blocks, t)
-				if b < l.lo || b >= l.hi {
+				b, ok := d.blockOf[t]
+				if !ok || b < l.lo || b >= l.hi {
 					continue
 				}
 				switch {

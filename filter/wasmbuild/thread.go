@@ -99,13 +99,14 @@ func threadBody(body []byte, st *ThreadStats) ([]byte, error) {
 
 // dispatch is where a resumable function's state machine sits.
 type dispatch struct {
-	loop    int   // the loop's label
-	at      int   // index of the loop's opener
-	blocks  []int // the nested blocks' labels, outermost first
-	table   int   // index of the br_table
-	state   []int // state K -> the block (index in blocks) whose end K's code follows
-	end     []int // block (index in blocks) -> index of its end
-	loopEnd int   // index of the loop's end
+	loop    int         // the loop's label
+	at      int         // index of the loop's opener
+	blocks  []int       // the nested blocks' labels, outermost first
+	blockOf map[int]int // a block's label -> its index in blocks
+	table   int         // index of the br_table
+	state   []int       // state K -> the block (index in blocks) whose end K's code follows
+	end     []int       // block (index in blocks) -> index of its end
+	loopEnd int         // index of the loop's end
 }
 
 var (
@@ -142,19 +143,19 @@ func (f *code) dispatch() (dispatch, bool) {
 		return d, false
 	}
 	d.table = i + 1
-	index := make(map[int]int, len(d.blocks))
+	d.blockOf = make(map[int]int, len(d.blocks))
 	for b, l := range d.blocks {
-		index[l] = b
+		d.blockOf[l] = b
 	}
 	targets := f.ins[d.table].targets
 	for _, t := range targets[:len(targets)-1] {
-		b, ok := index[t]
+		b, ok := d.blockOf[t]
 		if !ok || (len(d.state) > 0 && b > d.state[len(d.state)-1]) {
 			return d, false
 		}
 		d.state = append(d.state, b)
 	}
-	if _, ok := index[targets[len(targets)-1]]; !ok {
+	if _, ok := d.blockOf[targets[len(targets)-1]]; !ok {
 		return d, false
 	}
 	// The ends: the innermost block's first, the loop's after the outermost's.
@@ -234,21 +235,12 @@ func (f *code) threadForward(d dispatch, st *ThreadStats) {
 // enterDirectly tests for state 0 — a call, as opposed to a resumption — before the
 // dispatch and branches to its block directly: every call enters its function through
 // the dispatch, and a conditional branch that is nearly always taken costs less than
-// the indirect jump.
+// the indirect jump. The dispatch's br_table is the function's first (dispatch checked
+// the prologue; restructureLoops only removes blocks from it and adds tables after it).
 func (f *code) enterDirectly() {
-	for i, in := range f.ins {
-		if in.op == opLoop {
-			for j := i + 1; j < len(f.ins) && f.ins[j].op == opBlock; j++ {
-				if j+2 < len(f.ins) && bytes.Equal(f.ins[j+1].raw, rawGetPC) && f.ins[j+2].op == opBrTable {
-					at := j + 1
-					f.ins = slices.Insert(f.ins, at,
-						instr{op: opLocalGet, raw: rawGetPC, k: -1},
-						instr{op: opI32Eqz, raw: rawI32Eqz, k: -1},
-						instr{op: opBrIf, targets: []int{f.ins[at+1].targets[0]}, k: -1})
-					return
-				}
-			}
-			return
-		}
-	}
+	at := slices.IndexFunc(f.ins, func(in instr) bool { return in.op == opBrTable }) - 1
+	f.ins = slices.Insert(f.ins, at,
+		instr{op: opLocalGet, raw: rawGetPC, k: -1},
+		instr{op: opI32Eqz, raw: rawI32Eqz, k: -1},
+		instr{op: opBrIf, targets: []int{f.ins[at+1].targets[0]}, k: -1})
 }
