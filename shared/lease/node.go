@@ -678,9 +678,7 @@ func putRel(b []byte, t, base int64, up bool) {
 		}
 		v = min(max(v, relMin+1), relMax)
 	}
-	// Written out rather than looped: a loop in Go's wasm code goes through the
-	// function's dispatch on every iteration, and this runs for every field of every
-	// record a request writes.
+	// Written out rather than looped (five bytes, little-endian).
 	u := uint64(v)
 	_ = b[relSize-1]
 	b[0], b[1], b[2], b[3], b[4] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24), byte(u>>32)
@@ -688,7 +686,7 @@ func putRel(b []byte, t, base int64, up bool) {
 
 // getRel reads a relative time of size bytes (5, or 4 in version 3 records).
 func getRel(b []byte, size int, base int64) int64 {
-	// Written out rather than looped, as in putRel.
+	// Written out rather than looped, as in putRel (4 or 5 bytes).
 	_ = b[size-1]
 	u := uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24
 	if size == 5 {
