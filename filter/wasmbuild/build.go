@@ -7,7 +7,8 @@
 // an error that aborts Go's runtime, golang/go#78513), and makes no WASI call during
 // _initialize outside Envoy's start-up allow-list. Thread then turns the forward jumps
 // of Go's resumable functions into direct branches (thread.go says why), Optimize runs
-// binaryen's wasm-opt over it for size, and MeasureSizes says where the bytes go.
+// binaryen's wasm-opt over it for size, Pack compresses its data section into one
+// segment the module decodes when it starts, and MeasureSizes says where the bytes go.
 //
 // `make wasm`, the filter tests (filter/wasmtest), the end-to-end harness and the
 // benchmarks all build through Build, so every test runs the module that ships.
@@ -26,15 +27,16 @@ import (
 
 // Build compiles pkg (an import path, or a path relative to the repository root such as
 // "./filter") for wasip1 as a reactor with the given build tags, links the shim into it,
-// threads its jumps (Thread), runs the optimizer over it (Optimize) and returns the
-// module. The Go toolchain applies the main package's default.pgo (filter/default.pgo,
-// `make pgo`).
+// threads its jumps (Thread), runs the optimizer over it (Optimize), compresses its data
+// (Pack) and returns the module. The Go toolchain applies the main package's default.pgo
+// (filter/default.pgo, `make pgo`).
 func Build(pkg string, tags ...string) ([]byte, error) { return Recipe{}.Build(pkg, tags...) }
 
 // Recipe leaves steps out of Build, to measure what each gives; the zero value is Build.
 type Recipe struct {
 	NoProfile bool // compile without the package's default.pgo (-pgo=off)
 	NoThread  bool // skip Thread
+	NoPack    bool // skip Pack
 }
 
 // Build is Build without the steps the recipe leaves out.
@@ -51,7 +53,9 @@ type Stages struct {
 	Toolchain []byte // GoBuild
 	Linked    []byte // Link: the WASI shim resolved inside
 	Threaded  []byte // Thread: jumps taken directly (Linked, if the recipe leaves it out)
-	Final     []byte // Optimize: what Build returns
+	Optimized []byte // Optimize
+	Final     []byte // Pack: what Build returns (Optimized, if the recipe leaves it out)
+	Pack      PackStats
 }
 
 // BuildStages is Build, keeping the module of every step (the size report measures the
@@ -73,8 +77,14 @@ func (rc Recipe) stages(pkg string, tags ...string) (*Stages, error) {
 			return nil, fmt.Errorf("threading the jumps of %q: %w", pkg, err)
 		}
 	}
-	if st.Final, err = Optimize(st.Threaded); err != nil {
+	if st.Optimized, err = Optimize(st.Threaded); err != nil {
 		return nil, fmt.Errorf("optimizing %q: %w", pkg, err)
+	}
+	st.Final = st.Optimized
+	if !rc.NoPack {
+		if st.Final, st.Pack, err = Pack(st.Optimized); err != nil {
+			return nil, fmt.Errorf("packing the data of %q: %w", pkg, err)
+		}
 	}
 	return &st, nil
 }

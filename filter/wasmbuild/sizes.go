@@ -1,7 +1,9 @@
 package wasmbuild
 
 import (
+	"bytes"
 	"cmp"
+	"compress/flate"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -194,16 +196,19 @@ func (s *Sizes) Table(w io.Writer, top, topFuncs int) {
 	}
 }
 
-// memory is linear memory as the data section initialises it.
+// memory is linear memory as the data section initialises it (for a packed module, as
+// its entry unpacks it).
 type memory struct {
 	b       []byte
 	payload int // bytes the segments carry
+	passive int // segments not placed in memory
 }
 
 const maxMemory = 1 << 28 // a bound on what a data section may initialise
 
 func loadData(sec []byte) (memory, int, error) {
 	var m memory
+	var packed []byte
 	if sec == nil {
 		return m, 0, nil
 	}
@@ -212,7 +217,9 @@ func loadData(sec []byte) (memory, int, error) {
 	for i := uint32(0); i < n && r.err == nil; i++ {
 		flags := r.u32()
 		if flags == 1 { // passive: not placed in memory
-			m.payload += len(r.bytes(int(r.u32())))
+			packed = r.bytes(int(r.u32()))
+			m.payload += len(packed)
+			m.passive++
 			continue
 		}
 		if flags == 2 {
@@ -243,6 +250,15 @@ func loadData(sec []byte) (memory, int, error) {
 	if r.err == nil && r.p != len(sec) {
 		r.err = errors.New("bytes after the last segment")
 	}
+	if r.err == nil && n == 1 && m.passive == 1 {
+		// A packed module (Pack): the image its one segment decodes to, from address 0
+		// (the pclntab is found by its header and read by offsets from it).
+		img, err := io.ReadAll(io.LimitReader(flate.NewReader(bytes.NewReader(packed)), maxMemory+1))
+		if err != nil || len(img) > maxMemory {
+			return m, 0, fmt.Errorf("the packed segment does not decode (%v)", err)
+		}
+		m.b = img
+	}
 	return m, int(n), r.err
 }
 
@@ -267,25 +283,9 @@ const (
 func readPclntab(mem []byte) (pclntab, error) {
 	var t pclntab
 	le := binary.LittleEndian
-	// The header: magic, two zero pads, minLC 1 and pointer size 8 on wasm.
-	hdr := []byte{0xF1, 0xFF, 0xFF, 0xFF, 0, 0, 1, 8}
-	base := -1
-	for off := 0; ; {
-		i := strings.Index(string(mem[off:]), string(hdr))
-		if i < 0 {
-			break
-		}
-		if base >= 0 {
-			return t, errors.New("more than one pclntab header")
-		}
-		base = off + i
-		off = base + 1
-	}
-	if base < 0 {
-		return t, errors.New("no pclntab header (not a Go 1.20+ wasm module?)")
-	}
-	if base+72 > len(mem) {
-		return t, errors.New("header truncated")
+	base, err := findPclntab(mem)
+	if err != nil {
+		return t, err
 	}
 	word := func(i int) int { return int(le.Uint64(mem[base+8+8*i:])) }
 	nfunc, nameOff, pctabOff, pclnOff := word(0), word(3), word(6), word(7)
@@ -350,6 +350,34 @@ func readPclntab(mem []byte) (pclntab, error) {
 	}
 	t.size = end
 	return t, nil
+}
+
+var errNoPclntab = errors.New("no pclntab header (not a Go 1.20+ wasm module?)")
+
+// findPclntab returns where the runtime's function table starts in mem, after checking
+// its header is there once and whole.
+func findPclntab(mem []byte) (int, error) {
+	// The header: magic, two zero pads, minLC 1 and pointer size 8 on wasm.
+	hdr := []byte{0xF1, 0xFF, 0xFF, 0xFF, 0, 0, 1, 8}
+	base := -1
+	for off := 0; ; {
+		i := strings.Index(string(mem[off:]), string(hdr))
+		if i < 0 {
+			break
+		}
+		if base >= 0 {
+			return 0, errors.New("more than one pclntab header")
+		}
+		base = off + i
+		off = base + 1
+	}
+	if base < 0 {
+		return 0, errNoPclntab
+	}
+	if base+72 > len(mem) {
+		return 0, errors.New("header truncated")
+	}
+	return base, nil
 }
 
 func uvarintLen(n int) int { return len(binary.AppendUvarint(nil, uint64(n))) }

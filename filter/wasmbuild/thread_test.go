@@ -14,10 +14,11 @@ import (
 	"github.com/tollgate-rl/tollgate/filter/wasmbuild"
 )
 
-// A Go program's output is the same natively, as the toolchain's module, threaded, and
-// threaded then optimized as Build does it: jumps of every kind, panics recovered,
-// goroutines switching (resumptions through the dispatch Thread leaves alone) and
-// garbage collections. The whole filter suite runs the threaded module besides.
+// A Go program's output is the same natively, as the toolchain's module, threaded,
+// threaded then optimized, and packed as well, as Build does it: jumps of every kind,
+// panics recovered, goroutines switching (resumptions through the dispatch Thread
+// leaves alone) and garbage collections. The whole filter suite runs the shipped module
+// besides.
 func TestThreadKeepsBehaviour(t *testing.T) {
 	root, err := wasmbuild.RepoRoot()
 	if err != nil {
@@ -56,10 +57,14 @@ func TestThreadKeepsBehaviour(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	packed, _, err := wasmbuild.Pack(optimized)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, m := range []struct {
 		name string
 		wasm []byte
-	}{{"toolchain", raw}, {"threaded", threaded}, {"threaded and optimized", optimized}} {
+	}{{"toolchain", raw}, {"threaded", threaded}, {"threaded and optimized", optimized}, {"threaded, optimized and packed", packed}} {
 		if got := runWASI(t, m.wasm); !bytes.Equal(got, want) {
 			t.Errorf("%s module printed\n%s\nnatively\n%s", m.name, got, want)
 		}

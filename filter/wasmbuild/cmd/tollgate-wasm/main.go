@@ -60,8 +60,10 @@ func run(pkg, out string, tags []string, sizes bool, top, funcs int) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("Go toolchain: %d bytes; WASI shim linked: %d bytes; jumps threaded: %d bytes; optimized (shipped): %d bytes\n\n",
-		len(st.Toolchain), len(st.Linked), len(st.Threaded), len(st.Final))
+	fmt.Printf("Go toolchain: %d bytes; WASI shim linked: %d bytes; jumps threaded: %d bytes; optimized: %d bytes; data packed (shipped): %d bytes\n",
+		len(st.Toolchain), len(st.Linked), len(st.Threaded), len(st.Optimized), len(st.Final))
+	fmt.Printf("Pack: %d data segments, a %d-byte image with %d bytes of line tables dropped, compressed to %d bytes\n\n",
+		st.Pack.Segments, st.Pack.Image, st.Pack.LineTables, st.Pack.Packed)
 	fmt.Println("Before the optimizer:")
 	s.Table(os.Stdout, top, funcs)
 	if out != "" {
