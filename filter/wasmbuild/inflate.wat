@@ -2,8 +2,9 @@
 ;; compressed passive segment and expands it with $inflate at the start of _initialize,
 ;; before the Go runtime reads any of it. It is written here by hand because it has to run
 ;; before any Go code can: no Go function works until the data it decodes is in place.
-;; Canonical Huffman codes are decoded a bit at a time (counts per code length, symbols
-;; in code order), which keeps the code small; decoding runs once per VM.
+;; Canonical Huffman codes are decoded with a 9-bit lookup table per tree, and a code
+;; longer than that a bit at a time (counts per code length, symbols in code order),
+;; which keeps the code small; decoding runs once per VM.
 ;;
 ;; Pack merges the functions below into the module (their calls and types renumbered);
 ;; the memory is the module's memory 0. `go generate` compiles this file to inflate.wasm,
@@ -13,11 +14,12 @@
 ;;    0  literal/length tree: counts u16[16], then symbols u16[288] at 32
 ;;  608  distance tree: counts u16[16], then symbols u16[32] at 640
 ;;  704  code lengths u8[320]
-;; 1024  next symbol slot per code length u16[16] (while building a tree)
+;; 1024  next symbol slot, then next code, per code length u16[16] (building a tree)
 ;; 1056  length codes' extra bits u8[30]; 1088 their base lengths u16[30]
 ;; 1152  distance codes' extra bits u8[30]; 1184 their base distances u16[30]
 ;; 1248  order of the code length code lengths u8[19]
 ;; 1280  bit reader: next input byte i32, bit buffer i32, bits in the buffer i32
+;; 1296  literal/length tree's lookup table u16[512]; 2320 distance tree's u16[512]
 (module
   (import "env" "memory" (memory 0))
 
@@ -42,14 +44,39 @@
     (i32.store offset=1288 (local.get $w) (i32.sub (local.get $bc) (local.get $n)))
     (local.get $v))
 
+  ;; $table is where the lookup table of the tree at $t is: each tree has its own.
+  (func $table (param $w i32) (param $t i32) (result i32)
+    (i32.add (i32.add (local.get $w) (i32.const 1296))
+      (i32.shl (i32.ne (local.get $t) (local.get $w)) (i32.const 10))))
+
   ;; $symbol decodes one symbol with the tree at $t; -1 if no code of 15 bits or less
-  ;; matches (a malformed stream).
+  ;; matches (a malformed stream). A code of up to 9 bits, nearly every one, is found
+  ;; with one look at the tree's table; a longer one bit by bit.
   (func $symbol (param $w i32) (param $t i32) (result i32)
     (local $src i32) (local $bb i32) (local $bc i32)
-    (local $len i32) (local $code i32) (local $first i32) (local $count i32)
+    (local $len i32) (local $code i32) (local $first i32) (local $count i32) (local $e i32)
     (local.set $src (i32.load offset=1280 (local.get $w)))
     (local.set $bb (i32.load offset=1284 (local.get $w)))
     (local.set $bc (i32.load offset=1288 (local.get $w)))
+    ;; Nine bits in the buffer. At the end of the stream this reads up to two bytes past
+    ;; it (the work area follows it), but consumes only the code's own bits.
+    (block $full
+      (loop $fill
+        (br_if $full (i32.ge_u (local.get $bc) (i32.const 9)))
+        (local.set $bb (i32.or (local.get $bb)
+          (i32.shl (i32.load8_u (local.get $src)) (local.get $bc))))
+        (local.set $src (i32.add (local.get $src) (i32.const 1)))
+        (local.set $bc (i32.add (local.get $bc) (i32.const 8)))
+        (br $fill)))
+    (local.set $e (i32.load16_u (i32.add (call $table (local.get $w) (local.get $t))
+      (i32.shl (i32.and (local.get $bb) (i32.const 511)) (i32.const 1)))))
+    (if (local.get $e)
+      (then
+        (local.set $len (i32.shr_u (local.get $e) (i32.const 9)))
+        (i32.store offset=1280 (local.get $w) (local.get $src))
+        (i32.store offset=1284 (local.get $w) (i32.shr_u (local.get $bb) (local.get $len)))
+        (i32.store offset=1288 (local.get $w) (i32.sub (local.get $bc) (local.get $len)))
+        (return (i32.and (local.get $e) (i32.const 511)))))
     (block $found
       (loop $bit
         (if (i32.eqz (local.get $bc))
@@ -76,9 +103,12 @@
     (i32.load16_u offset=32 (i32.add (local.get $t)
       (i32.shl (i32.add (local.get $first) (local.get $code)) (i32.const 1)))))
 
-  ;; $tree builds the tree at $t from $num code lengths at $lens.
+  ;; $tree builds the tree at $t from $num code lengths at $lens, and its table: for
+  ;; each value of the next 9 input bits that starts with a code of at most 9 bits,
+  ;; that code's length and symbol (length << 9 | symbol; 0 for none).
   (func $tree (param $w i32) (param $t i32) (param $lens i32) (param $num i32)
     (local $i i32) (local $l i32) (local $sum i32) (local $slot i32)
+    (local $tab i32) (local $code i32) (local $rev i32) (local $k i32) (local $e i32)
     (memory.fill (local.get $t) (i32.const 0) (i32.const 32))
     (local.set $i (i32.const 0))
     (block $done
@@ -114,7 +144,50 @@
             (i32.store16 offset=1024 (local.get $slot)
               (i32.add (i32.load16_u offset=1024 (local.get $slot)) (i32.const 1)))))
         (local.set $i (i32.add (local.get $i) (i32.const 1)))
-        (br $place))))
+        (br $place)))
+    ;; The first code of each length (canonical codes: RFC 1951 3.2.2), where the
+    ;; symbol slots were.
+    (local.set $i (i32.const 1))
+    (block $done
+      (loop $firsts
+        (br_if $done (i32.ge_u (local.get $i) (i32.const 16)))
+        (local.set $code (i32.shl (i32.add (local.get $code)
+          (i32.load16_u (i32.add (local.get $t) (i32.shl (i32.sub (local.get $i) (i32.const 1)) (i32.const 1)))))
+          (i32.const 1)))
+        (i32.store16 offset=1024 (i32.add (local.get $w) (i32.shl (local.get $i) (i32.const 1)))
+          (local.get $code))
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br $firsts)))
+    (local.set $tab (call $table (local.get $w) (local.get $t)))
+    (memory.fill (local.get $tab) (i32.const 0) (i32.const 1024))
+    (local.set $i (i32.const 0))
+    (block $done
+      (loop $short
+        (br_if $done (i32.ge_u (local.get $i) (local.get $num)))
+        (local.set $l (i32.load8_u (i32.add (local.get $lens) (local.get $i))))
+        (if (i32.and (i32.ne (local.get $l) (i32.const 0)) (i32.le_u (local.get $l) (i32.const 9)))
+          (then
+            (local.set $slot (i32.add (local.get $w) (i32.shl (local.get $l) (i32.const 1))))
+            (local.set $code (i32.load16_u offset=1024 (local.get $slot)))
+            (i32.store16 offset=1024 (local.get $slot) (i32.add (local.get $code) (i32.const 1)))
+            ;; The stream holds a code's first bit first: the table's index is the
+            ;; code reversed, followed by any bits.
+            (local.set $rev (i32.const 0))
+            (local.set $k (local.get $l))
+            (loop $reverse
+              (local.set $rev (i32.or (i32.shl (local.get $rev) (i32.const 1))
+                (i32.and (local.get $code) (i32.const 1))))
+              (local.set $code (i32.shr_u (local.get $code) (i32.const 1)))
+              (local.set $k (i32.sub (local.get $k) (i32.const 1)))
+              (br_if $reverse (local.get $k)))
+            (local.set $e (i32.or (i32.shl (local.get $l) (i32.const 9)) (local.get $i)))
+            (loop $fill
+              (i32.store16 (i32.add (local.get $tab) (i32.shl (local.get $rev) (i32.const 1)))
+                (local.get $e))
+              (local.set $rev (i32.add (local.get $rev) (i32.shl (i32.const 1) (local.get $l))))
+              (br_if $fill (i32.lt_u (local.get $rev) (i32.const 512))))))
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br $short))))
 
   ;; $bases fills the extra bits and base values of 30 length or distance codes: the
   ;; first $delta codes have no extra bits, then every $delta codes one bit more.

@@ -18,7 +18,7 @@ import (
 var inflateWasm []byte
 
 // WorkBytes is the scratch memory inflate.wat's decoder needs for its trees and tables.
-const WorkBytes = 1296
+const WorkBytes = 3344
 
 const (
 	secDataCount = 12
