@@ -68,6 +68,10 @@ func keyOnSamePrimary(t *testing.T, e *env, key string) (string, string) {
 	return "", ""
 }
 
+// acctFlushWait bounds the wait for Redis to count every admitted request of an
+// accounting key: twice the default sync.stale_ms.
+const acctFlushWait = 20 * time.Second
+
 // fixedWindowConsumed is what Redis has counted in a fixed-window bucket, outstanding
 // leases excluded. It fails the test when the window rolled over during the run (the
 // 24 h window ends at midnight UTC; run again).
@@ -218,7 +222,9 @@ func TestRedisPrimaryKilled(t *testing.T) {
 	ht, at := harness.Count(hot, n), harness.Count(acct, n)
 	admin := e.admin()
 	var acctCounted int64
-	acctErr := harness.Poll(10*time.Second, 100*time.Millisecond, func() (bool, error) {
+	// Consumption under a lease waits up to sync.stale_ms (10 s by default) for its
+	// report: the poll outlasts that with room for ticks delayed under load.
+	acctErr := harness.Poll(acctFlushWait, 100*time.Millisecond, func() (bool, error) {
 		b, _, err := admin.Bucket(acctKey, "acct", 0)
 		if err != nil || b == nil {
 			return false, err

@@ -70,7 +70,9 @@ func TestRollingUpgrade(t *testing.T) {
 	allowance := float64(hotBurst) + float64(hotLimit)*span.Seconds()/60
 	admin := e.admin()
 	var acctCounted int64
-	acctErr := harness.Poll(10*time.Second, 100*time.Millisecond, func() (bool, error) {
+	// Consumption under a lease waits up to sync.stale_ms (10 s by default) for its
+	// report: the poll outlasts that with room for ticks delayed under load.
+	acctErr := harness.Poll(acctFlushWait, 100*time.Millisecond, func() (bool, error) {
 		b, _, err := admin.Bucket(acctKey, "acct", 0)
 		if err != nil || b == nil {
 			return false, err
