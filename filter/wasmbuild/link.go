@@ -220,21 +220,23 @@ func Link(wasm []byte) ([]byte, error) {
 	return joinSections(out), nil
 }
 
-// shimModule is shim.wasm, decoded.
-type shimModule struct {
+// helperModule is a hand-written helper module (shim.wasm, inflate.wasm), decoded: its
+// functions are merged into the modules Link and Pack rewrite, so it may import only
+// the memory, which becomes theirs.
+type helperModule struct {
 	types   [][]byte       // raw function types
 	funcs   []uint32       // type of each function
 	bodies  [][]byte       // code of each function
-	exports map[string]int // WASI name -> function
-	names   []string       // export name of each function
+	exports map[string]int // export name -> function
+	names   []string       // export name of each function ("" if none)
 }
 
-func parseShim() (*shimModule, error) {
-	secs, err := splitSections(shimWasm)
+func parseHelper(wasm []byte) (*helperModule, error) {
+	secs, err := splitSections(wasm)
 	if err != nil {
 		return nil, err
 	}
-	m := &shimModule{exports: map[string]int{}}
+	m := &helperModule{exports: map[string]int{}}
 	for _, s := range secs {
 		switch s.id {
 		case secType:
@@ -243,7 +245,7 @@ func parseShim() (*shimModule, error) {
 			var imps [][]byte
 			imps, err = readVec(s.body, readImport)
 			if err == nil && (len(imps) != 1 || parseImport(imps[0]).kind != 2) {
-				err = errors.New("the shim must import exactly one memory and nothing else")
+				err = errors.New("a helper module must import exactly one memory and nothing else")
 			}
 		case secFunction:
 			var fs [][]byte
@@ -276,10 +278,18 @@ func parseShim() (*shimModule, error) {
 			return nil, err
 		}
 	}
-	if len(m.bodies) != len(m.funcs) || len(m.exports) != len(m.funcs) {
-		return nil, errors.New("every shim function needs a body and an export")
+	if len(m.bodies) != len(m.funcs) {
+		return nil, errors.New("every function needs a body")
 	}
 	return m, nil
+}
+
+func parseShim() (*helperModule, error) {
+	m, err := parseHelper(shimWasm)
+	if err == nil && len(m.exports) != len(m.funcs) {
+		err = errors.New("every shim function needs an export")
+	}
+	return m, err
 }
 
 // Shimmed lists the WASI functions Link resolves inside the module.
@@ -502,7 +512,7 @@ func rewriteElements(b []byte, fn func(uint32) (uint32, error)) ([]byte, error) 
 // rewriteCustom renumbers the function names of the "name" section (subsection 1),
 // naming the shim's functions "wasi_shim.<name>", and drops its other subsections that
 // carry function indices (Go emits none). Other custom sections are kept as they are.
-func rewriteCustom(b []byte, newIndex []uint32, removed map[uint32]int, appended []int, shim *shimModule) ([]byte, error) {
+func rewriteCustom(b []byte, newIndex []uint32, removed map[uint32]int, appended []int, shim *helperModule) ([]byte, error) {
 	r := reader{b: b}
 	name := r.name()
 	if r.err != nil {

@@ -67,37 +67,14 @@ func pack(wasm []byte, level int) ([]byte, PackStats, error) {
 	if di < 0 {
 		return nil, st, errors.New("module has no data section")
 	}
-	mem, nseg, err := loadData(secs[di].body)
-	if err != nil {
-		return nil, st, fmt.Errorf("data section: %w", err)
-	}
-	if mem.passive > 0 {
-		return nil, st, errors.New("module has passive data segments (packed already?)")
-	}
-	st.Segments = nseg
-	if st.LineTables, err = dropLineTables(mem.b); err != nil && !errors.Is(err, errNoPclntab) {
-		return nil, st, fmt.Errorf("dropping line tables: %w", err)
-	}
-	lo := slices.IndexFunc(mem.b, func(b byte) bool { return b != 0 })
-	if lo < 0 {
-		return nil, st, errors.New("module's data is all zero: nothing to pack")
-	}
-	hi := len(bytes.TrimRight(mem.b, "\x00"))
-	st.Image = hi - lo
-	var z bytes.Buffer
-	fw, err := flate.NewWriter(&z, level)
+	z, lo, hi, err := compressData(secs[di].body, level, &st)
 	if err != nil {
 		return nil, st, err
 	}
-	fw.Write(mem.b[lo:hi])
-	if err := fw.Close(); err != nil {
-		return nil, st, err
-	}
-	st.Packed = z.Len()
 
 	// Above the image: the compressed stream, then the decoder's work area.
 	src := align8(hi)
-	work := align8(src + z.Len())
+	work := align8(src + len(z))
 	end := work + WorkBytes
 	memSec, err := growMemory(secs[find(secMemory)].body, end)
 	if err != nil {
@@ -106,7 +83,7 @@ func pack(wasm []byte, level int) ([]byte, PackStats, error) {
 	secs[find(secMemory)].body = memSec
 
 	// The decoder's functions go after the module's, then the new entry.
-	dec, err := parseInflate()
+	dec, decoder, err := parseInflate()
 	if err != nil {
 		return nil, st, fmt.Errorf("inflate.wasm: %w", err)
 	}
@@ -158,18 +135,18 @@ func pack(wasm []byte, level int) ([]byte, PackStats, error) {
 	if orig < nImported || orig >= first {
 		return nil, st, fmt.Errorf("export %q: function %d is not defined in the module", name, orig)
 	}
-	if t, _ := binary.Uvarint(funcs[orig-nImported]); uint32(t) != voidType {
+	if t, _ := binary.Uvarint(funcs[orig-nImported]); t >= uint64(len(types)) || !bytes.Equal(types[t], []byte{0x60, 0, 0}) {
 		return nil, st, fmt.Errorf("export %q: entry takes or returns values", name)
 	}
 	funcs = append(funcs, binary.AppendUvarint(nil, uint64(voidType)))
-	bodies = append(bodies, sized([][]byte{entryBody(src, z.Len(), lo, hi, work, end, first+dec.inflate, orig)})[0])
+	bodies = append(bodies, sized([][]byte{entryBody(src, len(z), lo, hi, work, end, first+decoder, orig)})[0])
 
 	secs[find(secType)].body = writeVec(types)
 	secs[find(secFunction)].body = writeVec(funcs)
 	secs[find(secExport)].body = exports
 	secs[find(secCode)].body = writeVec(bodies)
-	data := binary.AppendUvarint([]byte{1, 1}, uint64(z.Len())) // one segment, passive
-	secs[di].body = append(data, z.Bytes()...)
+	data := binary.AppendUvarint([]byte{1, 1}, uint64(len(z))) // one segment, passive
+	secs[di].body = append(data, z...)
 	count := section{secDataCount, []byte{1}}
 	if ci := find(secDataCount); ci >= 0 {
 		secs[ci] = count
@@ -177,6 +154,42 @@ func pack(wasm []byte, level int) ([]byte, PackStats, error) {
 		secs = slices.Insert(secs, find(secCode), count)
 	}
 	return joinSections(secs), st, nil
+}
+
+// compressData reads a data section's memory image, drops the runtime's line tables
+// from it (when the module is Go's) and returns the image's non-zero span [lo, hi)
+// compressed.
+func compressData(sec []byte, level int, st *PackStats) (z []byte, lo, hi int, err error) {
+	mem, nseg, err := loadData(sec)
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("data section: %w", err)
+	}
+	if mem.passive > 0 {
+		return nil, 0, 0, errors.New("module has passive data segments (packed already?)")
+	}
+	st.Segments = nseg
+	if st.LineTables, err = dropLineTables(mem.b); err != nil && !errors.Is(err, errNoPclntab) {
+		return nil, 0, 0, fmt.Errorf("dropping line tables: %w", err)
+	}
+	lo = slices.IndexFunc(mem.b, func(b byte) bool { return b != 0 })
+	if lo < 0 {
+		return nil, 0, 0, errors.New("module's data is all zero: nothing to pack")
+	}
+	hi = len(bytes.TrimRight(mem.b, "\x00"))
+	st.Image = hi - lo
+	var buf bytes.Buffer
+	fw, err := flate.NewWriter(&buf, level)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	if _, err := fw.Write(mem.b[lo:hi]); err != nil {
+		return nil, 0, 0, err
+	}
+	if err := fw.Close(); err != nil {
+		return nil, 0, 0, err
+	}
+	st.Packed = buf.Len()
+	return buf.Bytes(), lo, hi, nil
 }
 
 // entryBody is the packed module's entry: unpack, then run the module's own entry.
@@ -271,59 +284,15 @@ func importedFuncs(secs []section) (uint32, error) {
 
 func align8(n int) int { return (n + 7) &^ 7 }
 
-// inflateModule is inflate.wasm, decoded.
-type inflateModule struct {
-	types   [][]byte
-	funcs   []uint32 // type of each function
-	bodies  [][]byte // size-prefixed
-	inflate uint32   // the exported decoder
-}
-
-func parseInflate() (*inflateModule, error) {
-	secs, err := splitSections(inflateWasm)
+// parseInflate decodes inflate.wasm and returns it with the index of its decoder.
+func parseInflate() (*helperModule, uint32, error) {
+	m, err := parseHelper(inflateWasm)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	m := &inflateModule{}
-	found := false
-	for _, s := range secs {
-		switch s.id {
-		case secType:
-			m.types, err = readVec(s.body, readFuncType)
-		case secImport:
-			var imps [][]byte
-			imps, err = readVec(s.body, readImport)
-			if err == nil && (len(imps) != 1 || parseImport(imps[0]).kind != 2) {
-				err = errors.New("the decoder must import exactly one memory and nothing else")
-			}
-		case secFunction:
-			var fs [][]byte
-			fs, err = readVec(s.body, readU32Entry)
-			for _, f := range fs {
-				v, _ := binary.Uvarint(f)
-				m.funcs = append(m.funcs, uint32(v))
-			}
-		case secCode:
-			m.bodies, err = readVec(s.body, readSized)
-		case secExport:
-			var exps [][]byte
-			exps, err = readVec(s.body, readExport)
-			for _, e := range exps {
-				r := reader{b: e}
-				if r.name() == "inflate" && r.byte() == 0 {
-					m.inflate, found = r.u32(), true
-				}
-			}
-		case secCustom:
-		default:
-			err = fmt.Errorf("unexpected section %d", s.id)
-		}
-		if err != nil {
-			return nil, err
-		}
+	f, ok := m.exports["inflate"]
+	if !ok {
+		return nil, 0, errors.New("inflate.wasm exports no inflate")
 	}
-	if !found || len(m.bodies) != len(m.funcs) || int(m.inflate) >= len(m.funcs) {
-		return nil, errors.New("inflate.wasm needs an exported inflate and a body per function")
-	}
-	return m, nil
+	return m, uint32(f), nil
 }

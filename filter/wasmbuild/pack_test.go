@@ -6,9 +6,6 @@ import (
 	"context"
 	"encoding/binary"
 	"math/rand/v2"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -150,25 +147,6 @@ func TestPackRefuses(t *testing.T) {
 		if _, _, err := Pack(c.mod); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: Pack returned %v, want an error mentioning %q", c.name, err, c.want)
 		}
-	}
-}
-
-// The committed inflate.wasm is what inflate.wat compiles to.
-func TestInflateUpToDate(t *testing.T) {
-	bin, err := exec.LookPath("wat2wasm")
-	if err != nil {
-		t.Fatalf("wat2wasm not found (apt-get install wabt; make test installs it): %v", err)
-	}
-	out := filepath.Join(t.TempDir(), "inflate.wasm")
-	if msg, err := exec.Command(bin, "inflate.wat", "-o", out).CombinedOutput(); err != nil {
-		t.Fatalf("wat2wasm: %v\n%s", err, msg)
-	}
-	want, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(inflateWasm, want) {
-		t.Fatal("inflate.wasm is stale: run go generate ./filter/wasmbuild")
 	}
 }
 

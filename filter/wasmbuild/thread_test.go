@@ -5,7 +5,6 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 
 	"github.com/tetratelabs/wazero"
@@ -32,17 +31,7 @@ func TestThreadKeepsBehaviour(t *testing.T) {
 		t.Fatalf("go run %s: %v", pkg, err)
 	}
 
-	out := filepath.Join(t.TempDir(), "jumps.wasm")
-	build := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
-	build.Dir = root
-	build.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
-	if msg, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, msg)
-	}
-	raw, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := goBuildWASI(t, pkg)
 	threaded, st, err := wasmbuild.Thread(raw)
 	if err != nil {
 		t.Fatal(err)

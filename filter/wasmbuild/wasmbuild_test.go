@@ -19,28 +19,30 @@ import (
 	"github.com/tollgate-rl/tollgate/filter/wasmtest"
 )
 
-// The committed shim.wasm is what shim.wat compiles to: an edit of the source without
-// `go generate` would otherwise ship stale code. Needs wat2wasm (Debian wabt, installed
-// by make test).
-func TestShimUpToDate(t *testing.T) {
+// The committed shim.wasm and inflate.wasm are what shim.wat and inflate.wat compile
+// to: an edit of a source without `go generate` would otherwise ship stale code. Needs
+// wat2wasm (Debian wabt, installed by make test).
+func TestHelpersUpToDate(t *testing.T) {
 	bin, err := exec.LookPath("wat2wasm")
 	if err != nil {
 		t.Fatalf("wat2wasm not found (apt-get install wabt; make test installs it): %v", err)
 	}
-	out := filepath.Join(t.TempDir(), "shim.wasm")
-	if msg, err := exec.Command(bin, "shim.wat", "-o", out).CombinedOutput(); err != nil {
-		t.Fatalf("wat2wasm: %v\n%s", err, msg)
-	}
-	want, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := os.ReadFile("shim.wasm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatal("shim.wasm is stale: run go generate ./filter/wasmbuild")
+	for _, name := range []string{"shim", "inflate"} {
+		out := filepath.Join(t.TempDir(), name+".wasm")
+		if msg, err := exec.Command(bin, name+".wat", "-o", out).CombinedOutput(); err != nil {
+			t.Fatalf("wat2wasm %s.wat: %v\n%s", name, err, msg)
+		}
+		want, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(name + ".wasm")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s.wasm is stale: run go generate ./filter/wasmbuild", name)
+		}
 	}
 	if s := wasmbuild.Shimmed(); !slices.Equal(sorted(s), []string{"fd_fdstat_get", "fd_fdstat_set_flags", "poll_oneoff", "sched_yield"}) {
 		t.Fatalf("shim defines %v", s)
