@@ -61,7 +61,7 @@ func BenchmarkHTTPRatio(b *testing.B) {
 			}
 			defer pprof.StopCPUProfile()
 		}
-		r, err := st.RunHTTP(o, kind, 1_000_000)
+		r, err := st.RunHTTP(o, kind, 1000) // make bench's limit per key (never reached)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -254,9 +254,6 @@ func measure(r *report, o options, logger *log.Logger) error {
 		{"paced tollgate local", func() (perf.LoadResult, error) { return st.RunTollgate(paced, "gcra", loadLimit, false) }},
 		{"paced tollgate", func() (perf.LoadResult, error) { return st.RunTollgate(paced, "gcra", loadLimit, true) }},
 		{"paced redis_rate", func() (perf.LoadResult, error) { return st.RunRedisRate(paced, loadLimit) }},
-		{"http pass-through", func() (perf.LoadResult, error) { return st.RunHTTP(httpOpts, perf.HTTPPassThrough, loadLimit) }},
-		{"http floor", func() (perf.LoadResult, error) { return st.RunHTTP(httpOpts, perf.HTTPFloor, loadLimit) }},
-		{"http tollgate", func() (perf.LoadResult, error) { return st.RunHTTP(httpOpts, perf.HTTPTollgate, loadLimit) }},
 		{"http redis_rate", func() (perf.LoadResult, error) { return st.RunHTTP(httpOpts, perf.HTTPRedisRate, loadLimit) }},
 	} {
 		logger.Printf("load: %s", lr.what)
@@ -265,6 +262,9 @@ func measure(r *report, o options, logger *log.Logger) error {
 			return fmt.Errorf("%s: %w", lr.what, err)
 		}
 		r.loads[lr.what] = res
+	}
+	if err := r.runHTTPRounds(st, httpOpts, logger); err != nil {
+		return err
 	}
 
 	// 2b. Sync at mesh scale: steady state (every key touched and leased during the

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate-rl/tollgate/bench/perf"
 )
 
 func TestRunRefusesBadFlags(t *testing.T) {
@@ -46,6 +48,34 @@ func TestFormatting(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			if c.got != c.want {
 				t.Fatalf("got %q, want %q", c.got, c.want)
+			}
+		})
+	}
+}
+
+func TestHTTPMedianRound(t *testing.T) {
+	round := func(pass, floor, tg float64) httpRound {
+		return httpRound{pass: perf.LoadResult{ChecksPerSec: pass}, floor: perf.LoadResult{ChecksPerSec: floor}, tollgate: perf.LoadResult{ChecksPerSec: tg}}
+	}
+	cases := []struct {
+		name   string
+		rounds []httpRound
+		median float64 // the median round's filter share
+		note   string
+	}{
+		{"none", nil, 0, ""},
+		{"one round, no note", []httpRound{round(100, 90, 70)}, 0.70, ""},
+		{"median by share, not by requests/s", []httpRound{round(100, 95, 63), round(200, 190, 162), round(150, 140, 105)}, 0.70,
+			"; median of 3 interleaved rounds: the filter 63, 81, 70 %, the floor module 95, 95, 93 %"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := &report{httpRounds: c.rounds}
+			if got := r.httpMedian().share(); got != c.median {
+				t.Fatalf("median share %v, want %v", got, c.median)
+			}
+			if got := r.httpRoundsNote(); got != c.note {
+				t.Fatalf("note %q, want %q", got, c.note)
 			}
 		})
 	}

@@ -30,7 +30,7 @@ func (r *report) readmeRows() [][]string {
 		{"Redis `MEMORY USAGE` per key, every algorithm: 1 gateway / 16 gateways × 2 workers", fmt.Sprintf("≤ %d B / ≤ %d B", worst1, worst16)},
 		{"mesh simulation, 100,000 keys over 1–1,000 gateways", fmt.Sprintf("over-admission ≤ %s %%, false rejections ≤ %s %%", fmtF(meshOver, 2), fmtF(meshFalse, 3))},
 		{"filter decision vs the floor module (unavoidable host calls)", fmt.Sprintf("%s× (%s vs %s ns)", fmtF(ratio(real.NsPerRequest, floor.NsPerRequest), 2), fmtInt(real.NsPerRequest), fmtInt(floor.NsPerRequest))},
-		{"through the gateway host: Tollgate vs pass-through requests/s", fmt.Sprintf("%.0f %%", 100*ratio(ht.ChecksPerSec, hp.ChecksPerSec))},
+		{"through the gateway host: Tollgate vs pass-through requests/s", fmt.Sprintf("%.0f %% (median of %d rounds)", 100*ratio(ht.ChecksPerSec, hp.ChecksPerSec), len(r.httpRounds))},
 	}
 	if d := r.diff; d != nil {
 		rows = append(rows, []string{"decisions vs redis_rate's GCRA (same Redis)", fmt.Sprintf("%d of %d differ off a boundary; retry-after within %.1f µs", d.Flips-d.BoundaryFlips, d.Steps, d.MaxRetryDiffUs)})
