@@ -1,6 +1,7 @@
 package perf
 
 import (
+	"os"
 	"testing"
 	"time"
 
@@ -22,10 +23,28 @@ var benchModules = []struct {
 // BenchmarkDecision is the decision cost under go test: one request through
 // proxy_on_request_headers and proxy_on_response_headers, context create and delete
 // included, in wazero's compiler via the host's direct Exchange path.
+//
+// TOLLGATE_DECISION_WASM names a module file to run as the filter instead of the one
+// built from ./filter. With a module that keeps its functions' names and wazero's perf
+// map, perf names every guest frame (from the repository's root):
+//
+//	go run ./filter/wasmbuild/cmd/tollgate-wasm -names -o /tmp/named.wasm ./filter
+//	go test -tags perfmap -c -o /tmp/perf.test ./bench/perf
+//	TOLLGATE_DECISION_WASM=/tmp/named.wasm perf record -g -- /tmp/perf.test \
+//		-test.run '^$' -test.bench 'Decision$/filter' -test.benchtime 20s
+//	perf report --no-children --sort symbol
 func BenchmarkDecision(b *testing.B) {
 	for _, m := range benchModules {
 		b.Run(m.name, func(b *testing.B) {
-			wasm := wasmtest.BuildWasm(b, m.pkg)
+			var wasm []byte
+			if path := os.Getenv("TOLLGATE_DECISION_WASM"); path != "" && m.pkg == FilterPkg {
+				var err error
+				if wasm, err = os.ReadFile(path); err != nil {
+					b.Fatal(err)
+				}
+			} else {
+				wasm = wasmtest.BuildWasm(b, m.pkg)
+			}
 			h, err := host.New(host.Config{Wasm: wasm, PluginConfig: m.config, Workers: 1, LogLevel: host.LogWarn})
 			if err != nil {
 				b.Fatal(err)

@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -37,6 +38,11 @@ type Recipe struct {
 	NoProfile bool // compile without the package's default.pgo (-pgo=off)
 	NoThread  bool // skip Thread
 	NoPack    bool // skip Pack
+	// Names keeps a name section (the Go functions' names) through every step, for
+	// profilers: wazero built with the perfmap tag then names each guest frame in
+	// perf's map. The optimizer, keeping names, gives nearly but not exactly the shipped
+	// code, so a profile of this module is a guide, not the shipped module's.
+	Names bool
 }
 
 // Build is Build without the steps the recipe leaves out.
@@ -65,7 +71,7 @@ func BuildStages(pkg string, tags ...string) (*Stages, error) { return Recipe{}.
 func (rc Recipe) stages(pkg string, tags ...string) (*Stages, error) {
 	var st Stages
 	var err error
-	if st.Toolchain, err = goBuild(pkg, !rc.NoProfile, tags...); err != nil {
+	if st.Toolchain, err = goBuild(pkg, rc, tags...); err != nil {
 		return nil, err
 	}
 	if st.Linked, err = Link(st.Toolchain); err != nil {
@@ -77,7 +83,11 @@ func (rc Recipe) stages(pkg string, tags ...string) (*Stages, error) {
 			return nil, fmt.Errorf("threading the jumps of %q: %w", pkg, err)
 		}
 	}
-	if st.Optimized, err = Optimize(st.Threaded); err != nil {
+	opt := OptimizerArgs
+	if rc.Names {
+		opt = append(slices.Clip(opt), "-g") // keep the name section
+	}
+	if st.Optimized, err = optimize(st.Threaded, opt); err != nil {
 		return nil, fmt.Errorf("optimizing %q: %w", pkg, err)
 	}
 	st.Final = st.Optimized
@@ -91,10 +101,11 @@ func (rc Recipe) stages(pkg string, tags ...string) (*Stages, error) {
 
 // GoBuild is Build without Link: the Go toolchain's module as it comes. Tests use it to
 // show what the shim prevents.
-func GoBuild(pkg string, tags ...string) ([]byte, error) { return goBuild(pkg, true, tags...) }
+func GoBuild(pkg string, tags ...string) ([]byte, error) { return goBuild(pkg, Recipe{}, tags...) }
 
-// goBuild is GoBuild, with or without the main package's default.pgo.
-func goBuild(pkg string, profile bool, tags ...string) ([]byte, error) {
+// goBuild is GoBuild, with or without the main package's default.pgo and the name
+// section, as the recipe says.
+func goBuild(pkg string, rc Recipe, tags ...string) ([]byte, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return nil, err
@@ -105,10 +116,13 @@ func goBuild(pkg string, profile bool, tags ...string) ([]byte, error) {
 	}
 	defer os.RemoveAll(dir)
 	out := filepath.Join(dir, "module.wasm")
-	// -s: no name section (the runtime's tracebacks read the pclntab, not the name
-	// section, and the optimizer would drop it anyway).
-	args := []string{"build", "-buildmode=c-shared", "-buildvcs=false", "-trimpath", "-ldflags=-s"}
-	if !profile {
+	// -s, unless the recipe keeps names: no name section (the runtime's tracebacks read
+	// the pclntab, not the name section, and the optimizer would drop it anyway).
+	args := []string{"build", "-buildmode=c-shared", "-buildvcs=false", "-trimpath"}
+	if !rc.Names {
+		args = append(args, "-ldflags=-s")
+	}
+	if rc.NoProfile {
 		args = append(args, "-pgo=off")
 	}
 	if len(tags) > 0 {

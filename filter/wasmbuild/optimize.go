@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -24,7 +25,10 @@ var OptimizerArgs = []string{"-Oz", "--enable-bulk-memory", "--enable-sign-ext",
 // for the filter, so results are kept in the user's cache directory under the SHA-256
 // of the input, the arguments and wasm-opt's version; entries unused for a week are
 // removed.
-func Optimize(wasm []byte) ([]byte, error) {
+func Optimize(wasm []byte) ([]byte, error) { return optimize(wasm, OptimizerArgs) }
+
+// optimize is Optimize with wasm-opt's arguments args.
+func optimize(wasm []byte, args []string) ([]byte, error) {
 	bin, err := exec.LookPath("wasm-opt")
 	if err != nil {
 		return nil, fmt.Errorf("wasm-opt not found (apt-get install binaryen; make wasm installs it): %w", err)
@@ -34,7 +38,7 @@ func Optimize(wasm []byte) ([]byte, error) {
 		return nil, fmt.Errorf("wasm-opt --version: %w", err)
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00%s\x00", bytes.TrimSpace(version), strings.Join(OptimizerArgs, " "))
+	fmt.Fprintf(h, "%s\x00%s\x00", bytes.TrimSpace(version), strings.Join(args, " "))
 	h.Write(wasm)
 	key := hex.EncodeToString(h.Sum(nil))
 
@@ -57,8 +61,7 @@ func Optimize(wasm []byte) ([]byte, error) {
 	if err := os.WriteFile(in, wasm, 0o644); err != nil {
 		return nil, err
 	}
-	args := append(append([]string{}, OptimizerArgs...), in, "-o", out)
-	if msg, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
+	if msg, err := exec.Command(bin, append(slices.Clip(args), in, "-o", out)...).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("wasm-opt: %w\n%s", err, msg)
 	}
 	opt, err := os.ReadFile(out)

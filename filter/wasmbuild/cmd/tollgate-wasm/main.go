@@ -8,6 +8,9 @@
 // output no longer says which function came from which package:
 //
 //	go run ./filter/wasmbuild/cmd/tollgate-wasm -sizes ./filter
+//
+// With -names the module keeps the Go functions' names (wasmbuild.Recipe.Names), for a
+// profiler: BenchmarkDecision in bench/perf says how to profile the guest with it.
 package main
 
 import (
@@ -25,24 +28,25 @@ func main() {
 	sizes := flag.Bool("sizes", false, "print where the bytes go")
 	top := flag.Int("top", 40, "with -sizes: packages to list (0: all)")
 	funcs := flag.Int("funcs", 25, "with -sizes: largest functions to list")
+	names := flag.Bool("names", false, "keep the functions' names (for profiling; not the shipped module)")
 	flag.Parse()
-	if (*out == "" && !*sizes) || flag.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "usage: tollgate-wasm [-o out.wasm] [-sizes [-top n] [-funcs n]] [-tags a,b] ./package")
+	if (*out == "" && !*sizes) || (*names && *sizes) || flag.NArg() != 1 {
+		fmt.Fprintln(os.Stderr, "usage: tollgate-wasm [-o out.wasm] [-sizes [-top n] [-funcs n]] [-names] [-tags a,b] ./package")
 		os.Exit(2)
 	}
 	var tagList []string
 	if *tags != "" {
 		tagList = strings.Split(*tags, ",")
 	}
-	if err := run(flag.Arg(0), *out, tagList, *sizes, *top, *funcs); err != nil {
+	if err := run(flag.Arg(0), *out, tagList, *sizes, *names, *top, *funcs); err != nil {
 		fmt.Fprintln(os.Stderr, "tollgate-wasm:", err)
 		os.Exit(1)
 	}
 }
 
-func run(pkg, out string, tags []string, sizes bool, top, funcs int) error {
+func run(pkg, out string, tags []string, sizes, names bool, top, funcs int) error {
 	if !sizes {
-		wasm, err := wasmbuild.Build(pkg, tags...)
+		wasm, err := wasmbuild.Recipe{Names: names}.Build(pkg, tags...)
 		if err != nil {
 			return err
 		}
