@@ -1,17 +1,12 @@
 package wasmbuild_test
 
 import (
-	"bytes"
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/tetratelabs/wazero"
-	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/tollgate-rl/tollgate/filter/wasmbuild"
 )
@@ -92,14 +87,9 @@ func goBuildWASI(t *testing.T, pkg string) []byte {
 // returns what it wrote to stderr.
 func runPanicking(t *testing.T, wasm []byte) string {
 	t.Helper()
-	ctx := context.Background()
-	rt := wazero.NewRuntime(ctx)
-	defer rt.Close(ctx)
-	wasi_snapshot_preview1.MustInstantiate(ctx, rt)
-	var stderr bytes.Buffer
-	_, err := rt.InstantiateWithConfig(ctx, wasm, wazero.NewModuleConfig().WithStderr(&stderr))
+	_, stderr, err := runCommand(wasm)
 	if err == nil || !strings.Contains(err.Error(), "exit_code(2)") {
-		t.Fatalf("run: %v, want exit code 2\n%s", err, stderr.String())
+		t.Fatalf("run: %v, want exit code 2\n%s", err, stderr)
 	}
-	return stderr.String()
+	return string(stderr)
 }

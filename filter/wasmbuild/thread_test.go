@@ -3,7 +3,6 @@ package wasmbuild_test
 import (
 	"bytes"
 	"context"
-	"os"
 	"os/exec"
 	"testing"
 
@@ -62,16 +61,23 @@ func TestThreadKeepsBehaviour(t *testing.T) {
 
 func runWASI(t *testing.T, wasm []byte) []byte {
 	t.Helper()
+	stdout, stderr, err := runCommand(wasm)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, stderr)
+	}
+	return stdout
+}
+
+// runCommand runs a WASI command module under wazero and returns what it wrote to
+// stdout and stderr, and how it ended.
+func runCommand(wasm []byte) (stdout, stderr []byte, err error) {
 	ctx := context.Background()
 	rt := wazero.NewRuntime(ctx)
 	defer rt.Close(ctx)
 	wasi_snapshot_preview1.MustInstantiate(ctx, rt)
-	var stdout bytes.Buffer
-	_, err := rt.InstantiateWithConfig(ctx, wasm, wazero.NewModuleConfig().WithStdout(&stdout).WithStderr(os.Stderr))
-	if err != nil {
-		t.Fatalf("run: %v", err)
-	}
-	return stdout.Bytes()
+	var out, errOut bytes.Buffer
+	_, err = rt.InstantiateWithConfig(ctx, wasm, wazero.NewModuleConfig().WithStdout(&out).WithStderr(&errOut))
+	return out.Bytes(), errOut.Bytes(), err
 }
 
 // The filter Build ships is threaded: Thread of its linked stage finds the resumable
