@@ -17,7 +17,7 @@ type bucketOp struct {
 	params algo.Params
 	s      slot
 	next   lease.Record
-	// nextBuf holds next's local state (lease.DecideTo), kept with the op across
+	// nextBuf holds next's local state (lease.DecideIn), kept with the op across
 	// requests so that deciding allocates nothing.
 	nextBuf algo.State
 	dec     lease.Decision
@@ -148,7 +148,8 @@ func (p *Plugin) decide(now int64, ops []bucketOp, commit, acquireFailed bool) v
 			if !op.s.mine && op.s.found {
 				p.m.inc(p.m.evictions)
 			}
-			op.next, op.dec = lease.DecideTo(op.nextBuf, op.s.rec, op.params, now, op.a.Cost, env)
+			op.next = op.s.rec
+			op.dec = lease.DecideIn(op.nextBuf, &op.next, op.params, now, op.a.Cost, env)
 			if op.dec.Acquire && op.shadow {
 				// A shadow rule never makes a request wait for the service, and never
 				// refuses: a bucket that would acquire decides on the gateway's own state
@@ -158,7 +159,8 @@ func (p *Plugin) decide(now int64, ops []bucketOp, commit, acquireFailed bool) v
 				// degraded.
 				shadow := env
 				shadow.AcquireFailed = true
-				op.next, op.dec = lease.DecideTo(op.nextBuf, op.s.rec, op.params, now, op.a.Cost, shadow)
+				op.next = op.s.rec
+				op.dec = lease.DecideIn(op.nextBuf, &op.next, op.params, now, op.a.Cost, shadow)
 				op.dec.Degraded = false
 			}
 			op.delayUs = 0

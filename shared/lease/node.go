@@ -117,7 +117,15 @@ func Decide(r Record, p algo.Params, now, cost int64, env Env) (Record, Decision
 // when it has the capacity (algo.DecideTo), so a caller that keeps a buffer per bucket
 // decides without allocating. dst must not overlap r.Local.
 func DecideTo(dst algo.State, r Record, p algo.Params, now, cost int64, env Env) (Record, Decision) {
-	var d Decision
+	d := DecideIn(dst, &r, p, now, cost, env)
+	return r, d
+}
+
+// DecideIn is DecideTo deciding on *r in place, for the filter's request path: Go's wasm
+// backend moves a Record (184 bytes) through linear memory on every pass and return by
+// value, and such copies are the largest single item of a decision's guest time
+// (RATIONALE.md §6).
+func DecideIn(dst algo.State, r *Record, p algo.Params, now, cost int64, env Env) (d Decision) {
 	r.UsedUs = now
 	if r.PenaltyUntilUs > now {
 		d.PenaltyLevel = r.PenaltyLevel
@@ -131,25 +139,28 @@ func DecideTo(dst algo.State, r Record, p algo.Params, now, cost int64, env Env)
 		}
 		d.RetryAfterUs = max(d.PenaltyLeftUs, wait)
 		d.ResetUs = max(r.ResetUs, r.PenaltyUntilUs)
-		return reject(r, now, d, env.Sync)
+		reject(r, now, &d, env.Sync)
+		return d
 	}
 	if !env.Sync {
-		return decideLocal(dst, r, p, now, cost, d)
+		decideLocal(dst, r, p, now, cost, &d)
+		return d
 	}
 	if r.LeaseLeft > 0 && now >= r.LeaseUntilUs {
 		// The service will reclaim (or has reclaimed) this lease: stop using it and say so.
 		d.Returned = r.LeaseLeft
 		r.Pending.Returned += r.LeaseLeft
 		r.LeaseLeft = 0
-		r = urgent(r, &d)
+		urgent(r, &d)
 	}
 	if env.AcquireFailed && r.Synced() && r.GlobalRemaining < cost {
 		d.RetryAfterUs = max(r.RetryUs-now, env.IntervalUs)
 		d.ResetUs = r.ResetUs
-		return reject(r, now, d, true)
+		reject(r, now, &d, true)
+		return d
 	}
 	if !env.Healthy || env.AcquireFailed {
-		r, d = decideLocal(dst, r, p, now, cost, d)
+		decideLocal(dst, r, p, now, cost, &d)
 		d.Degraded = true
 		if d.Allowed {
 			d.Over = cost
@@ -159,7 +170,7 @@ func DecideTo(dst algo.State, r Record, p algo.Params, now, cost int64, env Env)
 			r.Pending.Rejected++
 			r.Pending.Early += d.Early
 		}
-		return r, d
+		return d
 	}
 	leaseTime := r.Synced() && now < r.LeaseUntilUs
 	switch {
@@ -168,16 +179,18 @@ func DecideTo(dst algo.State, r Record, p algo.Params, now, cost int64, env Env)
 		d.Leased = cost
 		r.Pending.Leased += cost
 		if r.LeaseLeft <= r.LowWater || r.LeaseUntilUs-now <= env.RenewUs {
-			r = urgent(r, &d)
+			urgent(r, &d)
 		}
-		return admit(dst, r, p, now, cost, d)
+		admit(dst, r, p, now, cost, &d)
+		return d
 	case r.Synced() && r.RetryUs > now && r.GlobalRemaining < cost:
 		// The service last said the bucket is empty until RetryUs, and this gateway has
 		// spent what it held since: a real refusal. Wait at least until the steady rate
 		// refills the deficit (the retry time predates what was spent since).
 		d.RetryAfterUs = max(r.RetryUs-now, RefillUs(p, now, cost-max(r.GlobalRemaining, 0)))
 		d.ResetUs = r.ResetUs
-		return reject(r, now, d, true)
+		reject(r, now, &d, true)
+		return d
 	}
 	// The lease is short, or there is none (a cold start: never synced, or the lease
 	// ended): the request asks the service (an acquire), which decides it against what the
@@ -185,7 +198,7 @@ func DecideTo(dst algo.State, r Record, p algo.Params, now, cost int64, env Env)
 	// never admits on its own, so gateways going cold on one bucket at once cannot
 	// together admit more than it holds (RATIONALE.md §2).
 	d.Acquire = true
-	return r, d
+	return d
 }
 
 // RefillUs is how long bucket p takes, from now, to give back n permits at its steady
@@ -204,31 +217,30 @@ func RefillUs(p algo.Params, now, n int64) int64 {
 // admit finishes an admission out of the lease: the local state follows this gateway's
 // own traffic so that, if the service goes away, degraded decisions start from what
 // this gateway actually admitted.
-func admit(dst algo.State, r Record, p algo.Params, now, cost int64, d Decision) (Record, Decision) {
+func admit(dst algo.State, r *Record, p algo.Params, now, cost int64, d *Decision) {
 	d.Allowed = true
 	r.Local = algo.TakeTo(dst, p, r.Local, now, cost)
 	d.Remaining = max(0, r.LeaseLeft+max(0, r.GlobalRemaining))
 	d.ResetUs = max(r.ResetUs, now)
-	return r, d
 }
 
-func decideLocal(dst algo.State, r Record, p algo.Params, now, cost int64, d Decision) (Record, Decision) {
+func decideLocal(dst algo.State, r *Record, p algo.Params, now, cost int64, d *Decision) {
 	res := algo.DecideTo(dst, p, r.Local, now, cost)
 	d.ResetUs = res.ResetUs
 	d.Remaining = max(0, res.Remaining)
 	r.Local = res.State
 	if !res.Allowed {
 		d.RetryAfterUs = res.RetryAfterUs
-		return reject(r, now, d, false)
+		reject(r, now, d, false)
+		return
 	}
 	d.Allowed = true
-	return r, d
 }
 
 // reject records the announcement of a Retry-After so that a caller coming back before it
 // is counted as Early (the progressive-penalty signal). With report set the refusal is
 // also counted for the service (which turns Early refusals into penalties).
-func reject(r Record, now int64, d Decision, report bool) (Record, Decision) {
+func reject(r *Record, now int64, d *Decision, report bool) {
 	d.Allowed = false
 	d.Rejected = 1
 	if now < r.AnnouncedUs {
@@ -241,17 +253,15 @@ func reject(r Record, now int64, d Decision, report bool) (Record, Decision) {
 	if report {
 		r.Pending.Rejected++
 		r.Pending.Early += d.Early
-		r = urgent(r, &d)
+		urgent(r, d)
 	}
-	return r, d
 }
 
-func urgent(r Record, d *Decision) Record {
+func urgent(r *Record, d *Decision) {
 	if !r.Urgent {
 		r.Urgent = true
 		d.Urgent = true
 	}
-	return r
 }
 
 // Undo gives back what an admitting decision d took from r (cost permits at now): the
