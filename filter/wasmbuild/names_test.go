@@ -1,11 +1,9 @@
-package wasmbuild_test
+package wasmbuild
 
 import (
-	"encoding/binary"
-	"errors"
+	"maps"
+	"slices"
 	"testing"
-
-	"github.com/tollgate-rl/tollgate/filter/wasmbuild"
 )
 
 // A module built with Recipe.Names names its functions correctly after every step (the
@@ -13,7 +11,7 @@ import (
 // the export's name. The shipped recipe keeps no name section.
 func TestNamesSurviveTheBuild(t *testing.T) {
 	const pkg = "./filter/bench/floor"
-	named, err := wasmbuild.Recipe{Names: true}.Build(pkg)
+	named, err := Recipe{Names: true}.Build(pkg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,11 +31,11 @@ func TestNamesSurviveTheBuild(t *testing.T) {
 			t.Errorf("export %q is function %d, named %q", export, idx, names[idx])
 		}
 	}
-	if !hasName(names, "runtime.memmove") {
+	if !slices.Contains(slices.Collect(maps.Values(names)), "runtime.memmove") {
 		t.Error("no function named runtime.memmove")
 	}
 
-	shipped, err := wasmbuild.Build(pkg)
+	shipped, err := Build(pkg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,83 +44,50 @@ func TestNamesSurviveTheBuild(t *testing.T) {
 	}
 }
 
-func hasName(names map[uint32]string, name string) bool {
-	for _, n := range names {
-		if n == name {
-			return true
-		}
-	}
-	return false
-}
-
 // funcNames reads a module's function names (the name section's subsection 1) and its
-// function exports.
+// function exports, with the package's own section reader.
 func funcNames(wasm []byte) (names map[uint32]string, exports map[string]uint32, err error) {
 	names, exports = map[uint32]string{}, map[string]uint32{}
-	if len(wasm) < 8 {
-		return nil, nil, errors.New("short module")
+	secs, err := splitSections(wasm)
+	if err != nil {
+		return nil, nil, err
 	}
-	b := wasm[8:]
-	u32 := func() uint32 {
-		v, n := binary.Uvarint(b)
-		if n <= 0 {
-			err = errors.New("bad LEB128")
-			b = nil
-			return 0
-		}
-		b = b[n:]
-		return uint32(v)
-	}
-	str := func() string {
-		n := int(u32())
-		if n > len(b) {
-			err = errors.New("name past the end")
-			b = nil
-			return ""
-		}
-		s := string(b[:n])
-		b = b[n:]
-		return s
-	}
-	for len(b) > 0 && err == nil {
-		id := b[0]
-		b = b[1:]
-		size := int(u32())
-		if size > len(b) {
-			return nil, nil, errors.New("section past the end")
-		}
-		body, rest := b[:size], b[size:]
-		b = body
-		switch id {
-		case 7: // exports
-			for n := u32(); n > 0 && err == nil; n-- {
-				name := str()
-				kind := b[0]
-				b = b[1:]
-				if idx := u32(); kind == 0 {
+	for _, s := range secs {
+		switch s.id {
+		case secExport:
+			exps, err := readVec(s.body, readExport)
+			if err != nil {
+				return nil, nil, err
+			}
+			for _, e := range exps {
+				r := reader{b: e}
+				if name, kind, idx := r.name(), r.byte(), r.u32(); kind == 0 {
 					exports[name] = idx
 				}
 			}
-		case 0:
-			if str() != "name" {
-				break
+		case secCustom:
+			r := reader{b: s.body}
+			if r.name() != "name" {
+				continue
 			}
-			for len(b) > 0 && err == nil {
-				sub := b[0]
-				b = b[1:]
-				n := int(u32())
-				subBody, after := b[:n], b[n:]
-				if sub == 1 {
-					b = subBody
-					for cnt := u32(); cnt > 0 && err == nil; cnt-- {
-						idx := u32()
-						names[idx] = str()
-					}
+			for !r.done() {
+				id, sub := r.byte(), r.bytes(int(r.u32()))
+				if id != 1 {
+					continue
 				}
-				b = after
+				sr := reader{b: sub}
+				for n := sr.u32(); n > 0 && sr.err == nil; n-- {
+					idx := sr.u32()
+					names[idx] = sr.name()
+				}
+				if sr.err != nil {
+					return nil, nil, sr.err
+				}
+			}
+			if r.err != nil {
+				return nil, nil, r.err
 			}
 		}
-		b = rest
 	}
-	return names, exports, err
+	return names, exports, nil
 }
