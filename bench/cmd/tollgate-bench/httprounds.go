@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"log"
 	"slices"
@@ -54,15 +55,7 @@ func (r *report) httpMedian() httpRound {
 	if len(rs) == 0 {
 		return httpRound{}
 	}
-	slices.SortFunc(rs, func(a, b httpRound) int {
-		switch {
-		case a.share() < b.share():
-			return -1
-		case a.share() > b.share():
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(rs, func(a, b httpRound) int { return cmp.Compare(a.share(), b.share()) })
 	return rs[len(rs)/2]
 }
 
