@@ -58,6 +58,7 @@ type Cost struct {
 	GuestNsPerRequest float64
 	// ProfiledNsPerRequest is all CPU time sampled in the timed rounds per request.
 	ProfiledNsPerRequest float64
+	Native               bool // measured natively (CostModule.Native)
 }
 
 // CostOptions sizes a decision-cost measurement.
@@ -89,6 +90,11 @@ type CostModule struct {
 	// Request and Upstream, when set, replace BenchRequest("k-bench") and UpstreamOK.
 	Request  *host.Request
 	Upstream *host.Response
+	// Native runs Config through the plugin's own code compiled natively
+	// (filter/nativehost, an in-process host of Go maps) instead of a module; Wasm is
+	// ignored, and nothing is profiled or counted (the row says what the same logic
+	// costs without wasm).
+	Native bool
 }
 
 func (m *CostModule) exchange() (*host.Request, *host.Response) {
@@ -114,26 +120,34 @@ func MeasureCosts(mods []CostModule, o CostOptions) ([]Cost, error) {
 	runs := make([]func(n int) error, len(mods))
 	chunks := make([]int, len(mods))
 	for i, m := range mods {
-		costs[i].Module = m.Name
-		h, err := host.New(host.Config{Wasm: m.Wasm, PluginConfig: m.Config, Workers: 1, LogLevel: host.LogWarn})
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", m.Name, err)
-		}
-		defer h.Close()
-		c, name := &costs[i], m.Name
-		req, up := m.exchange()
-		runs[i] = func(n int) error {
-			for k := 0; k < n; k++ {
-				resp, err := h.Exchange(0, req, up)
-				if err != nil {
-					return fmt.Errorf("%s: %w", name, err)
-				}
-				c.Status = resp.Status
-				if resp.Status != 200 {
-					return fmt.Errorf("%s: status %d (%s)", name, resp.Status, resp.Body)
-				}
+		costs[i].Module, costs[i].Native = m.Name, m.Native
+		if m.Native {
+			run, err := nativeRun(&costs[i], m)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", m.Name, err)
 			}
-			return nil
+			runs[i] = run
+		} else {
+			h, err := host.New(host.Config{Wasm: m.Wasm, PluginConfig: m.Config, Workers: 1, LogLevel: host.LogWarn})
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", m.Name, err)
+			}
+			defer h.Close()
+			c, name := &costs[i], m.Name
+			req, up := m.exchange()
+			runs[i] = func(n int) error {
+				for k := 0; k < n; k++ {
+					resp, err := h.Exchange(0, req, up)
+					if err != nil {
+						return fmt.Errorf("%s: %w", name, err)
+					}
+					c.Status = resp.Status
+					if resp.Status != 200 {
+						return fmt.Errorf("%s: status %d (%s)", name, resp.Status, resp.Body)
+					}
+				}
+				return nil
+			}
 		}
 		if err := runs[i](5000); err != nil { // warm-up: buckets created, caches hot
 			return nil, err
@@ -168,6 +182,9 @@ func MeasureCosts(mods []CostModule, o CostOptions) ([]Cost, error) {
 	for i, m := range mods {
 		c := &costs[i]
 		c.NsPerRequest = median(c.RoundsNs)
+		if m.Native {
+			continue
+		}
 		if o.Profile {
 			var n int64
 			guest, total, err := ProfileGuest(func() error {

@@ -22,12 +22,16 @@ import (
 // ns per request and its ratio to its floor. The benchmark's metric is the current
 // filter's ratio ("x-floor"). TOLLGATE_RATIO_ROUNDS and TOLLGATE_RATIO_ROUND_MS change
 // the rounds (default 15 of 200 ms); on a busy machine more, shorter rounds interleave
-// the modules more finely. b.N is ignored: one comparison runs.
+// the modules more finely. TOLLGATE_RATIO_NATIVE=1 adds the filter's plugin code run
+// natively (filter/nativehost) to the rounds. b.N is ignored: one comparison runs.
 func BenchmarkDecisionRatio(b *testing.B) {
 	config := LocalConfig("token_bucket", 1_000_000)
 	mods := []CostModule{
 		{Name: "floor", Wasm: wasmtest.BuildWasm(b, FloorPkg)},
 		{Name: "filter", Wasm: wasmtest.BuildWasm(b, FilterPkg), Config: config},
+	}
+	if os.Getenv("TOLLGATE_RATIO_NATIVE") != "" {
+		mods = append(mods, CostModule{Name: "filter natively", Config: config, Native: true})
 	}
 	read := func(path string) []byte {
 		wasm, err := os.ReadFile(path)

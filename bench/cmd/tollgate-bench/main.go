@@ -183,14 +183,17 @@ func measure(r *report, o options, logger *log.Logger) error {
 			perf.CostModule{Name: "first version (" + perf.FirstVersion + "): floor", Wasm: first[perf.FloorPkg]},
 			perf.CostModule{Name: "first version (" + perf.FirstVersion + "): filter, key from x-api-key", Wasm: first[perf.FilterPkg], Config: perf.LocalConfig("token_bucket", 1_000_000)})
 	}
+	// Last, the same plugin code and rule run natively: what the logic costs without wasm.
+	costMods = append(costMods, perf.CostModule{Name: "Tollgate's plugin code natively (filter/nativehost), key from x-api-key",
+		Config: perf.LocalConfig("token_bucket", 1_000_000), Native: true})
 	costs, err := perf.MeasureCosts(costMods, perf.CostOptions{Round: o.dur(300 * time.Millisecond), Profile: true})
 	if err != nil {
 		return err
 	}
-	r.costs = costs
+	r.costs, r.native = costs[:len(costs)-1], costs[len(costs)-1]
 	if r.firstErr == nil {
 		logger.Print("decision cost: the first version's filter and today's in paired chunks")
-		first := costMods[len(costMods)-1]
+		first := costMods[len(costMods)-2]
 		if r.firstPairs, err = perf.PairModules(first.Wasm, mods[perf.FilterPkg], first.Config, costs[2].NsPerRequest, 900); err != nil {
 			return err
 		}

@@ -1,0 +1,63 @@
+package perf
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/tollgate-rl/tollgate/e2e/host"
+	"github.com/tollgate-rl/tollgate/filter/nativehost"
+)
+
+// nativeRun returns a function that sends n of m's requests through the plugin's own
+// code run natively (nativeHost).
+func nativeRun(c *Cost, m CostModule) (func(n int) error, error) {
+	h, headers, err := nativeHost(m)
+	if err != nil {
+		return nil, err
+	}
+	return func(n int) error {
+		for k := 0; k < n; k++ {
+			s := h.Request(0, headers, nil)
+			if st := s.Status(); st != 200 || !s.Ended {
+				c.Status = int(st)
+				return fmt.Errorf("status %d (ended %v)", st, s.Ended)
+			}
+		}
+		c.Status = 200
+		return nil
+	}, nil
+}
+
+// nativeHost starts m's configuration on one native worker (filter/nativehost) and
+// returns it with the request headers e2e/host hands a module for m's request, and
+// answers with m's upstream response, so that the native row runs the module's decision.
+func nativeHost(m CostModule) (*nativehost.Host, [][2]string, error) {
+	req, up := m.exchange()
+	upstream := nativehost.Upstream{}
+	for _, p := range up.Header {
+		upstream.Headers = append(upstream.Headers, [2]string{strings.ToLower(p[0]), p[1]})
+	}
+	h, err := nativehost.New(nativehost.Config{
+		PluginConfig: m.Config,
+		Clock:        func() int64 { return time.Now().UnixMicro() },
+		Upstream:     func([][2]string) nativehost.Upstream { return upstream },
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return h, nativeHeaders(req), nil
+}
+
+// nativeHeaders is the request header map e2e/host hands a module for req.
+func nativeHeaders(req *host.Request) [][2]string {
+	scheme := req.Scheme
+	if scheme == "" {
+		scheme = "http"
+	}
+	out := [][2]string{{":authority", req.Authority}, {":path", req.Path}, {":method", req.Method}, {":scheme", scheme}}
+	for _, p := range req.Header {
+		out = append(out, [2]string{strings.ToLower(p[0]), p[1]})
+	}
+	return out
+}
