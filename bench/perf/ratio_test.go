@@ -23,7 +23,10 @@ import (
 // filter's ratio ("x-floor"). TOLLGATE_RATIO_ROUNDS and TOLLGATE_RATIO_ROUND_MS change
 // the rounds (default 15 of 200 ms); on a busy machine more, shorter rounds interleave
 // the modules more finely. TOLLGATE_RATIO_NATIVE=1 adds the filter's plugin code run
-// natively (filter/nativehost) to the rounds. b.N is ignored: one comparison runs.
+// natively (filter/nativehost) to the rounds. TOLLGATE_RATIO_PAIRS=N, with a baseline,
+// also times N pairs of back-to-back chunks of the filter and the first baseline and
+// reports the median ratio, which resolves a difference of a per cent or two. b.N is
+// ignored: one comparison runs.
 func BenchmarkDecisionRatio(b *testing.B) {
 	config := LocalConfig("token_bucket", 1_000_000)
 	mods := []CostModule{
@@ -69,6 +72,16 @@ func BenchmarkDecisionRatio(b *testing.B) {
 		}
 		b.Logf("%-28s %8.0f ns/request  %.2fx its floor  host calls %.2f  allocs %.2f  %v",
 			c.Module, c.NsPerRequest, c.NsPerRequest/floor, c.HostCallsPerRequest, c.AllocsPerRequest, c.HostCalls)
+	}
+	if n, err := strconv.Atoi(os.Getenv("TOLLGATE_RATIO_PAIRS")); err == nil && n > 0 && len(mods) > baselines {
+		// Paired chunks see a difference of a per cent or two that the rounds' medians
+		// cannot: the current filter's time over the first baseline's, back to back.
+		r, err := PairModules(mods[baselines].Wasm, mods[1].Wasm, config, costs[1].NsPerRequest, n)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("paired chunks, filter / %s: median %.3f (quartiles %.3f–%.3f, %d pairs)",
+			mods[baselines].Name, r[len(r)/2], r[len(r)/4], r[3*len(r)/4], len(r))
 	}
 	b.ReportMetric(costs[1].NsPerRequest/costs[0].NsPerRequest, "x-floor")
 	b.ReportMetric(0, "ns/op")

@@ -41,10 +41,18 @@ func (p Params) norm() norm {
 		if p.Burst > 0 {
 			c = min(p.Burst, MaxBurst)
 		}
-		c = min(c, mulDiv(MaxRefillUs, l, w))
+		// The refill bound can only bind a capacity above the limit: a window is at most
+		// MaxWindowUs < MaxRefillUs, so MaxRefillUs·l/w > l (and the division is spared
+		// on every decision of a rule without a burst).
+		if c > l {
+			c = min(c, mulDiv(MaxRefillUs, l, w))
+		}
 	}
 	return norm{kind: k, lim: l, win: w, capa: c}
 }
+
+// The refill bound above relies on it: a compile error if a window could exceed it.
+const _ = uint64(MaxRefillUs - MaxWindowUs)
 
 // maxLimitOf is the largest limit of kind k: MaxLogLimit for the log, MaxLimit otherwise.
 func maxLimitOf(k Kind) int64 {
@@ -65,6 +73,11 @@ func mulDivRem(a, b, c int64) (q, r int64) {
 		return 0, 0
 	}
 	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi == 0 {
+		// The product fits 64 bits, as in most calls: one machine division. Compiled to
+		// wasm, bits.Div64 is a long division in software.
+		return int64(lo / uint64(c)), int64(lo % uint64(c))
+	}
 	if hi >= uint64(c) {
 		// The quotient would not fit 64 bits (bits.Div64 would panic); unreachable
 		// under the documented bounds, saturate rather than trap the VM.
