@@ -627,6 +627,29 @@ func TestBuilderMatchesAppend(t *testing.T) {
 	}
 }
 
+// One Builder reused answer after answer, as a filter worker reuses it, says what a
+// fresh one says (Append): nothing of an answer carries into the next, whether the
+// windows, their reset times and remaining counts repeat or change.
+func TestBuilderMatchesAppendInTurns(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	resets := []int64{now, now + 1, now + 59, now + 3600, 0, 9_999_999_999}
+	var b Builder
+	for i := 0; i < 500; i++ {
+		views := make([]Window, 1+rng.IntN(3))
+		for k := range views {
+			views[k] = Window{Policy: "p" + strconv.Itoa(k), Limit: 1 + rng.Int64N(1000), WindowSeconds: 1 + rng.Int64N(60),
+				ResetUnix: resets[rng.IntN(len(resets))], ResetInSeconds: rng.Int64N(100)}
+			views[k].Remaining = rng.Int64N(views[k].Limit+2) - 1
+		}
+		degraded := rng.IntN(5) == 0
+		b.Reset()
+		b.Limits(views, degraded)
+		if got, want := fmt.Sprint(b.Pairs()), fmt.Sprint(Append(nil, views, degraded)); got != want {
+			t.Fatalf("answer %d: Limits %s, Append %s", i, got, want)
+		}
+	}
+}
+
 // A burst above the limit is advertised as the capacity over its refill time (never a
 // faster rate than enforced); at or below the limit the limit per window is.
 func TestQuota(t *testing.T) {
