@@ -277,7 +277,7 @@ func (r *report) writeTargets(w io.Writer) {
 	diffOK := d != nil && len(d.Failures) == 0 && d.GoLuaMismatches == 0 && d.MaxRetryDiffUs <= 1000
 	rows := [][]string{
 		{"filter decision ≤ 1.5× the floor module", fmt.Sprintf("%.2f× (%s vs %s ns)", costRatio, fmtInt(real.NsPerRequest), fmtInt(floor.NsPerRequest)), yesNo(costRatio <= 1.5)},
-		{"failing that, ≥ 2× faster than the first version, same rounds", r.firstLine(), yesNo(r.firstSpeedup() >= 2)},
+		{"failing that, ≥ 2× faster than the first version, same run (the rounds and the paired chunks)", r.firstLine(), yesNo(r.firstMet())},
 		{"through the gateway host, 10,000 keys: ≥ 80 % of the pass-through module's requests/s", fmt.Sprintf("%.0f %% (%s vs %s req/s)", 100*ratio(l["http tollgate"].ChecksPerSec, l["http pass-through"].ChecksPerSec),
 			fmtInt(l["http tollgate"].ChecksPerSec), fmtInt(l["http pass-through"].ChecksPerSec)) + httpFloorNote(l) + r.httpRoundsNote(), yesNo(ratio(l["http tollgate"].ChecksPerSec, l["http pass-through"].ChecksPerSec) >= 0.8)},
 		{"per-rule stats and decision metadata add ≤ 10 % to the decision", r.telemetryLine(), yesNo(r.telemetry.Off.NsPerRequest > 0 && r.telemetry.Overhead() <= 0.10)},
@@ -394,8 +394,9 @@ func (r *report) writeCost(w io.Writer) {
 		if n := len(r.firstPairs); n > 0 {
 			fmt.Fprintf(w, "The rounds' medians move with load from elsewhere; in %s pairs of back-to-back chunks of the\n", fmtInt(float64(n)))
 			fmt.Fprintf(w, "same requests (as for the telemetry below) today's filter takes %s of the first version's time\n", fmtF(r.firstPairs[n/2], 3))
-			fmt.Fprintf(w, "(median; quartiles %s–%s): %s× faster. The target above is judged on the rounds.\n",
+			fmt.Fprintf(w, "(median; quartiles %s–%s): %s× faster.\n",
 				fmtF(r.firstPairs[n/4], 3), fmtF(r.firstPairs[3*n/4], 3), fmtF(1/r.firstPairs[n/2], 2))
+			fmt.Fprintln(w, "The target above needs both: the rounds' medians of two modules drift apart with that load.")
 		}
 		fmt.Fprintln(w)
 	} else if r.firstErr != nil {
@@ -511,16 +512,18 @@ func (r *report) writeNative(w io.Writer) {
 	hostPart := real.NsPerRequest - real.GuestNsPerRequest // wazero and the host, per request
 	budget := 1.5*fl.NsPerRequest - hostPart
 	fmt.Fprintln(w, "**Where the rest goes.** The native row is the same plugin code and rule compiled for the")
-	fmt.Fprintln(w, "machine instead of wasm and driven by `filter/nativehost`, in the same rounds: the whole")
-	fmt.Fprintf(w, "request, its in-process host included, takes %s ns, %s of the floor module. Compiled to wasm,\n",
+	fmt.Fprintln(w, "machine instead of wasm, driven by `filter/nativehost` in the same rounds. The whole request")
+	fmt.Fprintf(w, "costs %s ns there, %s the floor module, its in-process host included (Go maps, a stream\n",
 		fmtInt(n.NsPerRequest), fmtF(ratio(n.NsPerRequest, fl.NsPerRequest), 2)+"×")
-	fmt.Fprintf(w, "the module's own code alone takes %s ns (module CPU), %s× as long, and the filter's code above\n",
+	fmt.Fprintln(w, "record per request), so the logic alone costs less. Compiled to wasm, the module's own code")
+	fmt.Fprintf(w, "takes %s ns (module CPU), %s× the whole native request; its part above the floor module's\n",
 		fmtInt(real.GuestNsPerRequest), fmtF(ratio(real.GuestNsPerRequest, n.NsPerRequest), 1))
-	fmt.Fprintf(w, "the floor's (%s ns) is %s× the native request. That factor is the code Go's wasm backend emits\n",
+	fmt.Fprintf(w, "own code (%s ns) is %s× it. That factor is the code Go's wasm backend emits (every value\n",
 		fmtInt(real.GuestNsPerRequest-fl.GuestNsPerRequest), fmtF(ratio(real.GuestNsPerRequest-fl.GuestNsPerRequest, n.NsPerRequest), 1))
-	fmt.Fprintln(w, "(every value that crosses a call goes through linear memory, each function is a resumable")
-	fmt.Fprintln(w, "state machine) as this runtime compiles it, not work the filter could skip: the request path")
-	fmt.Fprintln(w, "allocates nothing and no guest function takes more than a few per cent (RATIONALE.md §6).")
+	fmt.Fprintln(w, "that crosses a call goes through linear memory, each function is a resumable state machine),")
+	fmt.Fprintln(w, "compiled by wazero, which checks memory bounds in the code it emits; it is not work the")
+	fmt.Fprintln(w, "filter could skip: the request path allocates nothing and no guest function takes more than a")
+	fmt.Fprintln(w, "few per cent (RATIONALE.md §6).")
 	if budget > 0 {
 		fmt.Fprintf(w, "At 1.5× the floor the module's own code would have %s ns, %s of what it takes now, with the\n",
 			fmtInt(budget), fmt.Sprintf("%.0f %%", 100*ratio(budget, real.GuestNsPerRequest)))
@@ -533,6 +536,17 @@ func (r *report) writeNative(w io.Writer) {
 // version's, in the same rounds (0: not measured).
 func (r *report) firstSpeedup() float64 {
 	return ratio(r.cost(5).NsPerRequest, r.cost(2).NsPerRequest)
+}
+
+// firstMet: at least 2× faster in the rounds and, when they ran, in the paired chunks.
+// The rounds' medians of the two modules move apart with load from elsewhere (from
+// 1.6× to 2.1× between runs of the same code on this machine); the pairs move less,
+// and a target met in one and not the other is not met.
+func (r *report) firstMet() bool {
+	if n := len(r.firstPairs); n > 0 && 1/r.firstPairs[n/2] < 2 {
+		return false
+	}
+	return r.firstSpeedup() >= 2
 }
 
 func (r *report) firstLine() string {
