@@ -41,9 +41,9 @@ func (p Params) norm() norm {
 		if p.Burst > 0 {
 			c = min(p.Burst, MaxBurst)
 		}
-		// The refill bound can only bind a capacity above the limit: a window is at most
-		// MaxWindowUs < MaxRefillUs, so MaxRefillUs·l/w > l (and the division is spared
-		// on every decision of a rule without a burst).
+		// The refill bound can only bind a capacity above the limit: w is at most
+		// MaxWindowUs (or l, below it) < MaxRefillUs, so MaxRefillUs·l/w ≥ l (and the
+		// division is spared on every decision of a rule without a burst).
 		if c > l {
 			c = min(c, mulDiv(MaxRefillUs, l, w))
 		}
@@ -52,7 +52,7 @@ func (p Params) norm() norm {
 }
 
 // The refill bound above relies on it: a compile error if a window could exceed it.
-const _ = uint64(MaxRefillUs - MaxWindowUs)
+const _ = uint64(MaxRefillUs - max(MaxWindowUs, MaxLimit))
 
 // maxLimitOf is the largest limit of kind k: MaxLogLimit for the log, MaxLimit otherwise.
 func maxLimitOf(k Kind) int64 {
