@@ -2,7 +2,6 @@ package perf
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/tollgate-rl/tollgate/e2e/host"
@@ -30,14 +29,12 @@ func nativeRun(c *Cost, m CostModule) (func(n int) error, error) {
 }
 
 // nativeHost starts m's configuration on one native worker (filter/nativehost) and
-// returns it with the request headers e2e/host hands a module for m's request, and
-// answers with m's upstream response, so that the native row runs the module's decision.
+// returns it with the request header map e2e/host hands a module for m's request; the
+// upstream answers with the header map e2e/host gives a module for m's response, so
+// that the native row runs the module's decision.
 func nativeHost(m CostModule) (*nativehost.Host, [][2]string, error) {
 	req, up := m.exchange()
-	upstream := nativehost.Upstream{}
-	for _, p := range up.Header {
-		upstream.Headers = append(upstream.Headers, [2]string{strings.ToLower(p[0]), p[1]})
-	}
+	upstream := nativehost.Upstream{Headers: host.ResponseHeaderPairs(up)}
 	h, err := nativehost.New(nativehost.Config{
 		PluginConfig: m.Config,
 		Clock:        func() int64 { return time.Now().UnixMicro() },
@@ -46,18 +43,5 @@ func nativeHost(m CostModule) (*nativehost.Host, [][2]string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return h, nativeHeaders(req), nil
-}
-
-// nativeHeaders is the request header map e2e/host hands a module for req.
-func nativeHeaders(req *host.Request) [][2]string {
-	scheme := req.Scheme
-	if scheme == "" {
-		scheme = "http"
-	}
-	out := [][2]string{{":authority", req.Authority}, {":path", req.Path}, {":method", req.Method}, {":scheme", scheme}}
-	for _, p := range req.Header {
-		out = append(out, [2]string{strings.ToLower(p[0]), p[1]})
-	}
-	return out
+	return h, host.RequestPairs(req), nil
 }

@@ -109,11 +109,11 @@ var hopByHop = map[string]bool{
 	"transfer-encoding": true, "upgrade": true, "host": true,
 }
 
-// requestPairs builds the request header map a filter sees: the pseudo-headers first
+// RequestPairs builds the request header map a filter sees: the pseudo-headers first
 // (as Envoy's header map orders them), then the regular headers lower-cased in
 // arrival order, plus the x-forwarded-proto and x-request-id Envoy's connection
 // manager adds when they are missing.
-func requestPairs(r *Request) []Pair {
+func RequestPairs(r *Request) []Pair {
 	out := make([]Pair, 0, len(r.Header)+6)
 	out = append(out,
 		Pair{":authority", r.Authority},
@@ -374,7 +374,7 @@ func (v *vm) serve(ctx context.Context, req *Request, upstream Upstream, allowPa
 	var pauseErr error
 
 	// Request headers.
-	c.reqMap = newHeaderMap(requestPairs(req))
+	c.reqMap = newHeaderMap(RequestPairs(req))
 	c.reqOpen = true
 	stop, err := v.callFilter(c, v.fns.onRequestHeaders, uint64(len(c.reqMap.pairs)), boolArg(len(req.Body) == 0))
 	if err == nil && stop && c.local == nil && !c.reset {
@@ -420,7 +420,7 @@ func (v *vm) serve(ctx context.Context, req *Request, upstream Upstream, allowPa
 		if v.failed != nil {
 			return v.abandon(ctx, c, req, upstream), nil
 		}
-		respMap = newHeaderMap(responseHeaderPairs(resp))
+		respMap = newHeaderMap(ResponseHeaderPairs(resp))
 	}
 
 	// Response headers: Envoy runs the encoder filters for upstream responses and for
@@ -524,8 +524,8 @@ func (v *vm) callUpstream(ctx context.Context, req *Request, upstream Upstream) 
 	return resp
 }
 
-// responseHeaderPairs puts ":status" in front of a response's headers.
-func responseHeaderPairs(r *Response) []Pair {
+// ResponseHeaderPairs puts ":status" in front of a response's headers.
+func ResponseHeaderPairs(r *Response) []Pair {
 	out := make([]Pair, 0, len(r.Header)+2)
 	out = append(out, Pair{":status", strconv.Itoa(r.Status)})
 	for _, p := range r.Header {

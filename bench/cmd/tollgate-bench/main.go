@@ -175,13 +175,14 @@ func measure(r *report, o options, logger *log.Logger) error {
 		{Name: "Tollgate filter, key from x-api-key", Wasm: mods[perf.FilterPkg], Config: perf.LocalConfig("token_bucket", 1_000_000)},
 		{Name: "Tollgate filter, default key (x-api-key, fallback client IP)", Wasm: mods[perf.FilterPkg], Config: perf.DefaultKeyConfig},
 	}
+	var firstFilter perf.CostModule
 	if first, err := perf.BuildAtRevision(perf.FirstVersion, perf.FloorPkg, perf.FilterPkg); err != nil {
 		r.firstErr = err
 		logger.Printf("first version not measured: %v", err)
 	} else {
+		firstFilter = perf.CostModule{Name: "first version (" + perf.FirstVersion + "): filter, key from x-api-key", Wasm: first[perf.FilterPkg], Config: perf.LocalConfig("token_bucket", 1_000_000)}
 		costMods = append(costMods,
-			perf.CostModule{Name: "first version (" + perf.FirstVersion + "): floor", Wasm: first[perf.FloorPkg]},
-			perf.CostModule{Name: "first version (" + perf.FirstVersion + "): filter, key from x-api-key", Wasm: first[perf.FilterPkg], Config: perf.LocalConfig("token_bucket", 1_000_000)})
+			perf.CostModule{Name: "first version (" + perf.FirstVersion + "): floor", Wasm: first[perf.FloorPkg]}, firstFilter)
 	}
 	// Last, the same plugin code and rule run natively: what the logic costs without wasm.
 	costMods = append(costMods, perf.CostModule{Name: "Tollgate's plugin code natively (filter/nativehost), key from x-api-key",
@@ -193,8 +194,7 @@ func measure(r *report, o options, logger *log.Logger) error {
 	r.costs, r.native = costs[:len(costs)-1], costs[len(costs)-1]
 	if r.firstErr == nil {
 		logger.Print("decision cost: the first version's filter and today's in paired chunks")
-		first := costMods[len(costMods)-2]
-		if r.firstPairs, err = perf.PairModules(first.Wasm, mods[perf.FilterPkg], first.Config, costs[2].NsPerRequest, 900); err != nil {
+		if r.firstPairs, err = perf.PairModules(firstFilter.Wasm, mods[perf.FilterPkg], firstFilter.Config, costs[2].NsPerRequest, 900); err != nil {
 			return err
 		}
 	}

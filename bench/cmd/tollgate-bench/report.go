@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -348,20 +349,12 @@ func (r *report) writeCost(w io.Writer) {
 		if i >= 4 {
 			floor = r.cost(4).NsPerRequest // the first version against its own floor
 		}
-		lo, hi := math.Inf(1), 0.0
-		for _, x := range c.RoundsNs {
-			lo, hi = min(lo, x), max(hi, x)
-		}
-		rows = append(rows, []string{c.Module, fmtInt(c.NsPerRequest), fmt.Sprintf("%s–%s", fmtInt(lo), fmtInt(hi)),
+		rows = append(rows, []string{c.Module, fmtInt(c.NsPerRequest), spread(c.RoundsNs),
 			fmtF(ratio(c.NsPerRequest, floor), 2) + "×", fmtInt(c.GuestNsPerRequest), fmtF(c.HostCallsPerRequest, 2),
 			fmtF(c.AllocsPerRequest, 2), hostCalls(c.HostCalls)})
 	}
 	if n := r.native; n.NsPerRequest > 0 {
-		lo, hi := math.Inf(1), 0.0
-		for _, x := range n.RoundsNs {
-			lo, hi = min(lo, x), max(hi, x)
-		}
-		rows = append(rows, []string{n.Module, fmtInt(n.NsPerRequest), fmt.Sprintf("%s–%s", fmtInt(lo), fmtInt(hi)),
+		rows = append(rows, []string{n.Module, fmtInt(n.NsPerRequest), spread(n.RoundsNs),
 			fmtF(ratio(n.NsPerRequest, r.cost(1).NsPerRequest), 2) + "×", "–", "–", "–", "no wasm: the host's header maps and shared data are Go maps in the same process"})
 	}
 	table(w, []string{"module", "ns/request", "spread", "vs floor", "module CPU ns", "host calls", "allocs", "host calls per request"}, rows)
@@ -500,6 +493,14 @@ func (r *report) writeInFlightCost(w io.Writer) {
 	fmt.Fprintln(w, "when the slot is taken and when it is given back), no guest allocation. `go test -run '^$'")
 	fmt.Fprintln(w, "-bench InFlight ./bench/perf` measures the same pair.")
 	fmt.Fprintln(w)
+}
+
+// spread is the min–max of the rounds' ns per request.
+func spread(roundsNs []float64) string {
+	if len(roundsNs) == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%s–%s", fmtInt(slices.Min(roundsNs)), fmtInt(slices.Max(roundsNs)))
 }
 
 // writeNative accounts for the rest of the decision with the native row: the same
