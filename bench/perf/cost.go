@@ -42,7 +42,8 @@ type Cost struct {
 	Requests int64 // requests in the timed rounds
 	// NsPerRequest is the median over interleaved rounds of the wall time of one Exchange:
 	// proxy_on_context_create, proxy_on_request_headers, proxy_on_response_headers,
-	// proxy_on_log (when the module exports it), proxy_on_done, proxy_on_delete.
+	// proxy_on_log (when the module exports it), proxy_on_done, proxy_on_delete (when
+	// the module exports it).
 	NsPerRequest float64
 	// RoundsNs is every round's ns per request (the spread shows the noise).
 	RoundsNs []float64

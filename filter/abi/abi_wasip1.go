@@ -149,6 +149,9 @@ func proxyOnResponseTrailers(contextID, numTrailers uint32) uint32 {
 	return uint32(Continue)
 }
 
+// proxy_on_done ends the context: the binding does not export proxy_on_delete (see
+// onDone).
+//
 //go:wasmexport proxy_on_done
 func proxyOnDone(contextID uint32) (done uint32) {
 	enter("proxy_on_done")
@@ -157,13 +160,6 @@ func proxyOnDone(contextID uint32) (done uint32) {
 	defer leave()
 	onDone(contextID)
 	return 1
-}
-
-//go:wasmexport proxy_on_delete
-func proxyOnDelete(contextID uint32) {
-	enter("proxy_on_delete")
-	defer leave()
-	onDelete(contextID)
 }
 
 //go:wasmexport proxy_on_queue_ready

@@ -24,8 +24,9 @@ type Root interface {
 	NewStream(contextID uint32) Stream
 }
 
-// RootDeleter is optionally implemented by a Root that wants to know when the host
-// deletes one of its root contexts (plugin removed or replaced).
+// RootDeleter is optionally implemented by a Root that wants to know when the host is
+// done with one of its root contexts (plugin removed or replaced): its proxy_on_done,
+// after which the host deletes it.
 type RootDeleter interface {
 	OnDelete(rootContextID uint32)
 }
@@ -39,9 +40,8 @@ type Stream interface {
 	// proxy_on_log (no handler here needs the access-log phase, and the host would call
 	// it on every request), so it is never called.
 	OnLog()
-	// OnDone runs when the host is done with the stream. The binding forgets the
-	// stream at proxy_on_delete, which follows (Envoy sends on_log, on_done, on_delete,
-	// or on_done, on_delete and a late on_log that is then ignored).
+	// OnDone runs when the host is done with the stream, and is the last callback it
+	// gets: the binding forgets the stream as OnDone starts (see onDone).
 	OnDone()
 }
 
@@ -219,16 +219,19 @@ func onResponseBody(id, size uint32, eos bool) Action {
 	return Continue
 }
 
+// onDone ends context id: the stream's OnDone, or the root's deletion. The binding
+// forgets the context here rather than at proxy_on_delete, which it does not export:
+// that saves the host a callback into the module on every request. Envoy calls
+// proxy_on_done and proxy_on_delete back to back when it destroys a context
+// (Context::onDestroy) and deletes a root context only after its proxy_on_done
+// returned true (which this binding always returns), so nothing happens between the
+// two that the context could still be asked about. The stream is forgotten before its
+// OnDone runs, so a panic in OnDone cannot leave it tracked.
 func onDone(id uint32) {
 	active = id
 	if s := streams.get(id); s != nil {
+		streams.remove(id)
 		s.OnDone()
-	}
-}
-
-func onDelete(id uint32) {
-	active = id
-	if streams.remove(id) {
 		return
 	}
 	if _, ok := roots[id]; ok {

@@ -1,6 +1,7 @@
 package abi_test
 
 import (
+	"context"
 	"slices"
 	"strconv"
 	"strings"
@@ -8,6 +9,9 @@ import (
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/proxytest"
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+	"github.com/tetratelabs/wazero/api"
+
+	wasmhost "github.com/tollgate-rl/tollgate/e2e/host"
 
 	"github.com/tollgate-rl/tollgate/filter/wasmtest"
 )
@@ -121,8 +125,9 @@ func TestFloorThroughProxytest(t *testing.T) {
 	if pinned != 0 {
 		t.Errorf("%d buffers still pinned after %d requests, want 0", pinned, requests)
 	}
-	// The emulator never delivers proxy_on_delete, so every stream is still tracked:
-	// the count shows one stream per request (and that none was dropped early).
+	// The emulator ends a stream with proxy_on_log and proxy_on_delete, never
+	// proxy_on_done, where the binding forgets it; so every stream is still tracked: the
+	// count shows one stream per request (and that none was dropped early).
 	streams, err := host.GetGaugeMetric("floor.streams")
 	if err != nil {
 		t.Fatal(err)
@@ -303,4 +308,50 @@ func TestProbeThroughProxytest(t *testing.T) {
 		}
 		noErrors(t, host)
 	})
+}
+
+// TestStreamsForgottenAtDone runs the floor module under e2e/host, which ends every
+// stream as Envoy does (proxy_on_done, then proxy_on_delete when exported): the binding
+// must forget each stream in proxy_on_done, since it does not export proxy_on_delete, or
+// every request would leave an entry in its stream table.
+func TestStreamsForgottenAtDone(t *testing.T) {
+	h, err := wasmhost.New(wasmhost.Config{
+		Wasm:     wasmtest.BuildWasm(t, "./filter/bench/floor"),
+		Workers:  1,
+		Upstream: wasmhost.StaticUpstream(200, nil, []byte("ok")),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	const requests = 1000
+	for i := range requests {
+		req := &wasmhost.Request{Method: "GET", Path: "/search", Authority: "api",
+			Header: []wasmhost.Pair{{"x-api-key", "k" + strconv.Itoa(i)}}}
+		if _, err := h.Exchange(0, req, &wasmhost.Response{Status: 200}); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+	}
+	var tickErr error
+	rootID := h.RootContextID(0)
+	h.CallOnVM(0, func(ctx context.Context, mod api.Module) {
+		_, tickErr = mod.ExportedFunction("proxy_on_tick").Call(ctx, uint64(rootID))
+	})
+	if tickErr != nil {
+		t.Fatalf("proxy_on_tick: %v", tickErr)
+	}
+	m := h.Metrics()
+	streams, ok := m["floor.streams"]
+	if !ok {
+		t.Fatalf("no floor.streams gauge after a tick: %v", m)
+	}
+	if streams != 0 {
+		t.Errorf("binding tracks %d streams after %d finished requests, want 0", streams, requests)
+	}
+	if pinned := m["floor.pinned_buffers"]; pinned != 0 {
+		t.Errorf("%d buffers still pinned, want 0", pinned)
+	}
+	if calls := h.HostCalls(); calls["proxy_on_delete"] != 0 {
+		t.Errorf("host called proxy_on_delete %d times on a module that does not export it", calls["proxy_on_delete"])
+	}
 }
