@@ -69,6 +69,12 @@ func proxyGetMetric(metricID uint32, retValue *uint64) uint32
 
 // Callbacks (exports). Each one is a thin shell around the dispatch code in
 // dispatch.go; enter/leave track nesting, and leave recovers panics (see leave).
+//
+// Only callbacks with work to do are exported: a proxy-wasm host skips a callback the
+// module does not export and goes on as if it had answered Continue (proxy-wasm-cpp-host
+// checks every one, in every Envoy release), so the request body and trailers, the
+// response trailers and shared queues cost no call into the module. proxy_on_log and
+// proxy_on_delete are not exported either (see onDone).
 
 //go:wasmexport proxy_abi_version_0_2_1
 func proxyABIVersion() {}
@@ -120,16 +126,6 @@ func proxyOnRequestHeaders(contextID, numHeaders, endOfStream uint32) (action ui
 	return uint32(onRequestHeaders(contextID, numHeaders, endOfStream != 0))
 }
 
-//go:wasmexport proxy_on_request_body
-func proxyOnRequestBody(contextID, bodySize, endOfStream uint32) uint32 {
-	return uint32(Continue)
-}
-
-//go:wasmexport proxy_on_request_trailers
-func proxyOnRequestTrailers(contextID, numTrailers uint32) uint32 {
-	return uint32(Continue)
-}
-
 //go:wasmexport proxy_on_response_headers
 func proxyOnResponseHeaders(contextID, numHeaders, endOfStream uint32) (action uint32) {
 	enter("proxy_on_response_headers")
@@ -144,11 +140,6 @@ func proxyOnResponseBody(contextID, bodySize, endOfStream uint32) (action uint32
 	return uint32(onResponseBody(contextID, bodySize, endOfStream != 0))
 }
 
-//go:wasmexport proxy_on_response_trailers
-func proxyOnResponseTrailers(contextID, numTrailers uint32) uint32 {
-	return uint32(Continue)
-}
-
 // proxy_on_done ends the context: the binding does not export proxy_on_delete (see
 // onDone).
 //
@@ -161,9 +152,6 @@ func proxyOnDone(contextID uint32) (done uint32) {
 	onDone(contextID)
 	return 1
 }
-
-//go:wasmexport proxy_on_queue_ready
-func proxyOnQueueReady(rootContextID, queueID uint32) {}
 
 func boolToU32(b bool) uint32 {
 	if b {

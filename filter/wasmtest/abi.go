@@ -179,9 +179,10 @@ var i32, i64 = api.ValueTypeI32, api.ValueTypeI64
 
 // SpecExports are the callbacks of proxy-wasm ABI v0.2.1 that filter/abi exports, with
 // the spec's signatures, plus the WASI reactor entry point. A module built on
-// filter/abi exports exactly these functions. proxy_on_delete is not among them: the
-// binding forgets a context in proxy_on_done, which the host calls right before (see
-// filter/abi's onDone), and a host skips a callback the module does not export.
+// filter/abi exports exactly these functions. Callbacks the binding has no work for
+// (request body and trailers, response trailers, queues, proxy_on_log) are not among
+// them, nor is proxy_on_delete (the binding forgets a context in proxy_on_done, which the
+// host calls right before): a host skips a callback the module does not export.
 var SpecExports = map[string]FuncSig{
 	"_initialize":                 spec(nil),
 	"proxy_abi_version_0_2_1":     spec(nil),
@@ -192,13 +193,9 @@ var SpecExports = map[string]FuncSig{
 	"proxy_on_tick":               spec(i32s(1)),
 	"proxy_on_http_call_response": spec(i32s(5)),
 	"proxy_on_request_headers":    spec(i32s(3), i32),
-	"proxy_on_request_body":       spec(i32s(3), i32),
-	"proxy_on_request_trailers":   spec(i32s(2), i32),
 	"proxy_on_response_headers":   spec(i32s(3), i32),
 	"proxy_on_response_body":      spec(i32s(3), i32),
-	"proxy_on_response_trailers":  spec(i32s(2), i32),
 	"proxy_on_done":               spec(i32s(1), i32),
-	"proxy_on_queue_ready":        spec(i32s(2)),
 }
 
 // SpecEnvImports are the host functions filter/abi may import, with the spec's
