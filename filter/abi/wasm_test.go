@@ -12,7 +12,6 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	wasmhost "github.com/tollgate-rl/tollgate/e2e/host"
-
 	"github.com/tollgate-rl/tollgate/filter/wasmtest"
 )
 
