@@ -31,6 +31,9 @@
 //     than proxy-wasm-cpp-host PR 427 refuse WASI calls outside a short start-up list.
 //   - A Go panic would trap the VM and fail every request of that worker, so each export
 //     recovers as a last line of defence, logs through proxy_log and answers Continue.
+//   - Only callbacks with work to do are exported: the host skips the others as if they
+//     had answered Continue. A stream is forgotten in proxy_on_done, which Envoy calls
+//     right before proxy_on_delete, so proxy_on_delete is not exported either.
 //
 // Outside wasip1 the host calls are stubs that return ErrUnimplemented, so packages that
 // use the types (Action, Root, Stream, Host) still build and test natively.
