@@ -7,6 +7,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -522,4 +523,33 @@ func TestHostEvictionSparesActiveBucket(t *testing.T) {
 	}
 	mustHold(t, got <= 1, "eviction picks a bucket in use",
 		"the caller that had 1 permit left was admitted %d of 10 more after a new caller took its slot", got)
+}
+
+// A request with a body is limited like any other and reaches the upstream whole. The
+// module exports no request-body callback (the host skips it and goes on as after
+// Continue), so nothing in the filter can hold or change the body.
+func TestHostRequestBodyPassesThrough(t *testing.T) {
+	body := bytes.Repeat([]byte("tollgate "), 8<<10) // 72 KB
+	h := newGateway(t, wasmhost.Config{
+		Workers:      1,
+		PluginConfig: []byte(`{"key":{"source":"header","name":"x-api-key"},"rules":[{"id":"upload","limit":3,"window":"1h"}]}`),
+		Upstream: func(_ context.Context, req *wasmhost.Request) (*wasmhost.Response, error) {
+			return &wasmhost.Response{Status: 200, Body: append([]byte(nil), req.Body...)}, nil
+		},
+	})
+	for i := range 4 {
+		req := keyRequest("/v1/upload", "uploader")
+		req.Method = "POST"
+		req.Body = body
+		r := h.Handle(req)
+		checkAnswer(t, r)
+		switch {
+		case i < 3 && r.Status != 200:
+			t.Fatalf("upload %d: status %d, want 200 (limit 3)", i, r.Status)
+		case i < 3 && !bytes.Equal(r.Body, body):
+			t.Fatalf("upload %d: the upstream got %d bytes back to the client, want the %d sent", i, len(r.Body), len(body))
+		case i == 3 && (r.Status != 429 || !r.Local):
+			t.Fatalf("upload %d: status %d (local %v), want the filter's 429", i, r.Status, r.Local)
+		}
+	}
 }
