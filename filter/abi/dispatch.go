@@ -229,8 +229,7 @@ func onResponseBody(id, size uint32, eos bool) Action {
 // OnDone runs, so a panic in OnDone cannot leave it tracked.
 func onDone(id uint32) {
 	active = id
-	if s := streams.get(id); s != nil {
-		streams.remove(id)
+	if s := streams.remove(id); s != nil {
 		s.OnDone()
 		return
 	}

@@ -54,22 +54,23 @@ func (t *streamTable) put(id uint32, s Stream) {
 	}
 }
 
-// remove forgets stream id and reports whether it was there.
-func (t *streamTable) remove(id uint32) bool {
+// remove forgets stream id and returns its handler, or nil if it was not there.
+func (t *streamTable) remove(id uint32) Stream {
 	mask := uint32(len(t.slots) - 1)
 	i := id & mask
 	for ; len(t.slots) > 0; i = (i + 1) & mask {
 		e := &t.slots[i]
 		if e.s == nil {
-			return false
+			return nil
 		}
 		if e.id == id {
 			break
 		}
 	}
 	if len(t.slots) == 0 {
-		return false
+		return nil
 	}
+	removed := t.slots[i].s
 	// Shift back every following entry of the run whose home slot is not in (i, j]:
 	// it was placed past i only because i was taken.
 	for j := (i + 1) & mask; t.slots[j].s != nil; j = (j + 1) & mask {
@@ -82,7 +83,7 @@ func (t *streamTable) remove(id uint32) bool {
 	}
 	t.slots[i] = streamSlot{}
 	t.n--
-	return true
+	return removed
 }
 
 func (t *streamTable) grow() {

@@ -56,13 +56,13 @@ func TestStreamTable(t *testing.T) {
 					}
 					gone := open[k]
 					open = append(open[:k], open[k+1:]...)
-					if !tab.remove(gone) {
-						t.Fatalf("remove(%d) = false for an open stream", gone)
+					if got := tab.remove(gone); got == nil || got.(idStream).id != gone {
+						t.Fatalf("remove(%d) = %v for an open stream", gone, got)
 					}
 					delete(ref, gone)
 					check(gone)
 				}
-				if tab.remove(id+1<<31) != ref[id+1<<31] {
+				if (tab.remove(id+1<<31) != nil) != ref[id+1<<31] {
 					t.Fatalf("remove of an absent id %d disagreed", id+1<<31)
 				}
 				if tab.n != len(ref) {
