@@ -113,14 +113,18 @@ func (r *report) writeScale(w io.Writer, charts string) {
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "The hot keys are offered %.0f %% of their limit in all (a rate, not a closed loop), so that\n", 100*hotShare)
 	fmt.Fprintln(w, "the row measures the same regime on a fast machine as on a slow one; redis_rate is offered")
-	fmt.Fprintln(w, "the same and takes what it can. Closed loop, the same 100 keys run at the machine's speed:")
-	fmt.Fprintf(w, "here %s %% of their limit, where Tollgate's Redis CPU per check is %s of redis_rate's (%s vs %s µs;\n",
-		fmtF(perFullKey, 1), fmtRatio(cpuFull), fmtF(full.RedisCPUPerCheck(), 2), fmtF(hotRR.RedisCPUPerCheck(), 2))
-	fmt.Fprintf(w, "%s deltas per check, %s of them acquires). A key at its limit has nothing unreserved beyond\n",
-		fmtF(deltasPerCheck(full), 4), fmtInt(float64(full.Metrics["tollgate.acquires"])))
-	fmt.Fprintln(w, "what refills, a grant takes at most half of what is unreserved, and the gateway whose lease")
-	fmt.Fprintln(w, "ran dry asks again (an acquire) for what refilled meanwhile: leases shrink to a few dozen")
-	fmt.Fprintln(w, "permits (RATIONALE.md §2, §3).")
+	fmt.Fprintln(w, "the same and takes what it can. Closed loop, as fast as the clients go, the same 100 keys")
+	fmt.Fprintf(w, "are driven to their limit: %s checks/s, %s %% of it. There Tollgate's Redis CPU per check is\n",
+		fmtInt(full.ChecksPerSec), fmtF(perFullKey, 1))
+	fullDeltas := float64(full.Metrics["tollgate.acquires"] + full.Metrics["tollgate.sync_deltas_sent"])
+	fmt.Fprintf(w, "%s of redis_rate's (%s vs %s µs; %s deltas per check, %s of %s deltas acquires). A key at its\n",
+		fmtRatio(cpuFull), fmtF(full.RedisCPUPerCheck(), 2), fmtF(hotRR.RedisCPUPerCheck(), 2), fmtF(deltasPerCheck(full), 4),
+		fmtInt(float64(full.Metrics["tollgate.acquires"])), fmtInt(fullDeltas))
+	fmt.Fprintln(w, "limit has nothing unreserved beyond what refills: a gateway whose lease ran dry asks the")
+	fmt.Fprintln(w, "service (an acquire, which holds the request one round trip) and is granted what refilled")
+	fmt.Fprintf(w, "meanwhile (here %s admitted requests per delta); each client, waiting on its held request, is\n",
+		fmtF(ratio(float64(full.Admitted), fullDeltas), 1))
+	fmt.Fprintln(w, "slowed to the limit instead of refused (RATIONALE.md §2).")
 	fmt.Fprintln(w)
 
 	fmt.Fprintln(w, "### Sync callouts per Envoy")
