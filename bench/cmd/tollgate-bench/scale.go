@@ -101,7 +101,7 @@ func (r *report) writeScale(w io.Writer, charts string) {
 		loadRow("**Tollgate, 10,000 keys**", tg, true),
 		loadRow("**per-request redis_rate, 10,000 keys**", rr, true),
 		loadRow(fmt.Sprintf("Tollgate, 100 keys, offered %s/s", fmtInt(hot.Rate)), hot, true),
-		loadRow(fmt.Sprintf("per-request redis_rate, 100 keys, offered %s/s", fmtInt(hot.Rate)), hotRR, true),
+		loadRow(fmt.Sprintf("per-request redis_rate, 100 keys, offered %s/s", fmtInt(hotRR.Rate)), hotRR, true),
 		loadRow("Tollgate, 100 keys, closed loop", full, true),
 	})
 	fmt.Fprintf(w, "Tollgate sent %s deltas per check at 10,000 keys (%s batch deltas, %s acquires) and %s at\n",
