@@ -9,10 +9,19 @@ import (
 	"github.com/tollgate-rl/tollgate/bench/perf"
 )
 
-// deltasPerCheck is what a Tollgate run sent to the service per check: batch deltas
-// and acquires (one delta each).
-func deltasPerCheck(x perf.LoadResult) float64 {
-	return ratio(float64(x.Metrics["tollgate.sync_deltas_sent"]+x.Metrics["tollgate.acquires"]), float64(x.Checks))
+// deltasSent is what a Tollgate run sent to the service: batch deltas and acquires (one
+// delta each).
+func deltasSent(x perf.LoadResult) float64 {
+	return float64(x.Metrics["tollgate.sync_deltas_sent"] + x.Metrics["tollgate.acquires"])
+}
+
+// deltasPerCheck is deltasSent per check.
+func deltasPerCheck(x perf.LoadResult) float64 { return ratio(deltasSent(x), float64(x.Checks)) }
+
+// keyLoadPct is how much of its limit (loadLimit per second) each of keys uniform keys
+// was checked at in run x, in per cent.
+func keyLoadPct(x perf.LoadResult, keys int) float64 {
+	return 100 * ratio(x.ChecksPerSec/float64(keys), loadLimit)
 }
 
 // worstRedisMem is the largest MEMORY USAGE per key measured with gateways gateways, the
@@ -51,9 +60,7 @@ func (r *report) writeScale(w io.Writer, charts string) {
 	cpuHot := ratio(hot.RedisCPUPerCheck(), hotRR.RedisCPUPerCheck())
 	cpuFull := ratio(full.RedisCPUPerCheck(), hotRR.RedisCPUPerCheck())
 	dpc := deltasPerCheck(tg)
-	perKey := 100 * ratio(tg.ChecksPerSec/10_000, loadLimit)
-	perHotKey := 100 * ratio(hot.ChecksPerSec/hotKeys, loadLimit)
-	perFullKey := 100 * ratio(full.ChecksPerSec/hotKeys, loadLimit)
+	perKey, perHotKey, perFullKey := keyLoadPct(tg, 10_000), keyLoadPct(hot, hotKeys), keyLoadPct(full, hotKeys)
 
 	fmt.Fprintln(w, "## 0. Sync at mesh scale")
 	fmt.Fprintln(w)
@@ -116,7 +123,7 @@ func (r *report) writeScale(w io.Writer, charts string) {
 	fmt.Fprintln(w, "the same and takes what it can. Closed loop, as fast as the clients go, the same 100 keys")
 	fmt.Fprintf(w, "are driven to their limit: %s checks/s, %s %% of it. There Tollgate's Redis CPU per check is\n",
 		fmtInt(full.ChecksPerSec), fmtF(perFullKey, 1))
-	fullDeltas := float64(full.Metrics["tollgate.acquires"] + full.Metrics["tollgate.sync_deltas_sent"])
+	fullDeltas := deltasSent(full)
 	fmt.Fprintf(w, "%s of redis_rate's (%s vs %s µs; %s deltas per check, %s of %s deltas acquires). A key at its\n",
 		fmtRatio(cpuFull), fmtF(full.RedisCPUPerCheck(), 2), fmtF(hotRR.RedisCPUPerCheck(), 2), fmtF(deltasPerCheck(full), 4),
 		fmtInt(float64(full.Metrics["tollgate.acquires"])), fmtInt(fullDeltas))
