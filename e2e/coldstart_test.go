@@ -18,23 +18,32 @@ import (
 // what keeps simultaneous cold starts within the capacity). Every run must admit at
 // most the bucket's allowance (capacity plus the refill over the run) + 5 %, and — a
 // limiter that starves a fresh key is broken too — at least 90 % of the capacity.
+// It runs on every host: 20 runs on the wazero host, 8 on each Envoy (20 with
+// TOLLGATE_E2E_FULL=1).
 func TestColdStartBurst(t *testing.T) {
+	forHosts(t, harness.Hosts(), testColdStartBurst)
+}
+
+func testColdStartBurst(t *testing.T, host string) {
 	e := sharedEnv(t)
+	runs := 20
+	if onEnvoy(host) && !fullLength() {
+		runs = 8
+	}
 	const (
-		runs      = 20
 		limit     = 100 // the shipped "plan" rule's free tier: 100/min, capacity 100
 		requests  = 10 * limit
 		perWorker = 4 // concurrent connections on each worker
 		overBound = 0.05
 	)
-	gws := e.shippedFleet(t, uniqueKey("cold"), 4)
+	gws := e.shippedFleet(t, host, uniqueKey("cold"), 4)
 	type lane struct {
 		gw     int
 		client *harness.Client
 	}
 	var lanes []lane
 	for i, g := range gws {
-		for w := 0; w < g.Host().Workers(); w++ {
+		for w := 0; w < g.Workers(); w++ {
 			c := g.WorkerClient(w)
 			t.Cleanup(c.Close)
 			for k := 0; k < perWorker; k++ {
@@ -106,7 +115,7 @@ func TestColdStartBurst(t *testing.T) {
 			}
 		}
 	}
-	logTable(t, fmt.Sprintf("cold start: a fresh key, %d requests at once over 4 gateways × 2 workers × %d connections (shipped envoy.yaml, free tier %d/min)", requests, perWorker, limit),
+	logTable(t, fmt.Sprintf("cold start on %s: a fresh key, %d requests at once over 4 gateways × 2 workers × %d connections (shipped envoy.yaml, free tier %d/min)", host, requests, perWorker, limit),
 		harness.Table([]string{"run", "admitted", "allowance", "over", "per gateway", "span", "statuses"}, rows))
 	t.Logf("worst over-admission %+.2f%% (bound +%.0f%%)", 100*worstOver, 100*overBound)
 	for _, f := range failures {

@@ -80,10 +80,18 @@ func (p *workerProbe) run(ctx context.Context, c *harness.Client, url, key strin
 // the product bounds the marker's delay by 250 ms at the 99th percentile. Between
 // trials the service is restarted (or continued) and both workers must answer healthy
 // again, so each trial starts from a healthy gateway. A fail-open rule never refuses or
-// fails a request meanwhile.
+// fails a request meanwhile. It runs on every host: 20 trials on the wazero host, 8 on
+// each Envoy (20 with TOLLGATE_E2E_FULL=1).
 func TestDegradedMarker(t *testing.T) {
+	forHosts(t, harness.Hosts(), testDegradedMarker)
+}
+
+func testDegradedMarker(t *testing.T, host string) {
 	e := sharedEnv(t)
-	const trials = 20
+	trials := 20
+	if onEnvoy(host) && !fullLength() {
+		trials = 8
+	}
 	modes := []struct {
 		name          string
 		stop, restore func(*harness.Service) error
@@ -99,7 +107,7 @@ func TestDegradedMarker(t *testing.T) {
 			}
 			t.Cleanup(svc.Stop)
 			gw, err := harness.StartGateway(harness.GatewayConfig{
-				Wasm: e.bins.Wasm, Workers: 2, NodeID: uniqueKey("degraded-" + m.name),
+				Host: host, Wasm: e.bins.Wasm, Workers: 2, NodeID: uniqueKey("degraded-" + m.name),
 				Rules: []byte(`{"rules":[{"id":"deg","match":{"prefix":"/deg"},"limit":1000000,"window":"1m"}]}`),
 				Pin:   pinned, Services: []string{svc.Addr()}, Secret: syncSecret, Upstream: e.upstream.URL,
 			})
@@ -109,7 +117,7 @@ func TestDegradedMarker(t *testing.T) {
 			t.Cleanup(gw.Close)
 
 			ctx, cancel := context.WithCancel(ctxFor(t, 3*time.Minute))
-			probes := make([]*workerProbe, gw.Host().Workers())
+			probes := make([]*workerProbe, gw.Workers())
 			var wg sync.WaitGroup
 			for w := range probes {
 				probes[w] = &workerProbe{}
@@ -201,8 +209,8 @@ func TestDegradedMarker(t *testing.T) {
 			for w := range probes {
 				header = append(header, fmt.Sprintf("worker %d: stop → first degraded", w))
 			}
-			logTable(t, fmt.Sprintf("degraded marker, service %s: %d trials", m.name, trials), harness.Table(header, rows))
-			logTable(t, fmt.Sprintf("degraded marker, service %s: summary", m.name), harness.KV(
+			logTable(t, fmt.Sprintf("degraded marker on %s, service %s: %d trials", host, m.name, trials), harness.Table(header, rows))
+			logTable(t, fmt.Sprintf("degraded marker on %s, service %s: summary", host, m.name), harness.KV(
 				"samples (trials × workers)", fmt.Sprint(len(samples)),
 				"min / p50 / p99 / max", fmt.Sprintf("%v / %v / %v / %v", samples[0].Round(time.Millisecond),
 					pct(0.5).Round(time.Millisecond), p99.Round(time.Millisecond), samples[len(samples)-1].Round(time.Millisecond)),

@@ -36,7 +36,7 @@ func TestPolicyStoreRestoresRules(t *testing.T) {
 	}
 	t.Cleanup(svc.Stop)
 	name := uniqueKey("durable")
-	gws := e.fleetOn(t, []string{svc.Addr()}, name, 2, `{"rules":[]}`, false, harness.Sync{})
+	gws := e.fleetOn(t, harness.Wazero, []string{svc.Addr()}, name, 2, `{"rules":[]}`, false, harness.Sync{})
 
 	var versions []uint64
 	for i, who := range []string{"alice", "bob", "carol"} {
@@ -73,7 +73,7 @@ func TestPolicyStoreRestoresRules(t *testing.T) {
 	if err := svc.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	late := e.fleetOn(t, []string{svc.Addr()}, name+"-late", 1, `{"rules":[]}`, false, harness.Sync{})
+	late := e.fleetOn(t, harness.Wazero, []string{svc.Addr()}, name+"-late", 1, `{"rules":[]}`, false, harness.Sync{})
 	all := append(gws, late...)
 	onVersion(t, all, active, "/api/durable")
 	probe := uniqueKey("durable-probe")

@@ -134,15 +134,16 @@ func (e *env) serviceAddrs() []string {
 	return out
 }
 
-// fleet starts n gateways named <name>-gw<i> running rules, pinned to them unless pin is
-// false, syncing with the shared services; they are closed at the end of the test.
+// fleet starts n gateways named <name>-gw<i> on the wazero host running rules, pinned to
+// them unless pin is false, syncing with the shared services; they are closed at the end
+// of the test.
 func (e *env) fleet(t *testing.T, name string, n int, rules string, pin bool, s harness.Sync) []*harness.Gateway {
 	t.Helper()
-	return e.fleetOn(t, e.serviceAddrs(), name, n, rules, pin, s)
+	return e.fleetOn(t, harness.Wazero, e.serviceAddrs(), name, n, rules, pin, s)
 }
 
-// fleetOn is fleet syncing with the given service endpoints.
-func (e *env) fleetOn(t *testing.T, services []string, name string, n int, rules string, pin bool, s harness.Sync) []*harness.Gateway {
+// fleetOn is fleet on the given host, syncing with the given service endpoints.
+func (e *env) fleetOn(t *testing.T, host string, services []string, name string, n int, rules string, pin bool, s harness.Sync) []*harness.Gateway {
 	t.Helper()
 	var v uint64
 	if pin {
@@ -151,21 +152,56 @@ func (e *env) fleetOn(t *testing.T, services []string, name string, n int, rules
 	if s.ExpectedNodes == 0 {
 		s.ExpectedNodes = n
 	}
-	gws := make([]*harness.Gateway, n)
-	for i := range gws {
-		g, err := harness.StartGateway(harness.GatewayConfig{
-			Wasm: e.bins.Wasm, Workers: 2, NodeID: fmt.Sprintf("%s-gw%d", name, i+1),
+	return startGateways(t, n, func(i int) harness.GatewayConfig {
+		return harness.GatewayConfig{
+			Host: host, Wasm: e.bins.Wasm, Workers: 2, NodeID: fmt.Sprintf("%s-gw%d", name, i+1),
 			Rules: []byte(rules), Pin: v, Services: services, Secret: syncSecret,
 			Sync: s, Upstream: e.upstream.URL,
-		})
-		if err != nil {
-			t.Fatal(err)
 		}
-		t.Cleanup(g.Close)
-		gws[i] = g
+	})
+}
+
+// startGateways starts n gateways at once (an Envoy process takes ~2 s to start) and
+// closes them at the end of the test.
+func startGateways(t *testing.T, n int, cfg func(i int) harness.GatewayConfig) []*harness.Gateway {
+	t.Helper()
+	gws := make([]*harness.Gateway, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range gws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			gws[i], errs[i] = harness.StartGateway(cfg(i))
+		}()
+	}
+	wg.Wait()
+	for i, g := range gws {
+		if g != nil {
+			t.Cleanup(g.Close)
+		}
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
 	}
 	return gws
 }
+
+// forHosts runs a scenario once on each host, as a subtest named after it (TestX/wazero,
+// TestX/envoy-1.40.0): a scenario is written once and runs wherever it applies.
+func forHosts(t *testing.T, hosts []string, scenario func(t *testing.T, host string)) {
+	for _, h := range hosts {
+		t.Run(h, func(t *testing.T) { scenario(t, h) })
+	}
+}
+
+// fullLength reports whether TOLLGATE_E2E_FULL=1 asks the scenarios on Envoy to run as
+// long as on the wazero host; by default (make test) they run shorter, to keep the suite
+// within its time budget.
+func fullLength() bool { return os.Getenv("TOLLGATE_E2E_FULL") == "1" }
+
+// onEnvoy reports whether host is a real Envoy.
+func onEnvoy(host string) bool { return host != harness.Wazero }
 
 // nodesLastSeen reads the service's fleet record (store.NodesKey: node id → unix ms of
 // its last sync, written by each service instance at most once a second) from Redis.
@@ -287,23 +323,17 @@ func shippedPlugin(t *testing.T) (plugin []byte, node string) {
 	return plugin, ev.Bootstrap.GetNode().GetId()
 }
 
-// shippedFleet starts n gateways (2 workers each) running the shipped envoy.yaml's
-// plugin configuration (shippedPlugin) against the shared services, closed at the end
-// of the test. They are named <name>-gw<i> in tables only: the filter picks its node id.
-func (e *env) shippedFleet(t *testing.T, name string, n int) []*harness.Gateway {
+// shippedFleet starts n gateways (2 workers each) on host running the shipped
+// envoy.yaml's plugin configuration (shippedPlugin) against the shared services, closed
+// at the end of the test. They are named <name>-gw<i> in tables only: the filter picks
+// its node id.
+func (e *env) shippedFleet(t *testing.T, host, name string, n int) []*harness.Gateway {
 	t.Helper()
 	plugin, node := shippedPlugin(t)
-	gws := make([]*harness.Gateway, n)
-	for i := range gws {
-		g, err := harness.StartGateway(harness.GatewayConfig{
-			Wasm: e.bins.Wasm, Workers: 2, Name: fmt.Sprintf("%s-gw%d", name, i+1), NodeID: node,
+	return startGateways(t, n, func(i int) harness.GatewayConfig {
+		return harness.GatewayConfig{
+			Host: host, Wasm: e.bins.Wasm, Workers: 2, Name: fmt.Sprintf("%s-gw%d", name, i+1), NodeID: node,
 			Plugin: plugin, Services: e.serviceAddrs(), Upstream: e.upstream.URL,
-		})
-		if err != nil {
-			t.Fatal(err)
 		}
-		t.Cleanup(g.Close)
-		gws[i] = g
-	}
-	return gws
+	})
 }

@@ -40,7 +40,7 @@ func TestLevers(t *testing.T) {
 	admin := harness.Admin{Base: svc.URL(), Token: adminToken}
 	// Keys are client IPs from x-forwarded-for (one trusted hop): what key_hashing
 	// hashes by default.
-	gws := e.fleetOn(t, []string{svc.Addr()}, uniqueKey("levers"), 2,
+	gws := e.fleetOn(t, harness.Wazero, []string{svc.Addr()}, uniqueKey("levers"), 2,
 		`{"key":{"source":"ip","trusted_hops":1},"rules":[]}`, false, harness.Sync{})
 	var workers []*harness.Client
 	for _, g := range gws {

@@ -35,7 +35,7 @@ func TestLogsNameNoCallerKey(t *testing.T) {
 	rules := `{"rules":[
 		{"id":"priv","match":{"prefix":"/p"},"limit":3,"window":"1m"},
 		{"id":"priv-strict","match":{"prefix":"/strict"},"limit":2,"window":"1m","strict":true}]}`
-	gws := e.fleetOn(t, []string{svc.Addr()}, uniqueKey("privacy"), 1, rules, true, harness.Sync{})
+	gws := e.fleetOn(t, harness.Wazero, []string{svc.Addr()}, uniqueKey("privacy"), 1, rules, true, harness.Sync{})
 	g := gws[0]
 	keys := []string{uniqueKey("sk_live_SECRETA"), uniqueKey("sk_live_SECRETB}brace"), uniqueKey("tok_SECRETC")}
 

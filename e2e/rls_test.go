@@ -49,7 +49,7 @@ func TestRLSAndWasmShareOneQuota(t *testing.T) {
 	if _, err := (harness.Admin{Base: svc.URL(), Token: adminToken}).PutRules([]byte(rlsRules)); err != nil {
 		t.Fatal(err)
 	}
-	gws := e.fleetOn(t, []string{svc.Addr()}, uniqueKey("rls"), 1, rlsRules, true, harness.Sync{})
+	gws := e.fleetOn(t, harness.Wazero, []string{svc.Addr()}, uniqueKey("rls"), 1, rlsRules, true, harness.Sync{})
 	gw := gws[0]
 
 	conn, err := grpc.NewClient(rlsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))

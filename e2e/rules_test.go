@@ -20,15 +20,16 @@ const (
 // TestRuleChangePropagates is scenario 5: an operator raises a limit from 100 to 500 per
 // minute with PUT /v1/rules. Every gateway learns the new version from its next sync
 // reply, fetches the rule set and enforces it; the time from the PUT to the first answer
-// of each gateway that advertises the new limit is measured (target 300 ms,
-// requirement 2 s) while each gateway carries light traffic. Then every
-// gateway admits more than the old limit could for a fresh key.
+// of each gateway that advertises the new limit is measured while each gateway carries
+// light traffic: it must be at most 300 ms on every gateway. Then every
+// gateway admits more than the old limit could for a fresh key. It runs on every host.
 func TestRuleChangePropagates(t *testing.T) {
+	forHosts(t, harness.Hosts(), testRuleChangePropagates)
+}
+
+func testRuleChangePropagates(t *testing.T, host string) {
 	e := sharedEnv(t)
-	const (
-		requirement = 2 * time.Second
-		target      = 300 * time.Millisecond
-	)
+	const requirement = 300 * time.Millisecond
 	// Once the service holds a rule set it applies it to every gateway's deltas and
 	// refuses rules it does not know, so the rule sets stored here must not reach the
 	// services the other scenarios share: this one runs its own service on its own Redis.
@@ -44,7 +45,7 @@ func TestRuleChangePropagates(t *testing.T) {
 	}
 	t.Cleanup(svc.Stop)
 	admin := harness.Admin{Base: svc.URL(), Token: adminToken}
-	gws := e.fleetOn(t, []string{svc.Addr()}, uniqueKey("rules"), 4, tierRules100, false, harness.Sync{})
+	gws := e.fleetOn(t, host, []string{svc.Addr()}, uniqueKey("rules"), 4, tierRules100, false, harness.Sync{})
 	n := len(gws)
 
 	ctx := ctxFor(t, time.Minute)
@@ -137,9 +138,9 @@ func TestRuleChangePropagates(t *testing.T) {
 		}
 		rows = append(rows, []string{g.Name, d, fmt.Sprint(g.Metric("tollgate.rules_version")), fmt.Sprintf("%d / 150", admitted[i])})
 	}
-	logTable(t, fmt.Sprintf("scenario 5: PUT /v1/rules 100 → 500/min (version %d → %d, PUT took %v)", v1, v2, putTook.Round(100*time.Microsecond)),
+	logTable(t, fmt.Sprintf("scenario 5 on %s: PUT /v1/rules 100 → 500/min (version %d → %d, PUT took %v)", host, v1, v2, putTook.Round(100*time.Microsecond)),
 		harness.Table([]string{"gateway", "PUT → first answer with limit 500", "rules_version", "fresh key admitted"}, rows))
-	t.Logf("slowest gateway %v (target %v, requirement %v)", worst.Round(time.Millisecond), target, requirement)
+	t.Logf("slowest gateway %v (requirement %v)", worst.Round(time.Millisecond), requirement)
 
 	if allErr != nil {
 		t.Fatalf("not every gateway advertised the new limit: %v", allErr)

@@ -39,7 +39,7 @@ func ownServiceProcess(t *testing.T, e *env, name string) (harness.Admin, []*har
 		t.Fatal(err)
 	}
 	t.Cleanup(svc.Stop)
-	gws := e.fleetOn(t, []string{svc.Addr()}, uniqueKey(name), 2, `{"rules":[]}`, false, harness.Sync{})
+	gws := e.fleetOn(t, harness.Wazero, []string{svc.Addr()}, uniqueKey(name), 2, `{"rules":[]}`, false, harness.Sync{})
 	return harness.Admin{Base: svc.URL(), Token: adminToken}, gws, svc
 }
 

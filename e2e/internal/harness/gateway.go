@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tollgate-rl/tollgate/e2e/host"
+	"github.com/tollgate-rl/tollgate/internal/envoyproc"
 )
 
 // SyncCluster is the cluster name gateways call the sync service by (as in envoy.yaml).
@@ -42,8 +43,13 @@ func (s Sync) withDefaults() Sync {
 	return s
 }
 
-// GatewayConfig describes one gateway: an Envoy stand-in with Workers worker VMs.
+// GatewayConfig describes one gateway: a proxy with Workers worker VMs.
 type GatewayConfig struct {
+	// Host is the proxy the gateway runs on: Wazero (the default, e2e/host in this
+	// process) or EnvoyHost(release), a real Envoy process running the shipped envoy.yaml
+	// with only addresses, ports, paths and the plugin configuration substituted
+	// (EnvoyConfigFrom), the filter on envoy.wasm.runtime.v8.
+	Host    string
 	Wasm    []byte
 	Workers int    // default 2
 	NodeID  string // sync.node and the node.id property
@@ -70,8 +76,27 @@ type GatewayConfig struct {
 	// Upstream is the URL allowed requests go to; empty answers 200 "ok".
 	Upstream string
 	// JWTAuthn stands in for Envoy's jwt_authn filter before the plugin (bearer token
-	// payloads in dynamic metadata); nil: none.
+	// payloads in dynamic metadata); nil: none. Wazero host only.
 	JWTAuthn *host.JWTAuthn
+
+	// Bootstrap replaces the shipped envoy.yaml an Envoy host starts from (a scenario's
+	// variant of it); nil: the shipped file.
+	Bootstrap []byte
+	// EnvoyNodeID is the Envoy bootstrap's node.id; "" sets none, as shipped.
+	EnvoyNodeID string
+	// EnvoyLogLevel is Envoy's log level ("" means warning).
+	EnvoyLogLevel string
+	// Reloadable makes an Envoy gateway take its listener by LDS from a watched file
+	// (EnvoyBootstrap.LDS), so that Reconfigure changes the plugin configuration
+	// without restarting Envoy. The wazero host always can.
+	Reloadable bool
+	// UpstreamHTTP2: the gateway speaks HTTP/2 to Upstream (a gRPC server). The wazero
+	// host's proxy picks the protocol by itself.
+	UpstreamHTTP2 bool
+	// FailurePolicy is what a request meets when its worker's VM has failed: "FAIL_OPEN"
+	// (it passes unfiltered, as the shipped envoy.yaml says) or "FAIL_CLOSED" (503). ""
+	// is the shipped FAIL_OPEN on Envoy, and FAIL_CLOSED on the wazero host.
+	FailurePolicy string
 }
 
 // PluginConfig returns the plugin configuration the gateway's filter receives.
@@ -103,23 +128,47 @@ func (c GatewayConfig) PluginConfig() ([]byte, error) {
 	return json.Marshal(doc)
 }
 
-// Gateway is a running gateway: a host.Host behind an HTTP listener.
+// Gateway is a running gateway on one of the hosts: the wazero host behind an HTTP
+// listener in this process, or a real Envoy process. Scenarios talk to it over HTTP
+// (URL) and read its filter's metrics, whichever host it runs on.
 type Gateway struct {
-	Name string
-	URL  string // http://127.0.0.1:port
-	host *host.Host
-	srv  *http.Server
-	done chan struct{}
+	Name  string
+	URL   string // http://127.0.0.1:port
+	Proxy string // the host it runs on (Wazero, EnvoyHost(v))
+	// One of the two is set.
+	host  *host.Host
+	envoy *envoyGateway
+
+	workers int
+	srv     *http.Server
+	done    chan struct{}
 }
 
-// StartGateway starts the host and its listener on a free loopback port.
+// StartGateway starts a gateway on cfg.Host with its listener on a free loopback port.
 func StartGateway(cfg GatewayConfig) (*Gateway, error) {
 	if cfg.Workers == 0 {
 		cfg.Workers = 2
 	}
+	if cfg.Name == "" {
+		cfg.Name = cfg.NodeID
+	}
+	if cfg.Host == "" {
+		cfg.Host = Wazero
+	}
 	pc, err := cfg.PluginConfig()
 	if err != nil {
 		return nil, err
+	}
+	if v := envoyRelease(cfg.Host); v != "" {
+		eg, err := startEnvoy(v, cfg, pc)
+		if err != nil {
+			return nil, fmt.Errorf("gateway %q: %w", cfg.Name, err)
+		}
+		return &Gateway{Name: cfg.Name, URL: fmt.Sprintf("http://127.0.0.1:%d", eg.port), Proxy: cfg.Host,
+			envoy: eg, workers: cfg.Workers}, nil
+	}
+	if cfg.Host != Wazero {
+		return nil, fmt.Errorf("gateway %q: unknown host %q", cfg.Name, cfg.Host)
 	}
 	upstream := host.StaticUpstream(200, []host.Pair{{"content-type", "text/plain"}}, []byte("ok\n"))
 	if cfg.Upstream != "" {
@@ -146,6 +195,7 @@ func StartGateway(cfg GatewayConfig) (*Gateway, error) {
 		StreamIdleTimeout: 10 * time.Second,
 		UpstreamTimeout:   10 * time.Second,
 		JWTAuthn:          cfg.JWTAuthn,
+		FailOpen:          cfg.FailurePolicy == "FAIL_OPEN",
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway %q: %w", cfg.NodeID, err)
@@ -155,10 +205,7 @@ func StartGateway(cfg GatewayConfig) (*Gateway, error) {
 		_ = h.Close()
 		return nil, fmt.Errorf("gateway %q: listen: %w", cfg.NodeID, err)
 	}
-	if cfg.Name == "" {
-		cfg.Name = cfg.NodeID
-	}
-	g := &Gateway{Name: cfg.Name, URL: "http://" + ln.Addr().String(), host: h, done: make(chan struct{})}
+	g := &Gateway{Name: cfg.Name, URL: "http://" + ln.Addr().String(), Proxy: Wazero, host: h, workers: cfg.Workers, done: make(chan struct{})}
 	g.srv = &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0), Protocols: host.Protocols()}
 	go func() {
 		defer close(g.done)
@@ -169,50 +216,93 @@ func StartGateway(cfg GatewayConfig) (*Gateway, error) {
 	return g, nil
 }
 
-// Host is the gateway's wasm host (metrics, logs, shared data).
+// Host is the gateway's wasm host (metrics, logs, shared data) on the wazero host, nil
+// on Envoy.
 func (g *Gateway) Host() *host.Host { return g.host }
 
-// Metric is one of the filter's metrics by its full name ("tollgate.requests_allowed").
-func (g *Gateway) Metric(name string) int64 { return g.host.Metrics()[name] }
+// Envoy is the Envoy process of a gateway on Envoy (admin API, pid), nil on wazero.
+func (g *Gateway) Envoy() *envoyproc.Proc {
+	if g.envoy == nil {
+		return nil
+	}
+	return g.envoy.proc
+}
 
-// Reconfigure hands the filter a new plugin configuration (Envoy's hot reload).
+// Workers is how many worker VMs the gateway runs.
+func (g *Gateway) Workers() int { return g.workers }
+
+// Metric is one of the filter's metrics by its full name ("tollgate.requests_allowed");
+// on Envoy it is read from the admin API's /stats (-1 when that fails).
+func (g *Gateway) Metric(name string) int64 {
+	if g.envoy != nil {
+		return g.envoy.metric(name)
+	}
+	return g.host.Metrics()[name]
+}
+
+// AccessLog is what the gateway wrote to its access log so far (Envoy's stdout, where
+// the shipped envoy.yaml sends it); "" on the wazero host.
+func (g *Gateway) AccessLog() string {
+	if g.envoy == nil {
+		return ""
+	}
+	return g.envoy.log.String()
+}
+
+// Reconfigure hands the filter a new plugin configuration without restarting the
+// gateway: on Envoy a new listener version by LDS (the gateway must have been started
+// Reloadable), on the wazero host the host's own reconfiguration (proxy_on_configure
+// on new root contexts of the same VMs).
 func (g *Gateway) Reconfigure(cfg GatewayConfig) error {
 	pc, err := cfg.PluginConfig()
 	if err != nil {
 		return err
 	}
+	if g.envoy != nil {
+		return g.envoy.reconfigure(pc)
+	}
 	return g.host.Reconfigure(pc)
 }
 
-// WorkerClient returns a client whose connections to g all land on worker w: the
-// gateway picks a connection's worker from the client's address (as Envoy keeps a
-// connection on one worker), so the client dials until a connection maps to w
-// (bounded; 2 workers need ~2 dials on average).
+// WorkerClient returns a client whose connections to g all land on worker w (as Envoy
+// keeps a connection on one worker): the client dials until a connection lands on w
+// (bounded; 2 workers need ~2 dials on average). The wazero gateway picks a connection's
+// worker from the client's address; on Envoy the dial reads which worker accepted it.
 func (g *Gateway) WorkerClient(w int) *Client {
 	var d net.Dialer
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		for attempt := 0; attempt < 256; attempt++ {
+			c, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			if g.host.PickWorker(c.LocalAddr().String()) == w {
+				return c, nil
+			}
+			_ = c.Close()
+		}
+		return nil, fmt.Errorf("no connection to %s landed on worker %d in 256 dials", addr, w)
+	}
+	if g.envoy != nil {
+		dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return g.envoy.dialWorker(ctx, network, addr, w)
+		}
+	}
 	tr := &http.Transport{
 		MaxIdleConnsPerHost: 8,
 		IdleConnTimeout:     30 * time.Second,
 		DisableCompression:  true,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			for attempt := 0; attempt < 256; attempt++ {
-				c, err := d.DialContext(ctx, network, addr)
-				if err != nil {
-					return nil, err
-				}
-				if g.host.PickWorker(c.LocalAddr().String()) == w {
-					return c, nil
-				}
-				_ = c.Close()
-			}
-			return nil, fmt.Errorf("no connection to %s landed on worker %d in 256 dials", addr, w)
-		},
+		DialContext:         dial,
 	}
 	return &Client{hc: &http.Client{Transport: tr, Timeout: 15 * time.Second}}
 }
 
-// Close stops the listener and the host. Safe to call twice.
+// Close stops the gateway. Safe to call twice.
 func (g *Gateway) Close() {
+	if g.envoy != nil {
+		g.envoy.close()
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = g.srv.Shutdown(ctx)
