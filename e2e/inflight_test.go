@@ -139,8 +139,12 @@ func burst(t *testing.T, ctx context.Context, gws []*harness.Gateway, u *slowUps
 // refused with 429 (reason concurrency, Retry-After); when the clients give up (reset,
 // or their own timeout) every slot comes back, so the next burst again gets 20 through;
 // and across 4 syncing gateways the upstream never holds more than the stated fleet
-// bound, max_in_flight + gateways - 1.
+// bound, max_in_flight + gateways - 1. It runs on every host.
 func TestMaxInFlight(t *testing.T) {
+	forHosts(t, harness.Hosts(), testMaxInFlight)
+}
+
+func testMaxInFlight(t *testing.T, host string) {
 	e := sharedEnv(t)
 	const maxInFlight = 20
 	rules := `{"key":{"source":"header","name":"x-api-key"},"retry_jitter_ms":0,
@@ -148,7 +152,7 @@ func TestMaxInFlight(t *testing.T) {
 
 	t.Run("one gateway", func(t *testing.T) {
 		u := startSlowUpstream(t)
-		g, err := harness.StartGateway(harness.GatewayConfig{Wasm: e.bins.Wasm, Workers: 2, NodeID: uniqueKey("inflight"),
+		g, err := harness.StartGateway(harness.GatewayConfig{Host: host, Wasm: e.bins.Wasm, Workers: 2, NodeID: uniqueKey("inflight"),
 			Rules: []byte(rules), Upstream: u.URL})
 		if err != nil {
 			t.Fatal(err)
@@ -222,18 +226,12 @@ func TestMaxInFlight(t *testing.T) {
 	t.Run("four gateways", func(t *testing.T) {
 		const gateways = 4
 		u := startSlowUpstream(t)
-		var gws []*harness.Gateway
 		name := uniqueKey("inflight-fleet")
-		for i := range gateways {
-			g, err := harness.StartGateway(harness.GatewayConfig{Wasm: e.bins.Wasm, Workers: 2, NodeID: fmt.Sprintf("%s-gw%d", name, i+1),
+		gws := startGateways(t, gateways, func(i int) harness.GatewayConfig {
+			return harness.GatewayConfig{Host: host, Wasm: e.bins.Wasm, Workers: 2, NodeID: fmt.Sprintf("%s-gw%d", name, i+1),
 				Rules: []byte(rules), Pin: pinned, Services: e.serviceAddrs(), Secret: syncSecret,
-				Sync: harness.Sync{ExpectedNodes: gateways}, Upstream: u.URL})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(g.Close)
-			gws = append(gws, g)
-		}
+				Sync: harness.Sync{ExpectedNodes: gateways}, Upstream: u.URL}
+		})
 		key := uniqueKey("llm-fleet-user")
 		const bound = maxInFlight + gateways - 1
 		// Each gateway admits its share, ceil(20/4) = 5 (fewer if the service counts more

@@ -42,8 +42,12 @@ func startLLM(t *testing.T, latency time.Duration) string {
 // an event stream reporting its tokens. The fleet stops within the stated bound (RATIONALE
 // "Response-based cost"): the limit, its refill, and per gateway the responses that ended
 // before the service heard of them — those of one sync interval and its round trip, plus
-// the last one admitted — at the largest response's size.
+// the last one admitted — at the largest response's size. It runs on every host.
 func TestResponseCostFleet(t *testing.T) {
+	forHosts(t, harness.Hosts(), testResponseCostFleet)
+}
+
+func testResponseCostFleet(t *testing.T, host string) {
 	e := sharedEnv(t)
 	id := uniqueKey("tokens")
 	const (
@@ -54,19 +58,13 @@ func TestResponseCostFleet(t *testing.T) {
 	rules := fmt.Sprintf(`{"key":{"source":"header","name":"x-api-key"},"retry_jitter_ms":0,"rules":[
 	  {"id":"%s","match":{"prefix":"/v1/chat"},"limit":%d,"window":"1m","cost":10,"cost_from":{"body":"usage.total_tokens"}}]}`, id, limit)
 	llm := startLLM(t, latency)
-	gws := make([]*harness.Gateway, 4)
-	for i := range gws {
-		g, err := harness.StartGateway(harness.GatewayConfig{
-			Wasm: e.bins.Wasm, Workers: 2, NodeID: fmt.Sprintf("%s-gw%d", id, i+1),
+	gws := startGateways(t, 4, func(i int) harness.GatewayConfig {
+		return harness.GatewayConfig{
+			Host: host, Wasm: e.bins.Wasm, Workers: 2, NodeID: fmt.Sprintf("%s-gw%d", id, i+1),
 			Rules: []byte(rules), Pin: pinned, Services: e.serviceAddrs(), Secret: syncSecret,
 			Sync: harness.Sync{ExpectedNodes: 4}, Upstream: llm,
-		})
-		if err != nil {
-			t.Fatal(err)
 		}
-		t.Cleanup(g.Close)
-		gws[i] = g
-	}
+	})
 	ctx := ctxFor(t, 60*time.Second)
 	var used, admitted, refused atomic.Int64
 	start := time.Now()

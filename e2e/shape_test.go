@@ -47,13 +47,18 @@ func startArrivals(t *testing.T) (*arrivals, string) {
 // upstream, the rest are refused with Retry-After — give or take the permits the refill
 // adds while the burst arrives. While they are held, the same worker answers another
 // caller at once: a held request holds no worker (the spacing and the other caller's
-// latency are measured in BENCHMARKS.md).
+// latency are measured in BENCHMARKS.md). It runs on every host (on Envoy with
+// --concurrency 1).
 func TestShapingThroughTheGateway(t *testing.T) {
+	forHosts(t, harness.Hosts(), testShapingThroughTheGateway)
+}
+
+func testShapingThroughTheGateway(t *testing.T, host string) {
 	e := sharedEnv(t)
 	up, upURL := startArrivals(t)
 	key := uniqueKey("shaped")
 	g, err := harness.StartGateway(harness.GatewayConfig{
-		Wasm: e.bins.Wasm, Workers: 1, NodeID: uniqueKey("shape-gw"), Upstream: upURL,
+		Host: host, Wasm: e.bins.Wasm, Workers: 1, NodeID: uniqueKey("shape-gw"), Upstream: upURL,
 		Rules: []byte(`{"key":{"source":"header","name":"x-api-key"},"rules":[{"id":"shaped","algorithm":"gcra",
 			"limit":10,"window":"1s","max_delay":"2s"}]}`),
 	})

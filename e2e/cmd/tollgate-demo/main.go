@@ -1,9 +1,10 @@
 // Command tollgate-demo shows Tollgate working end to end in under a minute: it builds
-// the filter and the sync service, starts a Redis server, the service, one gateway (the
-// compiled filter on two worker VMs behind an HTTP listener, see e2e/host) and a small
-// upstream, sends a burst from a real HTTP client, and prints what every answer said.
-// With DEMO_KEEP=1 it keeps everything running and prints curl commands to try, until
-// Ctrl-C. `make demo` runs it after installing redis-server.
+// the filter and the sync service, starts a Redis server, the service, a real Envoy (the
+// newest release `make envoy` installs, running the shipped envoy.yaml with the demo's
+// rule set: the compiled filter on V8, two worker threads) and a small upstream, sends a
+// burst from a real HTTP client, and prints what every answer said. With DEMO_KEEP=1 it
+// keeps everything running and prints curl commands to try, until Ctrl-C. `make demo`
+// runs it after installing redis-server and Envoy.
 package main
 
 import (
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/tollgate-rl/tollgate/e2e/internal/harness"
+	"github.com/tollgate-rl/tollgate/internal/envoyproc"
 	"github.com/tollgate-rl/tollgate/internal/redistest"
 )
 
@@ -81,7 +83,8 @@ func (s *stack) stop() {
 }
 
 func run(ctx context.Context, out, errw io.Writer, keep bool) error {
-	fmt.Fprintln(out, "Tollgate demo: one gateway (the compiled filter on 2 worker VMs), the sync service, Redis, an upstream.")
+	fmt.Fprintf(out, "Tollgate demo: Envoy %s running envoy.yaml (the compiled filter on V8, 2 worker threads), the sync\n", envoyproc.Newest)
+	fmt.Fprintln(out, "service, Redis, an upstream.")
 	fmt.Fprintln(out)
 	s := &stack{}
 	defer func() { _ = progress(errw, "stopping everything", func() error { s.stop(); return nil }) }()
@@ -103,7 +106,7 @@ func run(ctx context.Context, out, errw io.Writer, keep bool) error {
 	if err != nil {
 		return err
 	}
-	err = progress(errw, "starting the sync service, the upstream and the gateway", func() (err error) {
+	err = progress(errw, "starting the sync service, the upstream and Envoy "+envoyproc.Newest, func() (err error) {
 		if s.svc, err = harness.StartService(harness.ServiceConfig{
 			Bin: s.bins.Service, RedisAddrs: s.redis.Addrs(), AdminToken: adminToken, SyncSecret: syncSecret,
 		}); err != nil {
@@ -113,6 +116,7 @@ func run(ctx context.Context, out, errw io.Writer, keep bool) error {
 			return err
 		}
 		s.gw, err = harness.StartGateway(harness.GatewayConfig{
+			Host: harness.EnvoyHost(envoyproc.Newest),
 			Wasm: s.bins.Wasm, Workers: 2, NodeID: "demo-gw", Rules: []byte(rules),
 			Services: []string{s.svc.Addr()}, Secret: syncSecret, Upstream: s.upstream.URL,
 		})
@@ -123,7 +127,7 @@ func run(ctx context.Context, out, errw io.Writer, keep bool) error {
 	}
 	s.client = harness.NewClient()
 
-	fmt.Fprintf(out, "Redis %s · service %s · gateway %s · upstream %s\n\n", s.redis.Addr(), s.svc.URL(), s.gw.URL, s.upstream.URL)
+	fmt.Fprintf(out, "Redis %s · service %s · Envoy %s (admin %s) · upstream %s\n\n", s.redis.Addr(), s.svc.URL(), s.gw.URL, s.gw.Envoy().Admin, s.upstream.URL)
 	fmt.Fprintln(out, "Rule set (the filter's plugin configuration):")
 	fmt.Fprintln(out, indent(rules, "  "))
 	fmt.Fprintln(out)
@@ -236,11 +240,15 @@ func run(ctx context.Context, out, errw io.Writer, keep bool) error {
 		fmt.Fprintf(out, "  Redis (GET /v1/usage/%s): %d in use (what was charged, less what has refilled since), %d more\n", demoKey, charged, outstanding)
 		fmt.Fprintf(out, "  leased to the gateway, %d left.\n", remaining)
 	}
-	m := s.gw.Host().Metrics()
-	fmt.Fprintf(out, "  The gateway asked the sync service %d times while a request waited (acquires: a bucket without a\n", m["tollgate.acquires"])
+	m := func(name string) int64 { return s.gw.Metric("tollgate." + name) }
+	fmt.Fprintf(out, "  Envoy asked the sync service %d times while a request waited (acquires: a bucket without a\n", m("acquires"))
 	fmt.Fprintln(out, "  usable lease); every other request was decided locally, and what it consumed was reported in the background.")
-	fmt.Fprintf(out, "  Gateway metrics: requests_allowed %d, requests_rejected %d, requests_denied_by_list %d, requests_bypassed %d, sync_sent %d\n",
-		m["tollgate.requests_allowed"], m["tollgate.requests_rejected"], m["tollgate.requests_denied_by_list"], m["tollgate.requests_bypassed"], m["tollgate.sync_sent"])
+	fmt.Fprintf(out, "  Envoy's stats (/stats): requests_allowed %d, requests_rejected %d, requests_denied_by_list %d, requests_bypassed %d, sync_sent %d\n",
+		m("requests_allowed"), m("requests_rejected"), m("requests_denied_by_list"), m("requests_bypassed"), m("sync_sent"))
+	if line := lastRefusal(s.gw); line != "" {
+		fmt.Fprintf(out, "  Envoy's access log line of a refused request (%s carries the decision):\n", "%FILTER_STATE(wasm.tollgate:PLAIN)%")
+		fmt.Fprintln(out, "    "+line)
+	}
 	fmt.Fprintln(out)
 
 	if !keep {
@@ -251,12 +259,28 @@ func run(ctx context.Context, out, errw io.Writer, keep bool) error {
 	fmt.Fprintf(out, "  curl -i -H 'x-api-key: %s' '%s/search?q=hello'\n", demoKey, s.gw.URL)
 	fmt.Fprintf(out, "  curl -i -H 'x-api-key: %s' '%s/search?q=hello'\n", deniedKey, s.gw.URL)
 	fmt.Fprintf(out, "  curl -s -H 'Authorization: Bearer %s' %s/v1/usage/%s\n", adminToken, s.svc.URL(), demoKey)
+	fmt.Fprintf(out, "  curl -s %s/stats/prometheus | grep tollgate_rule\n", s.gw.Envoy().Admin)
 	fmt.Fprintf(out, "  curl -s -X PUT -H 'Authorization: Bearer %s' %s/v1/rules -d '{\"rules\":[{\"id\":\"search\",\"match\":{\"prefix\":\"/search\"},\"limit\":100,\"window\":\"1m\"}]}'\n", adminToken, s.svc.URL())
 	fmt.Fprintln(out, "  (the gateway picks a new rule set up with its next sync, i.e. after its next request)")
 	fmt.Fprintln(out, "Ctrl-C stops everything.")
 	<-ctx.Done()
 	fmt.Fprintln(out)
 	return nil
+}
+
+// lastRefusal is the gateway's last access-log line of a 429 (Envoy writes its access
+// log once a second; this waits for it that long at most).
+func lastRefusal(g *harness.Gateway) string {
+	var line string
+	_ = harness.Poll(2*time.Second, 100*time.Millisecond, func() (bool, error) {
+		for _, l := range strings.Split(g.AccessLog(), "\n") {
+			if strings.Contains(l, " 429 ") {
+				line = l
+			}
+		}
+		return line != "", nil
+	})
+	return line
 }
 
 func dash(s string) string {

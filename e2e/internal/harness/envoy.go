@@ -325,9 +325,23 @@ func startEnvoy(v string, cfg GatewayConfig, plugin []byte) (*envoyGateway, erro
 		return nil, err
 	}
 	g := &envoyGateway{dir: dir, workers: cfg.Workers, log: &lockedBuffer{}, shipped: shipped, boot: b}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	var args []string
+	if b.LDS != "" {
+		// Envoy takes dynamic resources only from a node with an id and a cluster.
+		node := cfg.EnvoyNodeID
+		if node == "" {
+			node = cfg.NodeID
+		}
+		if node == "" {
+			node = filepath.Base(dir)
+		}
+		args = []string{"--service-node", node, "--service-cluster", "tollgate-e2e"}
+	}
+	// V8 compiles the whole module with TurboFan before Envoy is ready (2 s on an idle
+	// core, 15–60 s when several start at once on a loaded 2-core machine).
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	g.proc, err = envoyproc.Start(ctx, envoyproc.Options{Binary: bin, Config: boot, Concurrency: cfg.Workers, Dir: dir, LogLevel: cfg.EnvoyLogLevel, Stdout: g.log})
+	g.proc, err = envoyproc.Start(ctx, envoyproc.Options{Binary: bin, Config: boot, Concurrency: cfg.Workers, Dir: dir, LogLevel: cfg.EnvoyLogLevel, Stdout: g.log, Args: args})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("envoy %s: %w", v, err)
