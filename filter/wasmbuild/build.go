@@ -17,6 +17,7 @@
 package wasmbuild
 
 import (
+	"compress/flate"
 	"errors"
 	"fmt"
 	"os"
@@ -38,6 +39,9 @@ type Recipe struct {
 	NoProfile bool // compile without the package's default.pgo (-pgo=off)
 	NoThread  bool // skip Thread
 	NoPack    bool // skip Pack
+	// KeepLines packs the data with the runtime's file and line tables kept (Pack drops
+	// them), so a traceback names file and line.
+	KeepLines bool
 	// Names keeps a name section (the Go functions' names) through every step, for
 	// profilers: wazero built with the perfmap tag then names each guest frame in
 	// perf's map. The optimizer, keeping names, gives nearly but not exactly the shipped
@@ -92,7 +96,7 @@ func (rc Recipe) stages(pkg string, tags ...string) (*Stages, error) {
 	}
 	st.Final = st.Optimized
 	if !rc.NoPack {
-		if st.Final, st.Pack, err = Pack(st.Optimized); err != nil {
+		if st.Final, st.Pack, err = pack(st.Optimized, flate.BestCompression, rc.KeepLines); err != nil {
 			return nil, fmt.Errorf("packing the data of %q: %w", pkg, err)
 		}
 	}

@@ -44,9 +44,9 @@ type PackStats struct {
 // already emits (memory.init, data.drop besides memory.copy and memory.fill), so it asks
 // nothing new of the host's Wasm runtime. The only other cost is decoding once per VM
 // at start (BENCHMARKS.md §1 measures it).
-func Pack(wasm []byte) ([]byte, PackStats, error) { return pack(wasm, flate.BestCompression) }
+func Pack(wasm []byte) ([]byte, PackStats, error) { return pack(wasm, flate.BestCompression, false) }
 
-func pack(wasm []byte, level int) ([]byte, PackStats, error) {
+func pack(wasm []byte, level int, keepLines bool) ([]byte, PackStats, error) {
 	var st PackStats
 	secs, err := splitSections(wasm)
 	if err != nil {
@@ -67,7 +67,7 @@ func pack(wasm []byte, level int) ([]byte, PackStats, error) {
 	if di < 0 {
 		return nil, st, errors.New("module has no data section")
 	}
-	z, lo, hi, err := compressData(secs[di].body, level, &st)
+	z, lo, hi, err := compressData(secs[di].body, level, keepLines, &st)
 	if err != nil {
 		return nil, st, err
 	}
@@ -159,7 +159,7 @@ func pack(wasm []byte, level int) ([]byte, PackStats, error) {
 // compressData reads a data section's memory image, drops the runtime's line tables
 // from it (when the module is Go's) and returns the image's non-zero span [lo, hi)
 // compressed.
-func compressData(sec []byte, level int, st *PackStats) (z []byte, lo, hi int, err error) {
+func compressData(sec []byte, level int, keepLines bool, st *PackStats) (z []byte, lo, hi int, err error) {
 	mem, nseg, err := loadData(sec)
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("data section: %w", err)
@@ -168,8 +168,10 @@ func compressData(sec []byte, level int, st *PackStats) (z []byte, lo, hi int, e
 		return nil, 0, 0, errors.New("module has passive data segments (packed already?)")
 	}
 	st.Segments = nseg
-	if st.LineTables, err = dropLineTables(mem.b); err != nil && !errors.Is(err, errNoPclntab) {
-		return nil, 0, 0, fmt.Errorf("dropping line tables: %w", err)
+	if !keepLines {
+		if st.LineTables, err = dropLineTables(mem.b); err != nil && !errors.Is(err, errNoPclntab) {
+			return nil, 0, 0, fmt.Errorf("dropping line tables: %w", err)
+		}
 	}
 	lo = slices.IndexFunc(mem.b, func(b byte) bool { return b != 0 })
 	if lo < 0 {

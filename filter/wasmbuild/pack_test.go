@@ -70,7 +70,7 @@ func TestPackRestoresMemory(t *testing.T) {
 		for _, level := range levels {
 			pages := (im.at + len(im.image) + pageBytes - 1) / pageBytes
 			mod := dataModule(im.image, im.at, pages)
-			packed, st, err := pack(mod, level)
+			packed, st, err := pack(mod, level, false)
 			if err != nil {
 				t.Fatalf("%s, level %d: %v", im.name, level, err)
 			}
@@ -116,7 +116,7 @@ func TestPackedModuleRefusesABadStream(t *testing.T) {
 		{"reserved block type", flate.BestCompression, func(z []byte) { z[0] |= 0b110 }},
 		{"stored length check", flate.NoCompression, func(z []byte) { z[3] ^= 0xFF }},
 	} {
-		packed, _, err := pack(dataModule([]byte("some data, some data"), 4096, 1), c.level)
+		packed, _, err := pack(dataModule([]byte("some data, some data"), 4096, 1), c.level, false)
 		if err != nil {
 			t.Fatal(err)
 		}

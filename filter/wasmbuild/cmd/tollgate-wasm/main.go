@@ -29,6 +29,10 @@ func main() {
 	top := flag.Int("top", 40, "with -sizes: packages to list (0: all)")
 	funcs := flag.Int("funcs", 25, "with -sizes: largest functions to list")
 	names := flag.Bool("names", false, "keep the functions' names (for profiling; not the shipped module)")
+	var rc wasmbuild.Recipe
+	flag.BoolVar(&rc.NoThread, "no-thread", false, "skip Thread (to measure what it gives; not the shipped module)")
+	flag.BoolVar(&rc.NoPack, "no-pack", false, "skip Pack (to measure what it gives; not the shipped module)")
+	flag.BoolVar(&rc.KeepLines, "keep-lines", false, "Pack with the file and line tables kept (to measure what dropping them gives)")
 	flag.Parse()
 	if (*out == "" && !*sizes) || (*names && *sizes) || flag.NArg() != 1 {
 		fmt.Fprintln(os.Stderr, "usage: tollgate-wasm [-o out.wasm] [-sizes [-top n] [-funcs n]] [-names] [-tags a,b] ./package")
@@ -38,15 +42,16 @@ func main() {
 	if *tags != "" {
 		tagList = strings.Split(*tags, ",")
 	}
-	if err := run(flag.Arg(0), *out, tagList, *sizes, *names, *top, *funcs); err != nil {
+	rc.Names = *names
+	if err := run(flag.Arg(0), *out, tagList, *sizes, rc, *top, *funcs); err != nil {
 		fmt.Fprintln(os.Stderr, "tollgate-wasm:", err)
 		os.Exit(1)
 	}
 }
 
-func run(pkg, out string, tags []string, sizes, names bool, top, funcs int) error {
+func run(pkg, out string, tags []string, sizes bool, rc wasmbuild.Recipe, top, funcs int) error {
 	if !sizes {
-		wasm, err := wasmbuild.Recipe{Names: names}.Build(pkg, tags...)
+		wasm, err := rc.Build(pkg, tags...)
 		if err != nil {
 			return err
 		}
