@@ -31,8 +31,6 @@ func main() {
 	names := flag.Bool("names", false, "keep the functions' names (for profiling; not the shipped module)")
 	var rc wasmbuild.Recipe
 	flag.BoolVar(&rc.NoThread, "no-thread", false, "skip Thread (to measure what it gives; not the shipped module)")
-	flag.BoolVar(&rc.NoPack, "no-pack", false, "skip Pack (to measure what it gives; not the shipped module)")
-	flag.BoolVar(&rc.KeepLines, "keep-lines", false, "Pack with the file and line tables kept (to measure what dropping them gives)")
 	flag.Parse()
 	if (*out == "" && !*sizes) || (*names && *sizes) || flag.NArg() != 1 {
 		fmt.Fprintln(os.Stderr, "usage: tollgate-wasm [-o out.wasm] [-sizes [-top n] [-funcs n]] [-names] [-tags a,b] ./package")
@@ -69,17 +67,15 @@ func run(pkg, out string, tags []string, sizes bool, rc wasmbuild.Recipe, top, f
 	if err != nil {
 		return err
 	}
-	fmt.Printf("Go toolchain: %d bytes; WASI shim linked: %d bytes; jumps threaded: %d bytes; optimized: %d bytes; data packed (shipped): %d bytes\n",
-		len(st.Toolchain), len(st.Linked), len(st.Threaded), len(st.Optimized), len(st.Final))
-	fmt.Printf("Pack: %d data segments, a %d-byte image with %d bytes of line tables dropped, compressed to %d bytes\n\n",
-		st.Pack.Segments, st.Pack.Image, st.Pack.LineTables, st.Pack.Packed)
+	fmt.Printf("Go toolchain: %d bytes; WASI shim linked: %d bytes; jumps threaded: %d bytes; optimized (shipped): %d bytes\n\n",
+		len(st.Toolchain), len(st.Linked), len(st.Threaded), len(st.Optimized))
 	fmt.Println("Before the optimizer:")
 	s.Table(os.Stdout, top, funcs)
 	if out != "" {
-		if err := os.WriteFile(out, st.Final, 0o644); err != nil {
+		if err := os.WriteFile(out, st.Optimized, 0o644); err != nil {
 			return err
 		}
-		fmt.Printf("\n%s: %d bytes\n", out, len(st.Final))
+		fmt.Printf("\n%s: %d bytes\n", out, len(st.Optimized))
 	}
 	return nil
 }
