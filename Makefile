@@ -31,8 +31,8 @@ postgres:
 	    (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null || \
 	     sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null); }
 
-# wat2wasm (Debian wabt) compiles filter/wasmbuild/shim.wat and inflate.wat; tests check
-# the committed shim.wasm and inflate.wasm against them.
+# wat2wasm (Debian wabt) compiles filter/wasmbuild/shim.wat; tests check the committed
+# shim.wasm against it.
 wabt:
 	@command -v wat2wasm >/dev/null || \
 	  { echo "installing wabt (apt)"; \

@@ -66,7 +66,10 @@ func spliceSection(doc []byte, heading string, sec []byte) []byte {
 		end = start + len(heading) + i + 1
 	}
 	out := append([]byte(nil), doc[:start]...)
-	out = append(out, sec...)
+	if end == len(doc) {
+		return append(out, sec...)
+	}
+	out = append(append(out, bytes.TrimRight(sec, "\n")...), "\n\n"...)
 	return append(out, doc[end:]...)
 }
 
