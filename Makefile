@@ -31,8 +31,8 @@ postgres:
 	    (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null || \
 	     sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null); }
 
-# wat2wasm (Debian wabt) compiles filter/wasmbuild/shim.wat and inflate.wat; tests check
-# the committed shim.wasm and inflate.wasm against them.
+# wat2wasm (Debian wabt) compiles filter/wasmbuild/shim.wat; tests check the committed
+# shim.wasm against it.
 wabt:
 	@command -v wat2wasm >/dev/null || \
 	  { echo "installing wabt (apt)"; \
@@ -117,11 +117,13 @@ e2e: deps redis postgres envoy build
 demo: deps redis envoy build
 	$(GO) run ./e2e/cmd/tollgate-demo
 
-# Also the compatibility soak at full length: 1,000,000 requests per Envoy host mode with
-# garbage collections (make test runs 100,000).
+# Also the garbage-collection soaks at full length, 1,000,000 requests each (make test runs
+# 100,000): through each Envoy release (TestEnvoySoak) and on the project's host for the
+# releases no index serves (TestCompatSoak). `go run ./bench/cmd/tollgate-bench
+# -envoy-build-only` measures only the build steps in Envoy (BENCHMARKS.md section 10).
 bench: deps redis envoy build
 	$(GO) run ./bench/cmd/tollgate-bench -out BENCHMARKS.md -readme README.md
-	TOLLGATE_SOAK_REQUESTS=1000000 $(GO) test -count=1 -timeout 30m -run 'TestCompatSoak$$' -v ./filter
+	TOLLGATE_SOAK_REQUESTS=1000000 $(GO) test -count=1 -timeout 90m -run 'TestCompatSoak$$|TestEnvoySoak$$' -v ./filter
 
 sim: deps
 	$(GO) run ./bench/cmd/tollgate-sim

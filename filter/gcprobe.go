@@ -3,24 +3,30 @@
 package main
 
 import (
+	"math/rand/v2"
 	"runtime"
 	"runtime/metrics"
+	"strconv"
+
+	"github.com/tollgate-rl/tollgate/filter/abi"
 )
 
-// gcCycles reads the runtime's count of completed garbage collections.
-var gcCycles = []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+// gcMetrics reads the runtime's count of completed garbage collections and the memory
+// it has mapped (in a wasm module, the linear memory it has grown to).
+var gcMetrics = []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/memory/classes/total:bytes"}}
 
 // garbage keeps the last allocation of testGC(2) reachable until the next one, so the
 // allocator cannot skip it.
 var garbage [][]byte
 
-// testGC is built only with the tollgate_gcprobe tag, for the compatibility soak
-// (compat_test.go): with force 1 it forces a garbage collection; with force 2 it
-// allocates 4 MiB in 1 KiB pieces, which lets the allocator start collections of its
-// own with their background work (the steady-state request path allocates nothing, so
-// without this a soak would see forced collections only); it returns the number of
-// cycles completed so far, so the test can prove collections ran inside the VM while it
-// served requests. The shipped module has no such export.
+// testGC is built only with the tollgate_gcprobe tag, for the compatibility soaks
+// (compat_test.go on the project's host, envoysoak_test.go in Envoy): with force 1 it
+// forces a garbage collection; with force 2 it allocates 4 MiB in 1 KiB pieces, which
+// lets the allocator start collections of its own with their background work (the
+// steady-state request path allocates nothing, so without this a soak would see forced
+// collections only); it returns the number of cycles completed so far, so the test can
+// prove collections ran inside the VM while it served requests. The shipped module has
+// no such export.
 //
 //go:wasmexport tollgate_test_gc
 func testGC(force uint32) uint32 {
@@ -33,6 +39,52 @@ func testGC(force uint32) uint32 {
 			garbage = append(garbage, make([]byte, 1024))
 		}
 	}
-	metrics.Read(gcCycles)
-	return uint32(gcCycles[0].Value.Uint64())
+	metrics.Read(gcMetrics)
+	return uint32(gcMetrics[0].Value.Uint64())
+}
+
+// In a host that cannot call tollgate_test_gc (Envoy), the requests drive it: every
+// probeGarbageEvery requests a VM serves it makes garbage (testGC(2)), every
+// probeForceEvery it forces a collection (testGC(1)), the same rhythm as the soak on
+// the project's host. What happened is published as Envoy stats, summed over the VMs:
+// counters tollgate_test.gc_cycles (collections completed) and tollgate_test.gc_forced,
+// and one gauge per VM, tollgate_test.vm_<id>.memory_bytes (the memory the runtime has
+// mapped, which a wasm module's linear memory only grows with).
+const (
+	probeGarbageEvery = 2_000
+	probeForceEvery   = 20_000
+)
+
+var probe struct {
+	requests           int
+	cycles             uint32
+	defined            bool
+	cyclesID, forcedID uint32
+	memoryID           uint32
+}
+
+// probeRequest runs as each request's headers are read (main.go's RequestHeaders).
+func probeRequest() {
+	h := abi.Host{}
+	if !probe.defined {
+		probe.defined = true
+		probe.cyclesID, _ = h.DefineMetric(abi.MetricCounter, "tollgate_test.gc_cycles")
+		probe.forcedID, _ = h.DefineMetric(abi.MetricCounter, "tollgate_test.gc_forced")
+		probe.memoryID, _ = h.DefineMetric(abi.MetricGauge, "tollgate_test.vm_"+strconv.FormatUint(uint64(rand.Uint32()), 16)+".memory_bytes")
+		probe.cycles = testGC(0)
+	}
+	probe.requests++
+	if probe.requests%probeGarbageEvery != 0 {
+		return
+	}
+	if probe.requests%probeForceEvery == 0 {
+		testGC(1)
+		_ = h.IncrementMetric(probe.forcedID, 1)
+	} else {
+		testGC(2)
+	}
+	c := testGC(0)
+	_ = h.IncrementMetric(probe.cyclesID, int64(c-probe.cycles))
+	probe.cycles = c
+	_ = h.RecordMetric(probe.memoryID, gcMetrics[1].Value.Uint64())
 }

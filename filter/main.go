@@ -54,6 +54,7 @@ var (
 )
 
 func (h *host) RequestHeaders() ([][2]string, error) {
+	probeRequest() // nothing, except in the garbage-collection soak's test build
 	var err error
 	requestHeaders, err = h.ReadRequestHeaders(requestHeaders[:0])
 	return requestHeaders, err

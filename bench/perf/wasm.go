@@ -97,7 +97,7 @@ func buildAtRevision(rev string, profile bool, pkgs ...string) (map[string][]byt
 }
 
 // ShippedAtRevision is BuildAtRevision with the shipping recipe (today's profile for the
-// filter, the WASI shim linked in, the jumps threaded, the optimizer run, the data packed): a revision's
+// filter, the WASI shim linked in, the jumps threaded, the optimizer run): a revision's
 // module as `make wasm` makes it today, to compare with the current one step for step.
 func ShippedAtRevision(rev string, pkgs ...string) (map[string][]byte, error) {
 	mods, err := buildAtRevision(rev, true, pkgs...)
@@ -113,12 +113,8 @@ func ShippedAtRevision(rev string, pkgs ...string) (map[string][]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s at %s: threading the jumps: %w", pkg, rev, err)
 		}
-		optimized, err := wasmbuild.Optimize(threaded)
-		if err != nil {
+		if mods[pkg], err = wasmbuild.Optimize(threaded); err != nil {
 			return nil, fmt.Errorf("%s at %s: optimizing: %w", pkg, rev, err)
-		}
-		if mods[pkg], _, err = wasmbuild.Pack(optimized); err != nil {
-			return nil, fmt.Errorf("%s at %s: packing the data: %w", pkg, rev, err)
 		}
 	}
 	return mods, nil

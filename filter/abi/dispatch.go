@@ -1,5 +1,11 @@
 package abi
 
+import (
+	"runtime"
+	"strconv"
+	"strings"
+)
+
 // Root is the plugin: the code behind the plugin (root) context. Register it with
 // SetRoot from an init function; the module is a WASI reactor and main never runs.
 //
@@ -116,7 +122,24 @@ func logPanic(export string, r any) {
 	case string:
 		msg = v
 	}
-	Host{}.Log(LogCritical, "tollgate: recovered panic in "+export+": "+msg)
+	Host{}.Log(LogCritical, "tollgate: recovered panic in "+export+": "+msg+" at "+panicSite())
+}
+
+// panicSite names the function, file and line that panicked: the first frame of the
+// panicking stack outside the runtime (leave's recover runs on top of that stack). The
+// module keeps the runtime's line tables so that this names the line.
+func panicSite() string {
+	var pcs [32]uintptr
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(4, pcs[:])]) // above panicSite, logPanic and leave
+	for {
+		f, more := frames.Next()
+		if f.Function != "" && !strings.HasPrefix(f.Function, "runtime.") && !strings.HasPrefix(f.Function, "internal/") {
+			return f.Function + " (" + f.File + ":" + strconv.Itoa(f.Line) + ")"
+		}
+		if !more {
+			return "an unknown site"
+		}
+	}
 }
 
 func onContextCreate(id, parent uint32) {

@@ -215,6 +215,11 @@ func TestProbeThroughProxytest(t *testing.T) {
 		if !hasLog(host.GetCriticalLogs(), "recovered panic in proxy_on_request_headers") {
 			t.Errorf("panic not logged at critical: %q", host.GetCriticalLogs())
 		}
+		// The log names where: the probe's nil map write, with file and line (the
+		// shipped build keeps the runtime's line tables).
+		if !hasLog(host.GetCriticalLogs(), "testdata/probe/main.go:79)") {
+			t.Errorf("panic log does not name the panicking line, testdata/probe/main.go:79: %q", host.GetCriticalLogs())
+		}
 		id, action := request(host, "plain")
 		if action != types.ActionContinue {
 			t.Errorf("next request action %v, want Continue", action)

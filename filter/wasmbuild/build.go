@@ -7,8 +7,13 @@
 // an error that aborts Go's runtime, golang/go#78513), and makes no WASI call during
 // _initialize outside Envoy's start-up allow-list. Thread then turns the forward jumps
 // of Go's resumable functions into direct branches (thread.go says why), Optimize runs
-// binaryen's wasm-opt over it for size, Pack compresses its data section into one
-// segment the module decodes when it starts, and MeasureSizes says where the bytes go.
+// binaryen's wasm-opt over it for size, and MeasureSizes says where the bytes go.
+//
+// A step stays only where it pays in Envoy (BENCHMARKS.md §10 measures each in Envoy's
+// V8): Thread saves per-request CPU. A step that shipped the data section compressed and
+// dropped the runtime's file and line tables saved neither CPU nor start-up there (V8's
+// start-up is compiling the code) and was removed, so a panic's traceback names file and
+// line.
 //
 // `make wasm`, the filter tests (filter/wasmtest), the end-to-end harness and the
 // benchmarks all build through Build, so every test runs the module that ships.
@@ -28,8 +33,8 @@ import (
 
 // Build compiles pkg (an import path, or a path relative to the repository root such as
 // "./filter") for wasip1 as a reactor with the given build tags, links the shim into it,
-// threads its jumps (Thread), runs the optimizer over it (Optimize), compresses its data
-// (Pack) and returns the module. The Go toolchain applies the main package's default.pgo
+// threads its jumps (Thread), runs the optimizer over it (Optimize) and returns the
+// module. The Go toolchain applies the main package's default.pgo
 // (filter/default.pgo, `make pgo`).
 func Build(pkg string, tags ...string) ([]byte, error) { return Recipe{}.Build(pkg, tags...) }
 
@@ -37,7 +42,6 @@ func Build(pkg string, tags ...string) ([]byte, error) { return Recipe{}.Build(p
 type Recipe struct {
 	NoProfile bool // compile without the package's default.pgo (-pgo=off)
 	NoThread  bool // skip Thread
-	NoPack    bool // skip Pack
 	// Names keeps a name section (the Go functions' names) through every step, for
 	// profilers: wazero built with the perfmap tag then names each guest frame in
 	// perf's map. The optimizer, keeping names, gives nearly but not exactly the shipped
@@ -51,7 +55,7 @@ func (rc Recipe) Build(pkg string, tags ...string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return st.Final, nil
+	return st.Optimized, nil
 }
 
 // Stages is one build's module after each step of Build.
@@ -59,9 +63,7 @@ type Stages struct {
 	Toolchain []byte // GoBuild
 	Linked    []byte // Link: the WASI shim resolved inside
 	Threaded  []byte // Thread: jumps taken directly (Linked, if the recipe leaves it out)
-	Optimized []byte // Optimize
-	Final     []byte // Pack: what Build returns (Optimized, if the recipe leaves it out)
-	Pack      PackStats
+	Optimized []byte // Optimize: what Build returns
 }
 
 // BuildStages is Build, keeping the module of every step (the size report measures the
@@ -89,12 +91,6 @@ func (rc Recipe) stages(pkg string, tags ...string) (*Stages, error) {
 	}
 	if st.Optimized, err = optimize(st.Threaded, opt); err != nil {
 		return nil, fmt.Errorf("optimizing %q: %w", pkg, err)
-	}
-	st.Final = st.Optimized
-	if !rc.NoPack {
-		if st.Final, st.Pack, err = Pack(st.Optimized); err != nil {
-			return nil, fmt.Errorf("packing the data of %q: %w", pkg, err)
-		}
 	}
 	return &st, nil
 }

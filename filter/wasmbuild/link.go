@@ -220,8 +220,8 @@ func Link(wasm []byte) ([]byte, error) {
 	return joinSections(out), nil
 }
 
-// helperModule is a hand-written helper module (shim.wasm, inflate.wasm), decoded: its
-// functions are merged into the modules Link and Pack rewrite, so it may import only
+// helperModule is a hand-written helper module (shim.wasm), decoded: its
+// functions are merged into the module Link rewrites, so it may import only
 // the memory, which becomes theirs.
 type helperModule struct {
 	types   [][]byte       // raw function types

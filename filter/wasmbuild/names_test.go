@@ -7,7 +7,7 @@ import (
 )
 
 // A module built with Recipe.Names names its functions correctly after every step (the
-// shim's renumbering, Thread, the optimizer and Pack): each Go export's function carries
+// shim's renumbering, Thread and the optimizer): each Go export's function carries
 // the export's name. The shipped recipe keeps no name section.
 func TestNamesSurviveTheBuild(t *testing.T) {
 	const pkg = "./filter/bench/floor"

@@ -1,9 +1,7 @@
 package wasmbuild
 
 import (
-	"bytes"
 	"cmp"
-	"compress/flate"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -196,8 +194,7 @@ func (s *Sizes) Table(w io.Writer, top, topFuncs int) {
 	}
 }
 
-// memory is linear memory as the data section initialises it (for a packed module, as
-// its entry unpacks it).
+// memory is linear memory as the data section initialises it.
 type memory struct {
 	b       []byte
 	payload int // bytes the segments carry
@@ -208,7 +205,6 @@ const maxMemory = 1 << 28 // a bound on what a data section may initialise
 
 func loadData(sec []byte) (memory, int, error) {
 	var m memory
-	var packed []byte
 	if sec == nil {
 		return m, 0, nil
 	}
@@ -217,8 +213,7 @@ func loadData(sec []byte) (memory, int, error) {
 	for i := uint32(0); i < n && r.err == nil; i++ {
 		flags := r.u32()
 		if flags == 1 { // passive: not placed in memory
-			packed = r.bytes(int(r.u32()))
-			m.payload += len(packed)
+			m.payload += len(r.bytes(int(r.u32())))
 			m.passive++
 			continue
 		}
@@ -249,15 +244,6 @@ func loadData(sec []byte) (memory, int, error) {
 	}
 	if r.err == nil && r.p != len(sec) {
 		r.err = errors.New("bytes after the last segment")
-	}
-	if r.err == nil && n == 1 && m.passive == 1 {
-		// A packed module (Pack): the image its one segment decodes to, from address 0
-		// (the pclntab is found by its header and read by offsets from it).
-		img, err := io.ReadAll(io.LimitReader(flate.NewReader(bytes.NewReader(packed)), maxMemory+1))
-		if err != nil || len(img) > maxMemory {
-			return m, 0, fmt.Errorf("the packed segment does not decode (%v)", err)
-		}
-		m.b = img
 	}
 	return m, int(n), r.err
 }

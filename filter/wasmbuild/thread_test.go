@@ -13,7 +13,7 @@ import (
 )
 
 // A Go program's output is the same natively, as the toolchain's module, threaded,
-// threaded then optimized, and packed as well, as Build does it: jumps of every kind,
+// and threaded then optimized, as Build does it: jumps of every kind,
 // panics recovered, goroutines switching (resumptions through the dispatch Thread
 // leaves alone) and garbage collections. The whole filter suite runs the shipped module
 // besides.
@@ -45,14 +45,10 @@ func TestThreadKeepsBehaviour(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	packed, _, err := wasmbuild.Pack(optimized)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, m := range []struct {
 		name string
 		wasm []byte
-	}{{"toolchain", raw}, {"threaded", threaded}, {"threaded and optimized", optimized}, {"threaded, optimized and packed", packed}} {
+	}{{"toolchain", raw}, {"threaded", threaded}, {"threaded and optimized", optimized}} {
 		if got := runWASI(t, m.wasm); !bytes.Equal(got, want) {
 			t.Errorf("%s module printed\n%s\nnatively\n%s", m.name, got, want)
 		}

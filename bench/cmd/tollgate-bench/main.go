@@ -11,6 +11,7 @@
 //
 //	go run ./bench/cmd/tollgate-bench -out BENCHMARKS.md
 //	go run ./bench/cmd/tollgate-bench -rls-only   # the gRPC section alone, printed
+//	go run ./bench/cmd/tollgate-bench -envoy-build-only   # section 10 alone, rewritten in -out
 package main
 
 import (
@@ -49,6 +50,7 @@ type options struct {
 	soak        time.Duration // how long the VM memory run goes on after 1M requests
 	rlsOnly     bool          // measure only the gRPC rate limit service (section 6) and print it
 	rlsBin      string        // tollgate-ratelimit to measure ("": built from this tree)
+	envoyOnly   bool          // measure only the build steps in Envoy (section 10) and rewrite that section of -out
 }
 
 func run(args []string, stdout, stderr io.Writer) error {
@@ -63,6 +65,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&o.soak, "soak", 10*time.Minute, "after 1,000,000 requests, how long the VM memory run goes on (0: not at all)")
 	fs.BoolVar(&o.rlsOnly, "rls-only", false, "measure only the gRPC rate limit service against redis_rate (section 6) and print that section; writes no file")
 	fs.StringVar(&o.rlsBin, "rls-bin", "", "tollgate-ratelimit executable the gRPC section measures (empty: built from this tree)")
+	fs.BoolVar(&o.envoyOnly, "envoy-build-only", false, "measure only the build steps in Envoy (section 10) and rewrite that section of -out, leaving the rest as it is")
 	meshList := fs.String("mesh-gateways", "1,10,100,1000", "fleet sizes of the mesh simulation (comma-separated; the largest takes minutes)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -84,6 +87,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	r := &report{started: time.Now().UTC(), args: args, scale: o.scale, loads: map[string]perf.LoadResult{}}
 	if o.rlsOnly {
 		return measureRLSOnly(r, o, logger, stdout)
+	}
+	if o.envoyOnly {
+		return measureEnvoyBuildOnly(r, o, logger)
 	}
 	if err := measure(r, o, logger); err != nil {
 		return err
@@ -408,6 +414,11 @@ func measure(r *report, o options, logger *log.Logger) error {
 	logger.Print("differential check against redis_rate")
 	if r.diff, err = perf.Differential(ctx, rdb, 5, 400); err != nil {
 		return err
+	}
+
+	// 10. The build steps in Envoy.
+	if err := r.measureEnvoyBuild(o, logger); err != nil {
+		return fmt.Errorf("build steps in Envoy: %w", err)
 	}
 
 	// 8. Simulation.

@@ -29,6 +29,8 @@ func main() {
 	top := flag.Int("top", 40, "with -sizes: packages to list (0: all)")
 	funcs := flag.Int("funcs", 25, "with -sizes: largest functions to list")
 	names := flag.Bool("names", false, "keep the functions' names (for profiling; not the shipped module)")
+	var rc wasmbuild.Recipe
+	flag.BoolVar(&rc.NoThread, "no-thread", false, "skip Thread (to measure what it gives; not the shipped module)")
 	flag.Parse()
 	if (*out == "" && !*sizes) || (*names && *sizes) || flag.NArg() != 1 {
 		fmt.Fprintln(os.Stderr, "usage: tollgate-wasm [-o out.wasm] [-sizes [-top n] [-funcs n]] [-names] [-tags a,b] ./package")
@@ -38,15 +40,16 @@ func main() {
 	if *tags != "" {
 		tagList = strings.Split(*tags, ",")
 	}
-	if err := run(flag.Arg(0), *out, tagList, *sizes, *names, *top, *funcs); err != nil {
+	rc.Names = *names
+	if err := run(flag.Arg(0), *out, tagList, *sizes, rc, *top, *funcs); err != nil {
 		fmt.Fprintln(os.Stderr, "tollgate-wasm:", err)
 		os.Exit(1)
 	}
 }
 
-func run(pkg, out string, tags []string, sizes, names bool, top, funcs int) error {
+func run(pkg, out string, tags []string, sizes bool, rc wasmbuild.Recipe, top, funcs int) error {
 	if !sizes {
-		wasm, err := wasmbuild.Recipe{Names: names}.Build(pkg, tags...)
+		wasm, err := rc.Build(pkg, tags...)
 		if err != nil {
 			return err
 		}
@@ -64,17 +67,15 @@ func run(pkg, out string, tags []string, sizes, names bool, top, funcs int) erro
 	if err != nil {
 		return err
 	}
-	fmt.Printf("Go toolchain: %d bytes; WASI shim linked: %d bytes; jumps threaded: %d bytes; optimized: %d bytes; data packed (shipped): %d bytes\n",
-		len(st.Toolchain), len(st.Linked), len(st.Threaded), len(st.Optimized), len(st.Final))
-	fmt.Printf("Pack: %d data segments, a %d-byte image with %d bytes of line tables dropped, compressed to %d bytes\n\n",
-		st.Pack.Segments, st.Pack.Image, st.Pack.LineTables, st.Pack.Packed)
+	fmt.Printf("Go toolchain: %d bytes; WASI shim linked: %d bytes; jumps threaded: %d bytes; optimized (shipped): %d bytes\n\n",
+		len(st.Toolchain), len(st.Linked), len(st.Threaded), len(st.Optimized))
 	fmt.Println("Before the optimizer:")
 	s.Table(os.Stdout, top, funcs)
 	if out != "" {
-		if err := os.WriteFile(out, st.Final, 0o644); err != nil {
+		if err := os.WriteFile(out, st.Optimized, 0o644); err != nil {
 			return err
 		}
-		fmt.Printf("\n%s: %d bytes\n", out, len(st.Final))
+		fmt.Printf("\n%s: %d bytes\n", out, len(st.Optimized))
 	}
 	return nil
 }

@@ -1,5 +1,5 @@
 // Command traceback dies of a panic three calls deep, after garbage collections, so a
-// test can read the traceback a packed module prints.
+// test can read the traceback a built module prints.
 package main
 
 import "runtime"

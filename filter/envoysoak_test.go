@@ -1,0 +1,187 @@
+//go:build !wasip1
+
+package main
+
+import (
+	"context"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate-rl/tollgate/bench/perf"
+	"github.com/tollgate-rl/tollgate/filter/wasmtest"
+	"github.com/tollgate-rl/tollgate/internal/envoyproc"
+	"github.com/tollgate-rl/tollgate/internal/redistest"
+	"github.com/tollgate-rl/tollgate/ratelimit/store"
+)
+
+// The garbage-collection soak in real Envoy: the module built with tollgate_gcprobe
+// (gcprobe.go: every 2,000 requests a VM serves it makes 4 MiB of garbage, every
+// 20,000 it forces a collection, and it publishes what happened as stats) serves
+// soakRequests requests through each release's Envoy, run from the shipped envoy.yaml
+// (addresses, ports and paths substituted) on envoy.wasm.runtime.v8 with two workers,
+// with the real sync service on a real Redis. The sync stays on: its callouts, their
+// answers copied into the VM (proxy_on_memory_allocate) and the ticks are where the
+// module allocates on its own, so they must meet collections as in the field.
+//
+// Memory is flat when, from the first sample after soakSettled requests (and a fifth of
+// the run) to the end, each VM's memory (what Go's runtime has mapped: a wasm memory
+// only grows, so this is the linear memory's high-water mark) grows by at most
+// soakVMGrowth, and Envoy's resident memory by at most soakRSSGrowth of itself. Until
+// then memory grows as it should: every key's bucket is made, V8 tiers the module up,
+// and each VM's Go heap grows to what the soak's garbage makes it need (about 15 MB).
+const (
+	soakSamples   = 10
+	soakSettled   = 25_000
+	soakVMGrowth  = 1 << 20
+	soakRSSGrowth = 0.05
+	soakConns     = 8
+)
+
+func TestEnvoySoak(t *testing.T) {
+	n := soakRequests(t)
+	wasm := wasmtest.BuildWasmTags(t, "./filter", "tollgate_gcprobe")
+	srv, err := redistest.Launch(redistest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	svc, err := perf.StartService(store.Standalone, srv.Addrs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	backend, stop, err := perf.Backend()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	for _, rel := range envoyproc.Releases {
+		t.Run(rel, func(t *testing.T) { envoySoak(t, rel, wasm, backend, svc.Addr, n) })
+	}
+}
+
+// soakSample is the state after some requests.
+type soakSample struct {
+	requests int
+	rss      int64
+	vmMem    map[string]uint64 // per VM (tollgate_test.vm_<id>.memory_bytes)
+}
+
+func envoySoak(t *testing.T, rel string, wasm []byte, backend, sync string, n int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
+	defer cancel()
+	e, err := perf.StartEnvoy(ctx, t.TempDir(), perf.EnvoyOptions{Release: rel, Wasm: wasm, Backend: backend, Sync: sync, LogLevel: "info"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Stop()
+	stats := func() map[string]uint64 {
+		s, err := e.Stats(ctx)
+		if err != nil {
+			t.Fatalf("stats: %v", err)
+		}
+		return s
+	}
+	created0 := stats()["wasm.envoy.wasm.runtime.v8.created"]
+	paths := []string{"/orders", "/search?q=x", "/users/7", "/login"}
+	// GET only: /login's rule (POST, strict: a synchronous check per request, failing
+	// closed) stays out, so every answer is a decision from the buckets and their leases.
+	req := func(i int) *http.Request {
+		r, _ := http.NewRequest(http.MethodGet, paths[i%len(paths)], nil)
+		r.Header.Set("x-api-key", rel+"-k"+strconv.Itoa(i*7919%4000))
+		return r
+	}
+	status := map[int]int{}
+	var samples []soakSample
+	began := time.Now()
+	for s := 1; s <= soakSamples; s++ {
+		chunk := n * s / soakSamples
+		prev := n * (s - 1) / soakSamples
+		st, err := perf.Drive(ctx, e.URL, chunk-prev, soakConns, 0, func(i int) *http.Request { return req(prev + i) })
+		for k, v := range st {
+			status[k] += v
+		}
+		if err != nil {
+			t.Fatalf("after %d requests: %v\n%s", prev, err, e.LogTail(20))
+		}
+		p, err := perf.ReadProc(e.Pid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sm := soakSample{requests: chunk, rss: p.RSS, vmMem: map[string]uint64{}}
+		for k, v := range stats() {
+			if strings.HasPrefix(k, "wasmcustom.tollgate_test.vm_") {
+				sm.vmMem[k] = v
+			}
+		}
+		samples = append(samples, sm)
+	}
+	elapsed := time.Since(began)
+	end := stats()
+
+	// Collections ran in the VMs: the forced ones (each VM forces one per 20,000 of its
+	// requests, as forceGCEvery in the soak on the project's host) and the allocator's own on top.
+	cycles, forced := end["wasmcustom.tollgate_test.gc_cycles"], end["wasmcustom.tollgate_test.gc_forced"]
+	t.Logf("Envoy %s: %d requests in %v (%.0f/s), statuses %v, %d GC cycles (%d forced), VMs created %d, active %d",
+		rel, n, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), status, cycles, forced,
+		end["wasm.envoy.wasm.runtime.v8.created"], end["wasm.envoy.wasm.runtime.v8.active"])
+	if want := uint64(n/forceGCEvery) - 2; n >= 3*forceGCEvery && forced < want {
+		t.Errorf("%d forced collections, want at least %d", forced, want)
+	}
+	if cycles <= forced {
+		t.Errorf("%d GC cycles, %d forced: want collections of the allocator's own too", cycles, forced)
+	}
+
+	// No VM failed: no failure in the log, no VM created after start, and every request
+	// decided by the filter (a failed VM under FAIL_OPEN lets requests pass undecided).
+	if lines := e.VMFailureLines(); len(lines) > 0 {
+		t.Errorf("VM failures in Envoy's log:\n%s", strings.Join(lines, "\n"))
+	}
+	if c := end["wasm.envoy.wasm.runtime.v8.created"]; c != created0 {
+		t.Errorf("V8 VMs created: %d at start, %d at the end", created0, c)
+	}
+	decided := end["wasmcustom.tollgate.requests_allowed"] + end["wasmcustom.tollgate.requests_rejected"]
+	if decided != uint64(n) || status[200]+status[429] != n || status[200] == 0 || status[429] == 0 {
+		t.Errorf("decided %d of %d requests; statuses %v: want every request decided, a mix of 200 and 429 only", decided, n, status)
+	}
+
+	// Flat memory from the settled sample on.
+	settled, last := samples[len(samples)-1], samples[len(samples)-1]
+	for _, s := range samples {
+		if s.requests >= max(soakSettled, n/5) {
+			settled = s
+			break
+		}
+	}
+	var series []string
+	for _, s := range samples {
+		series = append(series, strconv.FormatInt(s.rss>>20, 10))
+	}
+	t.Logf("Envoy RSS (MiB) after each tenth: %s", strings.Join(series, " "))
+	if grow := float64(last.rss-settled.rss) / float64(settled.rss); grow > soakRSSGrowth {
+		t.Errorf("Envoy's RSS grew %.1f %% (%d → %d MiB) after %d requests, want at most %.0f %%",
+			100*grow, settled.rss>>20, last.rss>>20, settled.requests, 100*soakRSSGrowth)
+	}
+	vms := make([]string, 0, len(last.vmMem))
+	for k := range last.vmMem {
+		vms = append(vms, k)
+	}
+	sort.Strings(vms)
+	if len(vms) == 0 {
+		t.Error("no VM published its memory")
+	}
+	for _, k := range vms {
+		var ser []string
+		for _, s := range samples {
+			ser = append(ser, strconv.FormatUint(s.vmMem[k]>>10, 10))
+		}
+		t.Logf("%s (KiB) after each tenth: %s", strings.TrimPrefix(k, "wasmcustom.tollgate_test."), strings.Join(ser, " "))
+		if a, b := settled.vmMem[k], last.vmMem[k]; a == 0 || b > a+soakVMGrowth {
+			t.Errorf("%s: %d bytes after %d requests, %d at the end: want at most %d more", k, a, settled.requests, b, soakVMGrowth)
+		}
+	}
+}
