@@ -18,6 +18,7 @@ import (
 //   - report: consumption within a lease the gateway keeps (Leased, Held, Epoch), what a
 //     slow key's or a renewing key's report is;
 //   - acquire: a paused request's FlagAcquire delta on a bucket with leases out;
+//   - acquire1: the same, one delta per script call (what a paused request sends);
 //   - first: a bucket's first delta (nothing stored yet).
 //
 // Run it with
@@ -29,11 +30,14 @@ import (
 // core on a busy machine), and "cpu-us/delta", the server's whole CPU time over the run
 // (idle work included) per delta.
 func BenchmarkLuaPerDelta(b *testing.B) {
-	for _, kind := range []string{"report", "acquire", "first"} {
+	for _, kind := range []string{"report", "acquire", "acquire1", "first"} {
 		b.Run(kind, func(b *testing.B) {
 			s, _ := newStore(b, Standalone, nil)
 			ctx := context.Background()
-			const n = 100
+			n := 100
+			if kind == "acquire1" {
+				n = 1 // one acquire per script call, as a paused request sends it
+			}
 			prefix := "lc" + strconv.FormatInt(int64(b.N), 36) + kind
 			delta := func(i int) wire.Delta {
 				return wire.Delta{Key: prefix + strconv.Itoa(i), Rule: "api", Algo: uint8(algo.GCRA),
@@ -75,7 +79,7 @@ func BenchmarkLuaPerDelta(b *testing.B) {
 							held[i]--
 						}
 						d.Held = held[i]
-					case "acquire":
+					case "acquire", "acquire1":
 						d.Flags, d.Over, d.Epoch, d.ElapsedMs = wire.FlagAcquire, 1, epochs[i], 100
 					case "first":
 						d.Key += "-" + strconv.Itoa(it)

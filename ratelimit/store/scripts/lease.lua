@@ -328,12 +328,16 @@ local function apply(a)
     end
   end
 
-  -- 4. Returned stops counting; held is renewed.
+  -- 4. Returned stops counting; held is renewed as far as the bucket backs it.
   local held = 0
   if slot then
     slot_sub(math.min(returned, slot_get()))
     held = math.min(held_in, slot_get())
     slot_sub(held)
+    local short = cur + prev + held - math.max(A.available(p, st, now), 0)
+    if short > 0 then
+      held = held - math.min(held, short)
+    end
   end
   cur = cur + held
 
