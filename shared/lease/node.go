@@ -362,14 +362,14 @@ func ChargeTo(dst algo.State, r Record, p algo.Params, now, n int64, env Env) Re
 // Due reports whether r should be in the next batch: it is urgent, or a lease that was
 // used since the last report ends within renewUs (renewing keeps it), or consumption
 // that no live lease covers has waited staleUs since the last report. Consumption out
-// of a lease that is still valid waits for the lease's renewal or its low-water mark:
-// the service counts it as reserved meanwhile (the admin API's remaining counts every
-// lease as taken), so a key costs Redis one report per lease it uses up or renews, in
-// proportion to its requests, not one per staleness period. inflight is the low 32
-// bits of the seq of the batch being cut or awaiting its reply (0: none): a record that
-// batch carries is not due again (the service refuses a bucket's second delta in one
-// batch), whereas one cut into a batch that was lost is.
-func (r *Record) Due(now, staleUs, renewUs int64, inflight uint32) bool {
+// of a lease that is still valid waits for the lease's renewal or its low-water mark
+// (or staleLeasedUs, when not 0): the service counts it as reserved meanwhile (the
+// admin API's remaining counts every lease as taken), so a key costs Redis one report
+// per lease it uses up or renews, in proportion to its requests, not one per staleness
+// period. inflight is the low 32 bits of the seq of the batch being cut or awaiting its
+// reply (0: none): a record that batch carries is not due again (the service refuses a
+// bucket's second delta in one batch), whereas one cut into a batch that was lost is.
+func (r *Record) Due(now, staleUs, staleLeasedUs, renewUs int64, inflight uint32) bool {
 	if r.CutSeq != 0 && r.CutSeq == inflight {
 		return false
 	}
@@ -381,8 +381,10 @@ func (r *Record) Due(now, staleUs, renewUs int64, inflight uint32) bool {
 		return true
 	}
 	p := &r.Pending
-	covered := live && p.Over == 0 && p.Returned == 0 && p.Rejected == 0
-	return !covered && now-r.SyncedUs >= staleUs
+	if live && p.Over == 0 && p.Returned == 0 && p.Rejected == 0 {
+		return staleLeasedUs > 0 && now-r.SyncedUs >= staleLeasedUs
+	}
+	return now-r.SyncedUs >= staleUs
 }
 
 // Cut moves r's pending consumption into delta d (whose Key, Rule, Tier, Window and
