@@ -556,8 +556,18 @@ func refusedBy(now int64, st *wire.State) lease.Decision {
 }
 
 // cutAcquire makes the acquire delta d of op carry its bucket's consumption since the
-// last report (lease.CutAcquire, bounded CAS); it reports whether it did.
+// last report (lease.CutAcquire, bounded CAS) when the bucket refills its whole
+// capacity within a sync interval, and reports whether it did. Such a bucket's spent
+// leases would reserve it all until the next report; on longer windows what an acquire
+// carries changes little, and the lease renewed on it, sized by the consumption it
+// carries, when the bucket is scarcest, reserves away what other gateways' acquires
+// need (bench/sim, a client at 90 % of its limit over 8 gateways: false rejections
+// 0.13 % against 0.09 %, or with grants sized without it three times the requests held
+// for acquires).
 func (p *Plugin) cutAcquire(now int64, op *bucketOp, seq uint32, d *wire.Delta) bool {
+	if lease.RefillUs(op.params, now, op.params.Capacity()) > p.cfg.Sync.IntervalMs*1000 {
+		return false
+	}
 	for attempt := 0; attempt < maxCASAttempts; attempt++ {
 		if p.table.load(op.id, now, &op.s) != nil {
 			return false
