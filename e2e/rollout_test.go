@@ -79,9 +79,10 @@ func TestRulesRolloutLosesNothing(t *testing.T) {
 		t.Errorf("keep: only %d admitted although 750 were sent against a limit of %d", kt.OK, newLimit)
 	}
 	// Every admitted permit, before the change and after, is counted in Redis under the
-	// surviving rule once the gateways have reported (within the staleness bound).
+	// surviving rule once the gateways have reported (consumption out of a lease when
+	// the lease is renewed or ends, up to two 20 s epochs).
 	var used int64
-	if err := harness.Poll(20*time.Second, 100*time.Millisecond, func() (bool, error) {
+	if err := harness.Poll(60*time.Second, 100*time.Millisecond, func() (bool, error) {
 		b, _, err := admin.Bucket(key, "keep", 0)
 		if err != nil {
 			return false, nil

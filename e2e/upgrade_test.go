@@ -70,8 +70,8 @@ func TestRollingUpgrade(t *testing.T) {
 	allowance := float64(hotBurst) + float64(hotLimit)*span.Seconds()/60
 	admin := e.admin()
 	var acctCounted int64
-	// Consumption under a lease waits up to sync.stale_ms (10 s by default) for its
-	// report: the poll outlasts that with room for ticks delayed under load.
+	// Consumption under a lease waits for the lease's renewal or end (up to 40 s) for
+	// its report: the poll outlasts that with room for ticks delayed under load.
 	acctErr := harness.Poll(acctFlushWait, 100*time.Millisecond, func() (bool, error) {
 		b, _, err := admin.Bucket(acctKey, "acct", 0)
 		if err != nil || b == nil {

@@ -62,6 +62,11 @@ type checkRef struct {
 	op     int           // index into ops of an acquire, or -1
 	strict *rule.Applied // the strict rule (op == -1)
 	w      int
+	// cut: the acquire carries its bucket's consumption since the last report
+	// (lease.CutAcquire), sent is its delta and seq the callout's seq.
+	cut  bool
+	seq  uint32
+	sent wire.Delta
 }
 
 // OnRequestHeaders decides the request.
@@ -347,8 +352,10 @@ func (s *Stream) pause(now int64, applied []rule.Applied) Action {
 		if op.s.rec.Synced() {
 			elapsed = (now - op.s.rec.SyncedUs) / 1000
 		}
-		b.Deltas = append(b.Deltas, checkDelta(op.a, op.w, op.params, wire.FlagAcquire, elapsed))
-		st.checks = append(st.checks, checkRef{op: i})
+		d := checkDelta(op.a, op.w, op.params, wire.FlagAcquire, elapsed)
+		cut := p.cutAcquire(now, op, uint32(b.Seq), &d)
+		b.Deltas = append(b.Deltas, d)
+		st.checks = append(st.checks, checkRef{op: i, cut: cut, seq: uint32(b.Seq), sent: d})
 	}
 	body, err := wire.AppendBatch(nil, &b)
 	if err == nil {
@@ -407,6 +414,7 @@ func (s *Stream) strictFailed() {
 func (s *Stream) unavailable(now int64) Action {
 	p := s.p
 	st := s.paused
+	p.uncutAcquires(now, st)
 	for _, a := range st.strict {
 		if a.Rule.Fail == rule.FailClosed && !p.cfg.Shadowed(a) {
 			op := bucketOp{a: a}
@@ -494,7 +502,7 @@ func (s *Stream) decided(now int64, states []wire.State) Action {
 		ws := &states[i]
 		if c.op >= 0 {
 			op := &st.ops[c.op]
-			p.acquired(now, op, ws)
+			p.acquired(now, op, ws, &c)
 			if ws.Allowed() {
 				if st.done == nil {
 					st.done = map[int]struct{}{}
@@ -547,13 +555,70 @@ func refusedBy(now int64, st *wire.State) lease.Decision {
 	return d
 }
 
+// cutAcquire makes the acquire delta d of op carry its bucket's consumption since the
+// last report (lease.CutAcquire, bounded CAS) when the bucket refills its whole
+// capacity within a sync interval, and reports whether it did. Such a bucket's spent
+// leases would reserve it all until the next report; on longer windows what an acquire
+// carries changes little, and the lease renewed on it, sized by the consumption it
+// carries, when the bucket is scarcest, reserves away what other gateways' acquires
+// need (bench/sim, a client at 90 % of its limit over 8 gateways: false rejections
+// 0.13 % against 0.09 %, or with grants sized without it three times the requests held
+// for acquires).
+func (p *Plugin) cutAcquire(now int64, op *bucketOp, seq uint32, d *wire.Delta) bool {
+	if lease.RefillUs(op.params, now, op.params.Capacity()) > p.cfg.Sync.IntervalMs*1000 {
+		return false
+	}
+	for attempt := 0; attempt < maxCASAttempts; attempt++ {
+		if p.table.load(op.id, now, &op.s) != nil {
+			return false
+		}
+		rec, ok := lease.CutAcquire(op.s.rec, now, seq, d)
+		if !ok {
+			return false
+		}
+		op.s.rec = rec
+		if stored, err := p.table.store(op.id, &op.s); err != nil {
+			break
+		} else if stored {
+			return true
+		}
+	}
+	d.Leased, d.Returned, d.Held, d.Epoch = 0, 0, 0, 0
+	return false
+}
+
+// uncutAcquires gives the consumption the paused request's acquires carried back to
+// their records (lease.UncutAcquire): they got no answer, and the next batch reports it.
+func (p *Plugin) uncutAcquires(now int64, st *pausedState) {
+	for i := range st.checks {
+		c := &st.checks[i]
+		if !c.cut {
+			continue
+		}
+		c.cut = false
+		op := &st.ops[c.op]
+		for attempt := 0; attempt < maxCASAttempts; attempt++ {
+			if p.table.load(op.id, now, &op.s) != nil {
+				break
+			}
+			op.s.rec = lease.UncutAcquire(op.s.rec, &c.sent, c.seq)
+			if ok, err := p.table.store(op.id, &op.s); err != nil || ok {
+				break
+			}
+		}
+	}
+}
+
 // acquired folds an acquire's answer into the bucket's record (bounded CAS).
-func (p *Plugin) acquired(now int64, op *bucketOp, st *wire.State) {
+func (p *Plugin) acquired(now int64, op *bucketOp, st *wire.State, c *checkRef) {
 	for attempt := 0; attempt < maxCASAttempts; attempt++ {
 		if p.table.load(op.id, now, &op.s) != nil {
 			return
 		}
 		rec := lease.ApplyAcquire(op.s.rec, st, now)
+		if c.cut {
+			rec = lease.ApplyAcquireCut(op.s.rec, st, &c.sent, c.seq, now)
+		}
 		rec.LeaseUntilUs = min(rec.LeaseUntilUs, now+p.cfg.Sync.LeaseTTLMs*1000)
 		if st.Allowed() {
 			rec = lease.Acquired(rec, op.params, now, op.a.Cost)

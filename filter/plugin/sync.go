@@ -358,7 +358,7 @@ func (s *syncer) cutSlot(now int64, n uint32, seq uint32) (wire.Delta, string, b
 			return wire.Delta{}, "", false
 		}
 		rec := &s.p.scratch
-		if !rec.Due(now, s.staleUs(), renewUs, seq) { // not twice in one batch
+		if !rec.Due(now, s.staleUs(), s.cfg().StaleLeasedMs*1000, renewUs, seq) { // not twice in one batch
 			return wire.Delta{}, "", false
 		}
 		ruleID, w, tier, ck, ok := parseBucketID(id)

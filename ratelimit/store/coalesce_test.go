@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -179,5 +181,59 @@ func TestCoalescedChecksGetTheirOwnAnswers(t *testing.T) {
 				t.Error(err)
 			}
 		})
+	}
+}
+
+// TestCoalescedChecksShareScriptCalls: checks that join one pipeline also share script
+// calls, up to maxPerCall deltas each (a call costs Redis about as much again as the
+// deltas it carries).
+func TestCoalescedChecksShareScriptCalls(t *testing.T) {
+	const checks = maxPerCall + 20
+	s, _ := clockedStore(t, Standalone, nil)
+	key := uniq("share")
+	release := hold(t, s, nodeOf(t, s, key))
+	calls := func() int64 {
+		info, err := s.rdb.Info(context.Background(), "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:calls="); ok {
+				n, _ := strconv.ParseInt(v[:strings.IndexByte(v, ',')], 10, 64)
+				return n
+			}
+		}
+		return 0
+	}
+	before := calls()
+	var wg sync.WaitGroup
+	admitted := make(chan bool, checks)
+	for range checks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := s.Apply(context.Background(), strictCheck(key, 1000), Options{})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			admitted <- out.States[0].Allowed()
+		}()
+	}
+	release(checks)
+	wg.Wait()
+	close(admitted)
+	n := 0
+	for ok := range admitted {
+		if ok {
+			n++
+		}
+	}
+	if n != checks {
+		t.Errorf("%d of %d admitted", n, checks)
+	}
+	// the held check's own call, then the queued ones in two calls
+	if got := calls() - before; got != 3 {
+		t.Errorf("%d checks took %d script calls, want 3", checks, got)
 	}
 }

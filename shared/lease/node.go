@@ -46,6 +46,10 @@ type Record struct {
 	// report, until its reply is applied (0: none in flight). A reply's lease is applied
 	// only to a record whose CutSeq it matches, and only once.
 	CutSeq uint32
+	// ParamsTag is ParamsTag of the rule parameters the last decision used (0: not known,
+	// a record of an earlier version): a lease used under other parameters is given back
+	// at the first decision under new ones.
+	ParamsTag uint32
 	// Pending is consumption not yet cut into a batch.
 	Pending Pending
 	// Urgent asks for a report at the next sync: a lease at its low water or near its
@@ -146,6 +150,18 @@ func DecideIn(dst algo.State, r *Record, p algo.Params, now, cost int64, env Env
 		decideLocal(dst, r, p, now, cost, &d)
 		return d
 	}
+	if tag := ParamsTag(p); r.ParamsTag != tag {
+		if r.ParamsTag != 0 && r.LeaseLeft > 0 {
+			// The rule changed since the lease was used: it was granted under other
+			// parameters, which a lowered limit may no longer back. It goes back, and the
+			// service decides under the new ones (RATIONALE.md §3, rule changes).
+			d.Returned = r.LeaseLeft
+			r.Pending.Returned += r.LeaseLeft
+			r.LeaseLeft = 0
+			urgent(r, &d)
+		}
+		r.ParamsTag = tag
+	}
 	if r.LeaseLeft > 0 && now >= r.LeaseUntilUs {
 		// The service will reclaim (or has reclaimed) this lease: stop using it and say so.
 		d.Returned = r.LeaseLeft
@@ -199,6 +215,15 @@ func DecideIn(dst algo.State, r *Record, p algo.Params, now, cost int64, env Env
 	// together admit more than it holds (RATIONALE.md §2).
 	d.Acquire = true
 	return d
+}
+
+// ParamsTag is a 32-bit digest of p, never 0 (Record.ParamsTag).
+func ParamsTag(p algo.Params) uint32 {
+	h := uint64(14695981039346656037) // FNV-1a offset basis, over the four values
+	for _, v := range [...]uint64{uint64(p.Kind), uint64(p.Limit), uint64(p.WindowUs), uint64(p.Burst)} {
+		h = (h ^ v) * 1099511628211
+	}
+	return uint32(h^h>>32) | 1
 }
 
 // RefillUs is how long bucket p takes, from now, to give back n permits at its steady
@@ -334,21 +359,32 @@ func ChargeTo(dst algo.State, r Record, p algo.Params, now, n int64, env Env) Re
 	return r
 }
 
-// Due reports whether r should be in the next batch: it is urgent, or consumption has
-// waited staleUs since the last report, or a lease that was used since the last report
-// ends within renewUs (renewing keeps it). inflight is the low 32 bits of the seq of
-// the batch being cut or awaiting its reply (0: none): a record that batch carries is
-// not due again (the service refuses a bucket's second delta in one batch), whereas
-// one cut into a batch that was lost is.
-func (r *Record) Due(now, staleUs, renewUs int64, inflight uint32) bool {
+// Due reports whether r should be in the next batch: it is urgent, or a lease that was
+// used since the last report ends within renewUs (renewing keeps it), or consumption
+// that no live lease covers has waited staleUs since the last report. Consumption out
+// of a lease that is still valid waits for the lease's renewal or its low-water mark
+// (or staleLeasedUs, when not 0): the service counts it as reserved meanwhile (the
+// admin API's remaining counts every lease as taken), so a key costs Redis one report
+// per lease it uses up or renews, in proportion to its requests, not one per staleness
+// period. inflight is the low 32 bits of the seq of the batch being cut or awaiting its
+// reply (0: none): a record that batch carries is not due again (the service refuses a
+// bucket's second delta in one batch), whereas one cut into a batch that was lost is.
+func (r *Record) Due(now, staleUs, staleLeasedUs, renewUs int64, inflight uint32) bool {
 	if r.CutSeq != 0 && r.CutSeq == inflight {
 		return false
 	}
+	live := r.LeaseLeft > 0 && now < r.LeaseUntilUs
 	if r.Pending.empty() {
-		return r.LeaseLeft > 0 && r.UsedUs > r.SyncedUs && r.LeaseUntilUs-now <= renewUs
+		return live && r.UsedUs > r.SyncedUs && r.LeaseUntilUs-now <= renewUs
 	}
-	return r.Urgent || !r.Synced() || now-r.SyncedUs >= staleUs ||
-		(r.LeaseLeft > 0 && r.LeaseUntilUs-now <= renewUs)
+	if r.Urgent || !r.Synced() || (r.LeaseLeft > 0 && r.LeaseUntilUs-now <= renewUs) {
+		return true
+	}
+	p := &r.Pending
+	if live && p.Over == 0 && p.Returned == 0 && p.Rejected == 0 {
+		return staleLeasedUs > 0 && now-r.SyncedUs >= staleLeasedUs
+	}
+	return now-r.SyncedUs >= staleUs
 }
 
 // Cut moves r's pending consumption into delta d (whose Key, Rule, Tier, Window and
@@ -418,6 +454,13 @@ func ApplyReply(r Record, s *wire.State, sent *wire.Delta, seq uint32, now int64
 		r, _ = r.overwrite(s, now, false)
 		return r, 0
 	}
+	r.applyLease(s, sent, now)
+	return r.overwrite(s, now, true)
+}
+
+// applyLease folds the lease part of the reply s to the delta sent, which carried r's
+// lease (sent.Held) when it was cut, into r, and clears the cut.
+func (r *Record) applyLease(s *wire.State, sent *wire.Delta, now int64) {
 	r.CutSeq = 0
 	held := int64(sent.Held)
 	acquired := max(0, r.LeaseLeft-held+r.Pending.Leased) // granted by acquires since the cut
@@ -434,7 +477,75 @@ func ApplyReply(r Record, s *wire.State, sent *wire.Delta, seq uint32, now int64
 	}
 	r.LowWater = int64(s.LowWater)
 	r.SyncedUs = now
-	return r.overwrite(s, now, true)
+}
+
+// CutAcquire makes the acquire delta d (FlagAcquire, Over the cost asked for) carry
+// what r consumed out of its lease since its last report, the lease it gave back and
+// the lease it still holds, as a batch's delta would, and returns the record to store
+// with the cut marked by seq (the acquire batch's, low 32 bits). The service then
+// charges that consumption and frees its reservation before it decides the acquire:
+// otherwise a bucket that refills faster than gateways report stays reserved by
+// leases already spent, and the acquire is refused although the bucket is full
+// (RATIONALE.md §3). It cuts nothing (false) when a batch carrying r is in flight or
+// r has nothing to carry. The answer is applied with ApplyAcquireCut; an acquire that
+// got no answer gives the consumption back with UncutAcquire, to be reported with the
+// next batch.
+func CutAcquire(r Record, now int64, seq uint32, d *wire.Delta) (Record, bool) {
+	live := r.LeaseLeft > 0 && now < r.LeaseUntilUs
+	pd := &r.Pending
+	if r.CutSeq != 0 || !r.Synced() || (pd.Leased == 0 && pd.Returned == 0 && r.LeaseLeft <= 0) {
+		return r, false
+	}
+	if r.LeaseLeft > 0 && !live {
+		// The lease ended (Decide gives it back at the request that finds it ended, but
+		// the acquiring decision was not stored): it goes back with the acquire, so the
+		// answer's lease is not added to what is left of it.
+		pd.Returned += r.LeaseLeft
+		r.LeaseLeft = 0
+	}
+	d.Leased, d.Returned = clampU32(pd.Leased), clampU32(pd.Returned)
+	d.Held, d.Epoch = 0, r.LeaseEpoch
+	if live {
+		d.Held = clampU32(r.LeaseLeft)
+	}
+	pd.Leased, pd.Returned = 0, 0
+	if seq == 0 {
+		seq = 1
+	}
+	r.CutSeq = seq
+	return r, true
+}
+
+// UncutAcquire gives the consumption an unanswered acquire carried (CutAcquire) back
+// to r's pending, to be reported with the next batch. The acquire may have been applied
+// with its answer lost: the consumption is then charged twice, which refuses early,
+// never admits more.
+func UncutAcquire(r Record, d *wire.Delta, seq uint32) Record {
+	if seq == 0 {
+		seq = 1
+	}
+	if r.CutSeq != seq {
+		return r
+	}
+	r.CutSeq = 0
+	r.Pending.Leased += int64(d.Leased)
+	r.Pending.Returned += int64(d.Returned)
+	return r
+}
+
+// ApplyAcquireCut is ApplyAcquire for an acquire that carried r's lease (CutAcquire
+// with seq): the lease part of s — what the service still reserves of the lease sent
+// and the grant — is applied as a batch reply's is (ApplyReply).
+func ApplyAcquireCut(r Record, s *wire.State, sent *wire.Delta, seq uint32, now int64) Record {
+	if seq == 0 {
+		seq = 1
+	}
+	if r.CutSeq != seq {
+		return ApplyAcquire(r, s, now)
+	}
+	r.applyLease(s, sent, now)
+	r, _ = r.overwrite(s, now, false)
+	return r
 }
 
 // ApplyAcquire folds the answer to an acquire (a paused request's FlagAcquire delta)
@@ -519,10 +630,10 @@ func (r *Record) Idle(now, idleUs int64) bool {
 // LastSeen is the last time anything happened to r (for least-recently-used eviction).
 func (r *Record) LastSeen() int64 { return max(r.SyncedUs, r.AnnouncedUs, r.UsedUs) }
 
-// Encoding: a fixed 61-byte header, six uvarints (LowWater and the pending counts), then
+// Encoding: a fixed 65-byte header, six uvarints (LowWater and the pending counts), then
 // the algorithm state (13 or 17 bytes for every algorithm but the sliding window log):
 //
-//	0      version (4)
+//	0      version (5)
 //	1      flags (bit 0 synced, 1 used, 3 urgent, 4 pending degraded)
 //	2      penalty level
 //	3..11  base (int64 µs): UsedUs, or the earliest time set when never used; the
@@ -537,21 +648,24 @@ func (r *Record) LastSeen() int64 { return max(r.SyncedUs, r.AnnouncedUs, r.Used
 //	       local token bucket's (up to algo.MaxRefillUs, 17.8 years) saturate at 17 years.
 //	41..45 LeaseLeft, 45..49 GlobalRemaining (int32, saturated; a bucket holds at most
 //	       algo.MaxBurst, below 2^31)
-//	49..53 ServerMs, 53..57 LeaseEpoch, 57..61 CutSeq (uint32)
-//	61..   uvarints LowWater, Pending.Leased, Over, Returned, Rejected, Early; then the
+//	49..53 ServerMs, 53..57 LeaseEpoch, 57..61 CutSeq, 61..65 ParamsTag (uint32)
+//	65..   uvarints LowWater, Pending.Leased, Over, Returned, Rejected, Early; then the
 //	       algorithm state (the rest of the value)
 //
-// Version 3 (the same with 32-bit relative times, ±24 days, and a 55-byte header) still
-// decodes, so records written before an upgrade keep their leases and pending counts.
+// Versions 4 (the same without ParamsTag, a 61-byte header) and 3 (also with 32-bit
+// relative times, ±24 days, and a 55-byte header) still decode, with ParamsTag 0, so
+// records written before an upgrade keep their leases and pending counts.
 const (
-	recordVersion = 4
-	headerSize    = 61
+	recordVersion = 5
+	headerSize    = 65
 	relSize       = 5 // bytes of one relative time
 	flagSynced    = 1
 	flagUsed      = 2
 	flagUrgent    = 8
 	flagDegraded  = 16
 
+	recordVersion4 = 4
+	headerSize4    = 61
 	recordVersion3 = 3
 	headerSize3    = 55
 )
@@ -559,11 +673,13 @@ const (
 // recordLayout is where a version's header keeps the fields after base.
 type recordLayout struct {
 	header, relSize, rel, leaseLeft, global, serverMs, leaseEpoch, cutSeq int
+	paramsTag                                                             int // -1: none
 }
 
 var (
-	layout4 = recordLayout{header: headerSize, relSize: relSize, rel: 11, leaseLeft: 41, global: 45, serverMs: 49, leaseEpoch: 53, cutSeq: 57}
-	layout3 = recordLayout{header: headerSize3, relSize: 4, rel: 11, leaseLeft: 35, global: 39, serverMs: 43, leaseEpoch: 47, cutSeq: 51}
+	layout5 = recordLayout{header: headerSize, relSize: relSize, rel: 11, leaseLeft: 41, global: 45, serverMs: 49, leaseEpoch: 53, cutSeq: 57, paramsTag: 61}
+	layout4 = recordLayout{header: headerSize4, relSize: relSize, rel: 11, leaseLeft: 41, global: 45, serverMs: 49, leaseEpoch: 53, cutSeq: 57, paramsTag: -1}
+	layout3 = recordLayout{header: headerSize3, relSize: 4, rel: 11, leaseLeft: 35, global: 39, serverMs: 43, leaseEpoch: 47, cutSeq: 51, paramsTag: -1}
 )
 
 // MaxRecordSize bounds the encoded size for the fixed-size algorithms (counts below
@@ -599,7 +715,7 @@ func AppendRecord(dst []byte, r *Record) []byte {
 	}
 	h[2] = r.PenaltyLevel
 	binary.LittleEndian.PutUint64(h[3:], uint64(base))
-	l := &layout4
+	l := &layout5
 	for i, rel := range [...]struct {
 		t  int64
 		up bool
@@ -611,6 +727,7 @@ func AppendRecord(dst []byte, r *Record) []byte {
 	binary.LittleEndian.PutUint32(h[l.serverMs:], r.ServerMs)
 	binary.LittleEndian.PutUint32(h[l.leaseEpoch:], r.LeaseEpoch)
 	binary.LittleEndian.PutUint32(h[l.cutSeq:], r.CutSeq)
+	binary.LittleEndian.PutUint32(h[l.paramsTag:], r.ParamsTag)
 	dst = append(dst, h[:]...)
 	for _, v := range [...]int64{r.LowWater, r.Pending.Leased, r.Pending.Over, r.Pending.Returned, r.Pending.Rejected, r.Pending.Early} {
 		dst = binary.AppendUvarint(dst, uint64(max(v, 0)))
@@ -623,6 +740,8 @@ func DecodeRecord(data []byte, r *Record) error {
 	var l *recordLayout
 	switch {
 	case len(data) >= headerSize && data[0] == recordVersion:
+		l = &layout5
+	case len(data) >= headerSize4 && data[0] == recordVersion4:
 		l = &layout4
 	case len(data) >= headerSize3 && data[0] == recordVersion3:
 		l = &layout3
@@ -661,6 +780,10 @@ func DecodeRecord(data []byte, r *Record) error {
 	r.ServerMs = binary.LittleEndian.Uint32(data[l.serverMs:])
 	r.LeaseEpoch = binary.LittleEndian.Uint32(data[l.leaseEpoch:])
 	r.CutSeq = binary.LittleEndian.Uint32(data[l.cutSeq:])
+	r.ParamsTag = 0
+	if l.paramsTag >= 0 {
+		r.ParamsTag = binary.LittleEndian.Uint32(data[l.paramsTag:])
+	}
 	r.Urgent = f&flagUrgent != 0
 	r.LowWater = vals[0]
 	r.Pending = Pending{Leased: vals[1], Over: vals[2], Returned: vals[3], Rejected: vals[4], Early: vals[5], Degraded: f&flagDegraded != 0}

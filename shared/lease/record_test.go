@@ -143,7 +143,7 @@ func appendRecordV3(r *Record) []byte {
 		binary.LittleEndian.PutUint32(h[11+i*4:], uint32(int32(v)))
 	}
 	copy(h[35:55], b[41:61])
-	return append(h, b[61:]...)
+	return append(h, b[headerSize:]...)
 }
 
 // TestRecordVersion3Decodes: records written in version 3 decode with every field, so
@@ -171,5 +171,68 @@ func TestRecordVersion3Decodes(t *testing.T) {
 		if err := DecodeRecord(bad, &got); err == nil {
 			t.Errorf("%x decoded", bad)
 		}
+	}
+}
+
+// TestRecordVersion4Decodes: records written in version 4 (no ParamsTag) decode with
+// every other field and ParamsTag 0, which the first decision adopts without giving
+// the lease back.
+func TestRecordVersion4Decodes(t *testing.T) {
+	const now = 1_700_000_000_000_000
+	p := algo.Params{Kind: algo.GCRA, Limit: 10, WindowUs: 1_000_000}
+	r := Record{
+		Local: algo.Take(p, nil, now, 3), LeaseLeft: 12, LeaseEpoch: 9, LeaseUntilUs: now + 20_000*msUs,
+		LowWater: 3, SyncedUs: now - 5*msUs, ServerMs: 77, UsedUs: now, CutSeq: 5, ParamsTag: ParamsTag(p),
+		Pending: Pending{Leased: 4, Rejected: 1},
+	}
+	b := AppendRecord(nil, &r)
+	v4 := append(append([]byte{recordVersion4}, b[1:headerSize4]...), b[headerSize:]...)
+	var got Record
+	if err := DecodeRecord(v4, &got); err != nil {
+		t.Fatalf("decode: %v", err)
+	}
+	want := r
+	want.ParamsTag = 0
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("decoded\n%+v\nwant\n%+v", got, want)
+	}
+	_, d := Decide(got, p, now+msUs, 1, Env{Sync: true, Healthy: true})
+	if !d.Allowed || d.Returned != 0 {
+		t.Errorf("first decision on a version 4 record: %+v, want admitted from the lease", d)
+	}
+}
+
+// A lease used under one rule is given back at the first decision under changed
+// parameters (a lowered limit may no longer back it): the request asks the service,
+// which decides under the new rule. Unchanged parameters keep it.
+func TestLeaseGivenBackWhenTheRuleChanges(t *testing.T) {
+	const now = 1_700_000_000_000_000
+	old := algo.Params{Kind: algo.FixedWindow, Limit: 1000, WindowUs: 3_600_000_000}
+	env := Env{Sync: true, Healthy: true}
+	r := Record{LeaseLeft: 50, LeaseEpoch: 3, LeaseUntilUs: now + 10_000*msUs, SyncedUs: now - msUs, GlobalRemaining: 100}
+	r, d := Decide(r, old, now, 1, env)
+	if !d.Allowed || r.LeaseLeft != 49 {
+		t.Fatalf("under the old rule: %+v, lease %d", d, r.LeaseLeft)
+	}
+	for _, c := range []struct {
+		name    string
+		p       algo.Params
+		keeps   bool
+		acquire bool
+	}{
+		{"same rule", old, true, false},
+		{"limit lowered", algo.Params{Kind: algo.FixedWindow, Limit: 600, WindowUs: 3_600_000_000}, false, true},
+		{"window changed", algo.Params{Kind: algo.FixedWindow, Limit: 1000, WindowUs: 60_000_000}, false, true},
+		{"algorithm changed", algo.Params{Kind: algo.GCRA, Limit: 1000, WindowUs: 3_600_000_000}, false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, d := Decide(r, c.p, now+msUs, 1, env)
+			if c.keeps != (d.Returned == 0) || d.Acquire != c.acquire {
+				t.Fatalf("decision %+v; want lease kept %v, acquire %v", d, c.keeps, c.acquire)
+			}
+			if !c.keeps && (got.LeaseLeft != 0 || got.Pending.Returned != 49 || !got.Urgent || got.ParamsTag != ParamsTag(c.p)) {
+				t.Fatalf("record %+v: want the lease returned, urgent, the new tag", got)
+			}
+		})
 	}
 }

@@ -409,12 +409,19 @@ func Sync(b *Bucket, pen *Penalty, d *wire.Delta, now int64, cfg SyncConfig) Syn
 	}
 
 	// 4. Returned lease stops counting; the lease the gateway keeps is renewed (moved to
-	// this epoch).
+	// this epoch), as far as the bucket can still back it: when the leases outstanding
+	// exceed what the bucket holds (its rule's limit was lowered, or consumption beyond
+	// every lease put it into debt), the renewal gives up the difference, so a lowered
+	// limit caps the leases out at each gateway's next report.
 	if slot != nil {
 		*slot -= min(int64(d.Returned), *slot)
-		r.Held = min(int64(d.Held), *slot)
-		*slot -= r.Held
-		b.Leases.Cur += r.Held
+		h := min(int64(d.Held), *slot)
+		*slot -= h
+		if short := b.Leases.Outstanding() + h - max(algo.Available(p, st, now), 0); short > 0 {
+			h -= min(h, short)
+		}
+		r.Held = h
+		b.Leases.Cur += h
 	}
 
 	// 5. Demand: the gateway's over the interval it reports, the bucket's over this

@@ -67,21 +67,25 @@ type Config struct {
 
 // Sync is the filter's sync-service settings.
 type Sync struct {
-	Cluster         string // Envoy cluster name of the service (empty: sync disabled, local only)
-	Authority       string // :authority for callouts (default: Cluster)
-	Secret          string // shared secret sent as "authorization: Bearer <secret>"
-	Node            string // gateway id (default: random at start)
-	IntervalMs      int64  // tick (default 100)
-	TimeoutMs       int64  // callout timeout (default 250)
-	LeaseTTLMs      int64  // longest a lease is used, whatever validity the service grants (default 60000)
-	StaleMs         int64  // longest consumption waits unreported (default 10000)
-	MaxBatch        int64  // deltas per callout (default 1000, max wire.MaxDeltas)
-	MaxPending      int64  // urgent buckets queued per worker between ticks (default 10000; beyond, the staleness scan finds them)
-	ExpectedNodes   int64  // fleet size assumed before the first reply (default 1)
-	BreakerFailures int64  // consecutive failed syncs that open the breaker (default 3)
-	BreakerOpenMs   int64  // longest backoff between syncs while failing (default 1000)
-	IdleTTLMs       int64  // buckets idle this long are dropped from shared data (default 120000)
-	TableSlots      int64  // shared-data slots for buckets: memory is bounded by them (default 65536)
+	Cluster    string // Envoy cluster name of the service (empty: sync disabled, local only)
+	Authority  string // :authority for callouts (default: Cluster)
+	Secret     string // shared secret sent as "authorization: Bearer <secret>"
+	Node       string // gateway id (default: random at start)
+	IntervalMs int64  // tick (default 100)
+	TimeoutMs  int64  // callout timeout (default 250)
+	LeaseTTLMs int64  // longest a lease is used, whatever validity the service grants (default 60000)
+	StaleMs    int64  // longest consumption no valid lease covers waits unreported (default 10000)
+	// StaleLeasedMs is the longest consumption out of a valid lease waits unreported: 0
+	// (the default) until the lease's renewal or low-water mark, which the service counts
+	// as reserved meanwhile; stale_ms written in the configuration sets it too.
+	StaleLeasedMs   int64
+	MaxBatch        int64 // deltas per callout (default 1000, max wire.MaxDeltas)
+	MaxPending      int64 // urgent buckets queued per worker between ticks (default 10000; beyond, the staleness scan finds them)
+	ExpectedNodes   int64 // fleet size assumed before the first reply (default 1)
+	BreakerFailures int64 // consecutive failed syncs that open the breaker (default 3)
+	BreakerOpenMs   int64 // longest backoff between syncs while failing (default 1000)
+	IdleTTLMs       int64 // buckets idle this long are dropped from shared data (default 120000)
+	TableSlots      int64 // shared-data slots for buckets: memory is bounded by them (default 65536)
 }
 
 // Telemetry is what the filter reports per decision. Both default to on; an operator

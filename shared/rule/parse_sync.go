@@ -71,5 +71,10 @@ func parseSync(path string, v gjson.Result) (Sync, error) {
 	if s.StaleMs < s.IntervalMs {
 		return s, fieldError(o.at("stale_ms"), "must be >= sync.interval_ms ("+itoa(s.IntervalMs)+"), got "+itoa(s.StaleMs))
 	}
+	if o.get("stale_ms").Exists() {
+		// A configuration that bounds staleness asks for that freshness of usage in the
+		// admin API, leases or not (RATIONALE.md §2).
+		s.StaleLeasedMs = s.StaleMs
+	}
 	return s, nil
 }

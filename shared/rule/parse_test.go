@@ -523,3 +523,24 @@ func TestParseUTCOffset(t *testing.T) {
 		})
 	}
 }
+
+// Consumption out of a valid lease waits for the lease's renewal unless the
+// configuration writes stale_ms, which then bounds it too.
+func TestParseStaleLeased(t *testing.T) {
+	for _, c := range []struct {
+		sync       string
+		stale, lsd int64
+	}{
+		{`{"cluster":"c"}`, 10000, 0},
+		{`{"cluster":"c","stale_ms":200}`, 200, 200},
+		{`{"cluster":"c","stale_ms":10000}`, 10000, 10000},
+	} {
+		cfg, err := Parse([]byte(`{"sync":` + c.sync + `,"rules":[{"id":"a","limit":1,"window":"1s"}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Sync.StaleMs != c.stale || cfg.Sync.StaleLeasedMs != c.lsd {
+			t.Errorf("%s: stale_ms %d, leased %d; want %d, %d", c.sync, cfg.Sync.StaleMs, cfg.Sync.StaleLeasedMs, c.stale, c.lsd)
+		}
+	}
+}

@@ -27,14 +27,20 @@
 -- ARGV[8] min_elapsed_ms  ARGV[9] valid_margin_ms  ARGV[10] penalty_base_us
 -- ARGV[11] penalty_max_us
 -- ARGV[12] now_us: TESTS ONLY, overrides TIME when non-empty (production sends '')
--- ARGV[13+16(i-1) ..] delta i: bucket key, penalty key, kind, flags (1 strict,
---               4 degraded, 8 acquire, 128 no lease: set by the service only),
---               leased, over, returned, held, rejected, early, epoch, elapsed_ms,
---               limit, window_us, burst, capacity
+-- ARGV[13+3(i-1) ..] delta i: bucket key, penalty key, then the delta's numbers packed
+--               little-endian as DELTA below (Go store.packDelta): kind u8, flags u8
+--               (1 strict, 4 degraded, 8 acquire, 128 no lease: set by the service
+--               only), leased, over, returned, held, rejected, early, epoch, elapsed_ms,
+--               limit (u32 each), window_us (double), burst, capacity (u32). One string
+--               instead of fourteen arguments: Redis makes an object of every argument
+--               and the script a number of every string, which cost more than the
+--               delta's arithmetic.
 --
--- Returns {now_us, then per delta i: replay, allowed, remaining, grant, held, epoch,
---          valid_us, low_water, reset_in_us, retry_in_us, penalty_in_us, penalty_level,
---          overshoot, reclaimed, clamped, excess}
+-- Returns {now_us, results}: results packs, per delta i, sixteen little-endian doubles
+-- (RESULT below, Go store.parseResults): replay, allowed, remaining, grant, held, epoch,
+-- valid_us, low_water, reset_in_us, retry_in_us, penalty_in_us, penalty_level,
+-- overshoot, reclaimed, clamped, excess. Every value is an integer below 2^53, exact in
+-- a double; one string instead of 16 integers per delta for the same reason.
 --
 -- All arithmetic is on integers below 2^53 (exact in doubles) and every number written
 -- to Redis goes through istr: Redis would otherwise format large numbers in exponent form.
@@ -51,7 +57,11 @@ else
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local U32 = 4294967296
-local NRES = 16
+local DELTA = '<BBI4I4I4I4I4I4I4I4I4dI4I4'
+local RESULT = '<dddddddddddddddd'
+-- the idempotency record's lease fields per delta: grant, held, epoch, valid_us, low
+local SAVED = '<I4I4I4dI4'
+local SAVED_LEN = 24
 
 local function istr(x)
   return string.format('%d', x)
@@ -158,32 +168,19 @@ local function cooldown(level)
   return c
 end
 
-local out = {now}
-
-local function put(r)
-  for k = 1, NRES do
-    out[#out + 1] = r[k]
-  end
-end
-
-local NARG = 16
+local NARG = 3
 
 local function apply(a)
   local bkey, pkey = ARGV[a], ARGV[a + 1]
-  a = a + 2
-  local A = ALGOS[tonumber(ARGV[a])]
-  local flags = tonumber(ARGV[a + 1])
+  local kind, flags, leased, over, returned, held_in, rejected, early, depoch, elapsed, limit, window_us, burst, capacity =
+    struct.unpack(DELTA, ARGV[a + 2])
+  local A = ALGOS[kind]
   local strict_only = flags % 2 == 1
   local degraded = math.floor(flags / 4) % 2 == 1
   local acquire = math.floor(flags / 8) % 2 == 1
-  local nolease = math.floor(flags / 128) % 2 == 1
+  local nolease = flags >= 128
   local strict = strict_only or acquire
-  local leased, over, returned = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
-  local held_in, rejected, early = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7])
-  local depoch, elapsed = tonumber(ARGV[a + 8]), tonumber(ARGV[a + 9])
-  local p = {limit = tonumber(ARGV[a + 10]), window_us = tonumber(ARGV[a + 11]), burst = tonumber(ARGV[a + 12])}
-  local capacity = tonumber(ARGV[a + 13])
-  local kind = tonumber(ARGV[a])
+  local p = {limit = limit, window_us = window_us, burst = burst}
   local win = kind == 3 or kind == 4 or kind == 5
 
   local epoch, cur, prev, dcur, dprev, st = parse_value(redis.call('GET', bkey))
@@ -331,12 +328,16 @@ local function apply(a)
     end
   end
 
-  -- 4. Returned stops counting; held is renewed.
+  -- 4. Returned stops counting; held is renewed as far as the bucket backs it.
   local held = 0
   if slot then
     slot_sub(math.min(returned, slot_get()))
     held = math.min(held_in, slot_get())
     slot_sub(held)
+    local short = cur + prev + held - math.max(A.available(p, st, now), 0)
+    if short > 0 then
+      held = held - math.min(held, short)
+    end
   end
   cur = cur + held
 
@@ -425,46 +426,60 @@ local function apply(a)
   if pen_us < 0 then
     pen_us = 0
   end
-  return {0, allowed, remaining, grant, held, epoch, valid, low, reset, retry, pen_us, plevel, overshoot, reclaimed, clamped, excess}
+  return struct.pack(RESULT, 0, allowed, remaining, grant, held, epoch, valid, low, reset, retry, pen_us, plevel, overshoot, reclaimed, clamped, excess),
+    struct.pack(SAVED, grant, held, epoch, valid, low)
 end
 
+-- The idempotency record is "<seq>;<now>;" and SAVED per delta (binary). Records
+-- written before the fields were packed, "<seq>:<now>:<fields, comma-separated>", are
+-- still read, so a replay across an upgrade answers what was granted.
+local n = (#ARGV - 12) / NARG
 if dfield ~= '' then
   local rec = redis.call('HGET', KEYS[1], dfield)
   if rec then
-    local s1 = string.find(rec, ':', 1, true)
+    local s1 = string.find(rec, '[:;]')
     local rseq = string.sub(rec, 1, s1 - 1)
     if not newer(seq, rseq) then
       -- Replay: answer what the first call granted, at its time, with the current
       -- state of nothing else (a replayed reply only hands over a lost grant).
-      local s2 = string.find(rec, ':', s1 + 1, true)
+      local sep = string.sub(rec, s1, s1)
+      local s2 = string.find(rec, sep, s1 + 1, true)
       local t0 = tonumber(string.sub(rec, s1 + 1, s2 - 1))
-      out[1] = t0
       local vals = {}
-      for x in string.gmatch(string.sub(rec, s2 + 1), '[^,]+') do
-        vals[#vals + 1] = tonumber(x)
+      if sep == ':' then
+        for x in string.gmatch(string.sub(rec, s2 + 1), '[^,]+') do
+          vals[#vals + 1] = tonumber(x)
+        end
+      else
+        for i = 1, n do
+          local at = s2 + 1 + (i - 1) * SAVED_LEN
+          if at + SAVED_LEN - 1 <= #rec then
+            local g, h, e, v, l = struct.unpack(SAVED, rec, at)
+            local b = (i - 1) * 5
+            vals[b + 1], vals[b + 2], vals[b + 3], vals[b + 4], vals[b + 5] = g, h, e, v, l
+          end
+        end
       end
-      local n = (#ARGV - 12) / NARG
+      local res = {}
       for i = 1, n do
-        local r = {1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+        local g, h, e, v, l = 0, 0, 0, 0, 0
         if rseq == seq then
           local b = (i - 1) * 5
-          r[4], r[5], r[6], r[7], r[8] = vals[b + 1] or 0, vals[b + 2] or 0, vals[b + 3] or 0, vals[b + 4] or 0, vals[b + 5] or 0
+          g, h, e, v, l = vals[b + 1] or 0, vals[b + 2] or 0, vals[b + 3] or 0, vals[b + 4] or 0, vals[b + 5] or 0
         end
-        put(r)
+        res[i] = struct.pack(RESULT, 1, 1, 0, g, h, e, v, l, 0, 0, 0, 0, 0, 0, 0, 0)
       end
-      return out
+      return {t0, table.concat(res)}
     end
   end
 end
 
-local saved = {}
-for i = 1, (#ARGV - 12) / NARG do
-  local r = apply(13 + NARG * (i - 1))
-  put(r)
-  saved[#saved + 1] = istr(r[4]) .. ',' .. istr(r[5]) .. ',' .. istr(r[6]) .. ',' .. istr(r[7]) .. ',' .. istr(r[8])
+local res, saved = {}, {}
+for i = 1, n do
+  res[i], saved[i] = apply(13 + NARG * (i - 1))
 end
 if dfield ~= '' then
-  redis.call('HSET', KEYS[1], dfield, seq .. ':' .. istr(now) .. ':' .. table.concat(saved, ','))
+  redis.call('HSET', KEYS[1], dfield, seq .. ';' .. istr(now) .. ';' .. table.concat(saved))
   redis.call('PEXPIRE', KEYS[1], dttl)
 end
-return out
+return {now, table.concat(res)}
