@@ -11,6 +11,8 @@
 //
 //	go run ./bench/cmd/tollgate-bench -out BENCHMARKS.md
 //	go run ./bench/cmd/tollgate-bench -rls-only   # the gRPC section alone, printed
+//	go run ./bench/cmd/tollgate-bench -sections regimes,sim-regimes   # sections 10 and 11 alone, printed
+//	go run ./bench/cmd/tollgate-bench -sections regimes -out BENCHMARKS.md   # ... replaced in the report
 package main
 
 import (
@@ -49,6 +51,7 @@ type options struct {
 	soak        time.Duration // how long the VM memory run goes on after 1M requests
 	rlsOnly     bool          // measure only the gRPC rate limit service (section 6) and print it
 	rlsBin      string        // tollgate-ratelimit to measure ("": built from this tree)
+	sections    []string      // measure only these sections (sections.go)
 }
 
 func run(args []string, stdout, stderr io.Writer) error {
@@ -64,9 +67,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&o.rlsOnly, "rls-only", false, "measure only the gRPC rate limit service against redis_rate (section 6) and print that section; writes no file")
 	fs.StringVar(&o.rlsBin, "rls-bin", "", "tollgate-ratelimit executable the gRPC section measures (empty: built from this tree)")
 	meshList := fs.String("mesh-gateways", "1,10,100,1000", "fleet sizes of the mesh simulation (comma-separated; the largest takes minutes)")
+	sections := fs.String("sections", "", "measure only these sections ("+strings.Join(sectionNames, ", ")+") and print them; with -out, replace them in that report instead")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	outGiven := false
+	fs.Visit(func(f *flag.Flag) { outGiven = outGiven || f.Name == "out" })
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
@@ -84,6 +90,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 	r := &report{started: time.Now().UTC(), args: args, scale: o.scale, loads: map[string]perf.LoadResult{}}
 	if o.rlsOnly {
 		return measureRLSOnly(r, o, logger, stdout)
+	}
+	if *sections != "" {
+		names, err := parseSections(*sections)
+		if err != nil {
+			return err
+		}
+		o.sections = names
+		return measureSections(r, o, o.sections, outGiven, logger, stdout)
 	}
 	if err := measure(r, o, logger); err != nil {
 		return err
@@ -308,6 +322,11 @@ func measure(r *report, o options, logger *log.Logger) error {
 		r.callouts = append(r.callouts, calloutRun{workers: workers, res: res})
 	}
 
+	// 10. The paced regimes against redis_rate and the hot keys at their limit.
+	if err := r.regimes.measurePaced(st, o, logger); err != nil {
+		return err
+	}
+
 	// 3. Redis cost by key distribution.
 	distOpts := perf.LoadOptions{Duration: o.dur(3 * time.Second), Warmup: o.dur(time.Second)}
 	for _, d := range perf.Distributions {
@@ -416,6 +435,8 @@ func measure(r *report, o options, logger *log.Logger) error {
 	r.simInterval = perf.SweepInterval(simIntervals)
 	logger.Printf("mesh simulation: %d keys over %v gateways", perf.MeshKeys, o.mesh)
 	r.simMesh = perf.SweepMesh(o.mesh)
+	// 11. The fleet's regimes.
+	r.regimes.measureSim(logger)
 	return nil
 }
 

@@ -58,6 +58,7 @@ type report struct {
 	admin             []perf.AdminPoint
 	rls               []perf.RLSComparison
 	httpRounds        []httpRound // the gateway-host comparison's rounds, in the order they ran
+	regimes           regimeRuns  // sections 10 and 11 (regimes.go)
 }
 
 // calloutRun is one Envoy's sync callouts under load with a number of workers.
@@ -217,6 +218,7 @@ func (r *report) write(w io.Writer, charts string) error {
 	fmt.Fprintln(w)
 
 	r.writeTargets(w)
+	r.writeRegimeTargets(w)
 	r.writeScale(w, charts)
 	r.writeCost(w)
 	r.writeLoad(w, charts)
@@ -229,6 +231,8 @@ func (r *report) write(w io.Writer, charts string) error {
 	r.writeDiff(w)
 	r.writeSim(w, charts)
 	r.writeNotes(w)
+	r.writePacedRegimes(w)
+	r.writeSimRegimes(w)
 	return nil
 }
 
