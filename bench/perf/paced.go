@@ -80,58 +80,86 @@ type PacedResult struct {
 	// SendLagP99 is the 99th percentile of how late the scheduler sent a request: the
 	// harness's own share of every latency.
 	SendLagP99 time.Duration
+	// Sent counts the requests sent between the snapshots that open and close the
+	// measured time, whenever they were scheduled: the requests the gateway host's
+	// counters (Held) saw in that time.
+	Sent int64
+}
+
+// HeldShare is the share of the requests sent in the measured time that the gateway
+// host paused, in per cent.
+func (r PacedResult) HeldShare() float64 {
+	if r.Sent == 0 {
+		return 0
+	}
+	return 100 * float64(r.Held) / float64(r.Sent)
 }
 
 // pacedCheck runs one request for key index k.
 type pacedCheck func(ctx context.Context, k int) (admitted bool, err error)
 
-// runOpenLoop runs fn on o's schedule: o.Warmup unmeasured, then o.Duration measured,
-// with before and after called when the measured time starts and ends (from their own
-// goroutine, so the schedule does not wait for them). Requests scheduled in the
-// measured time are the checks of the result; the run returns when every one of them
-// has been answered or timed out.
+// newSchedule returns o's schedule: each call gives the next request's time from the
+// start of the run, its key and whether it is in the measured time, until ok is false at
+// the end of the run. The warm-up and the measured time draw from random streams of
+// their own, so runs with the same seed offer the same measured schedule whatever their
+// warm-up.
+func newSchedule(o PacedOptions) func() (at time.Duration, key int, measured, ok bool) {
+	rng := rand.New(rand.NewPCG(o.Seed, 0x706163656421))
+	measuredRng := rand.New(rand.NewPCG(o.Seed, 0x6d6561737572))
+	gap := 1 / o.Rate() // seconds between requests, on average
+	var t float64       // seconds since the start
+	from, to := o.Warmup.Seconds(), (o.Warmup + o.Duration).Seconds()
+	return func() (time.Duration, int, bool, bool) {
+		t += rng.ExpFloat64() * gap
+		if rng != measuredRng && t >= from {
+			rng, t = measuredRng, from+measuredRng.ExpFloat64()*gap
+		}
+		if t >= to || o.Rate() <= 0 {
+			return 0, 0, false, false
+		}
+		return time.Duration(t * 1e9), rng.IntN(o.Keys), t >= from, true
+	}
+}
+
+// runOpenLoop runs fn on o's schedule: o.Warmup unmeasured, then o.Duration measured.
+// The scheduler calls before just before it sends the first request of the measured
+// time and after once it has sent the last, so the snapshots they take enclose exactly
+// the measured requests' sending (a snapshot delays the next sends by its own duration,
+// which their latency counts). Requests scheduled in the measured time are the checks of
+// the result; the run returns when every one of them has been answered or timed out.
 func runOpenLoop(o PacedOptions, fn pacedCheck, before, after func()) PacedResult {
 	res := PacedResult{Keys: o.Keys, PerKey: o.PerKey}
 	res.Rate = o.Rate()
-	rng := rand.New(rand.NewPCG(o.Seed, 0x706163656421))
+	next := newSchedule(o)
 	var (
 		mu                     sync.Mutex
 		lats, lags             []time.Duration
 		wg                     sync.WaitGroup
 		inflight               atomic.Int64
 		checks, admitted, errs atomic.Int64
-		dropped                int64
+		dropped, sent          int64
+		started                bool
+		measuredAt             time.Time
 		start                  = time.Now()
-		measureFrom, measureTo = start.Add(o.Warmup), start.Add(o.Warmup + o.Duration)
-		marks                  sync.WaitGroup
-		gap                    = 1 / o.Rate() // seconds between requests, on average
 		ctx, cancel            = context.WithCancel(context.Background())
-		schedOffset            float64 // seconds since start
 	)
 	defer cancel()
-	marks.Add(1)
-	go func() {
-		defer marks.Done()
-		time.Sleep(time.Until(measureFrom))
-		if before != nil {
-			before()
-		}
-		time.Sleep(time.Until(measureTo))
-		if after != nil {
-			after()
-		}
-	}()
 	for {
-		schedOffset += rng.ExpFloat64() * gap
-		at := start.Add(time.Duration(schedOffset * 1e9))
-		if !at.Before(measureTo) {
+		offset, k, inMeasure, ok := next()
+		if !ok {
 			break
 		}
+		at := start.Add(offset)
 		if d := time.Until(at); d > 0 {
 			time.Sleep(d)
 		}
-		inMeasure := !at.Before(measureFrom)
-		k := rng.IntN(o.Keys)
+		if inMeasure && !started {
+			started = true
+			if before != nil {
+				before()
+			}
+			measuredAt = time.Now()
+		}
 		if inflight.Load() >= int64(o.MaxInFlight) {
 			if inMeasure {
 				dropped++
@@ -139,6 +167,7 @@ func runOpenLoop(o PacedOptions, fn pacedCheck, before, after func()) PacedResul
 			continue
 		}
 		if inMeasure {
+			sent++
 			mu.Lock()
 			lags = append(lags, time.Since(at))
 			mu.Unlock()
@@ -168,11 +197,23 @@ func runOpenLoop(o PacedOptions, fn pacedCheck, before, after func()) PacedResul
 			mu.Unlock()
 		}(at, k, inMeasure)
 	}
-	// The schedule ends at measureTo; the marks goroutine takes the last snapshot then,
-	// while the last requests are still answered.
-	marks.Wait()
+	if !started { // nothing scheduled in the measured time
+		if before != nil {
+			before()
+		}
+		measuredAt = time.Now()
+	}
+	// The last requests are still being answered: their Redis work falls after the
+	// snapshot as the warm-up's last requests' fell after the first one.
+	if d := time.Until(start.Add(o.Warmup + o.Duration)); d > 0 {
+		time.Sleep(d)
+	}
+	if after != nil {
+		after()
+	}
+	res.Elapsed = time.Since(measuredAt)
 	wg.Wait()
-	res.Elapsed = o.Duration
+	res.Sent = sent
 	res.Checks, res.Admitted, res.Errors, res.Dropped = checks.Load(), admitted.Load(), errs.Load(), dropped
 	res.ChecksPerSec = float64(res.Checks) / o.Duration.Seconds()
 	slices.Sort(lats)
@@ -230,7 +271,7 @@ func (s *Stack) RunPaced(o PacedOptions, kind HTTPKind, limit int) (PacedResult,
 		pr = runOpenLoop(o, fn, before, after)
 		return pr.LoadResult
 	}, h)
-	pr.LoadResult = res
+	pr.LoadResult = res // Redis work, held requests and metrics between the snapshots
 	pr.Name = name
 	if kind == HTTPRedisRate {
 		pr.RoundTrips = pr.Redis.Scripts()
