@@ -104,8 +104,9 @@ bench: deps redis build
 	$(GO) run ./bench/cmd/tollgate-bench -out BENCHMARKS.md -readme README.md
 	TOLLGATE_SOAK_REQUESTS=1000000 $(GO) test -count=1 -timeout 30m -run 'TestCompatSoak$$' -v ./filter
 
+# The regimes a 16-gateway fleet is held to, each bound met or missed (BENCHMARKS §11).
 sim: deps
-	$(GO) run ./bench/cmd/tollgate-sim
+	$(GO) run ./bench/cmd/tollgate-sim -regimes
 
 FUZZTIME ?= 30s
 fuzz: deps
