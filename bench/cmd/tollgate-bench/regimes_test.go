@@ -58,7 +58,7 @@ func TestPacedTargets(t *testing.T) {
 	run := func(tgCPU, rrCPU float64, held int64, tgP99, rrP99, passP99 time.Duration) pacedRun {
 		res := func(cpu float64, p99 time.Duration, held, dropped int64) perf.PacedResult {
 			var x perf.PacedResult
-			x.Checks, x.Held, x.P99, x.Dropped = 1000, held, p99, dropped
+			x.Checks, x.Sent, x.Held, x.P99, x.Dropped = 1000, 1000, held, p99, dropped
 			x.Redis.CPU = cpu * 1e-6 * 1000 // µs per check over 1,000 checks
 			return x
 		}
@@ -121,5 +121,25 @@ func TestRegimeBlocksWritten(t *testing.T) {
 	}
 	if !strings.Contains(out, "`go run ./bench/cmd/tollgate-bench -sections regimes` at 2026-01-02 03:04 UTC (load average 1 2 3") {
 		t.Errorf("no note of the run on its own:\n%s", out)
+	}
+}
+
+// TestReportPlacesRegimes: the full report writes the regimes' Targets rows inside the
+// Targets section and sections 10 and 11 after section 9, where -sections finds them.
+func TestReportPlacesRegimes(t *testing.T) {
+	r := &report{scale: 1, loads: map[string]perf.LoadResult{}}
+	var b bytes.Buffer
+	if err := r.write(&b, "charts"); err != nil {
+		t.Fatal(err)
+	}
+	s := b.String()
+	order := []string{"## Targets", blockBegin(blockPacedTargets), blockBegin(blockSimTargets), "## 0.", "## 9.", blockBegin(blockPaced), "## 10.", blockBegin(blockSim), "## 11."}
+	at := -1
+	for _, mark := range order {
+		i := strings.Index(s, mark)
+		if i <= at {
+			t.Fatalf("%q at %d, not after the previous mark (%d)", mark, i, at)
+		}
+		at = i
 	}
 }
