@@ -80,9 +80,8 @@ type PacedResult struct {
 	// SendLagP99 is the 99th percentile of how late the scheduler sent a request: the
 	// harness's own share of every latency.
 	SendLagP99 time.Duration
-	// Sent counts the requests sent between the snapshots that open and close the
-	// measured time, whenever they were scheduled: the requests the gateway host's
-	// counters (Held) saw in that time.
+	// Sent counts the measured requests that were sent (not dropped): those whose
+	// sending the snapshots enclose, so the ones the gateway host's counters (Held) saw.
 	Sent int64
 }
 
@@ -208,10 +207,10 @@ func runOpenLoop(o PacedOptions, fn pacedCheck, before, after func()) PacedResul
 	if d := time.Until(start.Add(o.Warmup + o.Duration)); d > 0 {
 		time.Sleep(d)
 	}
+	res.Elapsed = time.Since(measuredAt)
 	if after != nil {
 		after()
 	}
-	res.Elapsed = time.Since(measuredAt)
 	wg.Wait()
 	res.Sent = sent
 	res.Checks, res.Admitted, res.Errors, res.Dropped = checks.Load(), admitted.Load(), errs.Load(), dropped
