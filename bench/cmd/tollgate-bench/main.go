@@ -52,6 +52,7 @@ type options struct {
 	rlsOnly     bool          // measure only the gRPC rate limit service (section 6) and print it
 	rlsBin      string        // tollgate-ratelimit to measure ("": built from this tree)
 	sections    []string      // measure only these sections (sections.go)
+	regimeKeys  float64       // multiplies the paced regimes' key counts (regimes.go)
 }
 
 func run(args []string, stdout, stderr io.Writer) error {
@@ -67,6 +68,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&o.rlsOnly, "rls-only", false, "measure only the gRPC rate limit service against redis_rate (section 6) and print that section; writes no file")
 	fs.StringVar(&o.rlsBin, "rls-bin", "", "tollgate-ratelimit executable the gRPC section measures (empty: built from this tree)")
 	meshList := fs.String("mesh-gateways", "1,10,100,1000", "fleet sizes of the mesh simulation (comma-separated; the largest takes minutes)")
+	fs.Float64Var(&o.regimeKeys, "regime-keys", 1, "multiplier for the paced regimes' key counts, and so their load (0.2 on a machine that cannot carry 5,000 requests/s)")
 	sections := fs.String("sections", "", "measure only these sections ("+strings.Join(sectionNames, ", ")+") and print them; with -out, replace them in that report instead")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -85,6 +87,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	if o.scale <= 0 {
 		return fmt.Errorf("-scale %v: must be positive", o.scale)
+	}
+	if o.regimeKeys <= 0 {
+		return fmt.Errorf("-regime-keys %v: must be positive", o.regimeKeys)
 	}
 	logger := log.New(stderr, "tollgate-bench: ", log.Ltime)
 	r := &report{started: time.Now().UTC(), args: args, scale: o.scale, loads: map[string]perf.LoadResult{}}

@@ -64,6 +64,18 @@ type aloneRun struct {
 	loadAvg string
 }
 
+// keysLine names the key counts and total load of the paced regimes run.
+func (rg *regimeRuns) keysLine() string {
+	if len(rg.paced) == 0 {
+		return "not run"
+	}
+	var parts []string
+	for _, p := range rg.paced {
+		parts = append(parts, fmt.Sprintf("%s at %g requests/s each (%s/s in all)", fmtInt(float64(p.regime.keys)), p.regime.perKey, fmtInt(p.regime.perKey*float64(p.regime.keys))))
+	}
+	return strings.Join(parts, ", ")
+}
+
 // scaled is d as -scale measured it.
 func (r *report) scaled(d time.Duration) time.Duration { return time.Duration(float64(d) * r.scale) }
 
@@ -90,6 +102,9 @@ func (p pacedRun) carried() bool {
 // schedule) and the hot keys at their limit.
 func (rg *regimeRuns) measurePaced(st *perf.Stack, o options, logger *log.Logger) error {
 	for _, pr := range pacedRegimes {
+		// -regime-keys scales the key counts (and so the load) alike; the report
+		// names the counts run.
+		pr.keys = max(1, int(float64(pr.keys)*o.regimeKeys+0.5))
 		run := pacedRun{regime: pr}
 		for _, x := range []struct {
 			name   string
@@ -258,8 +273,7 @@ func (r *report) writePacedRegimes(w io.Writer) {
 		fmt.Fprintln(w, "mod 2; a request the filter holds waits for its answer without holding its worker): every key")
 		fmt.Fprintln(w, "a Poisson process at the regime's rate (one Poisson stream, keys drawn uniformly, the same seed")
 		fmt.Fprintln(w, "for every limiter), each request sent at its scheduled time whatever the earlier ones take, and")
-		fmt.Fprintln(w, "its latency counted from that time. GCRA 1,000/s per key (never reached). The keys: 10,000 at")
-		fmt.Fprintln(w, "0.05 and 0.5 requests/s each, 1,000 at 5 and 100 at 50 (500 requests/s in all, then 5,000).")
+		fmt.Fprintf(w, "its latency counted from that time. GCRA 1,000/s per key (never reached). The keys: %s.\n", rg.keysLine())
 		fmt.Fprintf(w, "Tollgate runs %s unmeasured first (longer than `stale_ms`, so the reports of slow keys are in\n", fmtDur(r.scaled(syncWarmup)))
 		fmt.Fprintf(w, "their steady state), redis_rate and the pass-through module %s; then %s measured. Redis CPU\n", fmtDur(r.scaled(plainWarmup)), fmtDur(r.scaled(pacedMeasured)))
 		fmt.Fprintln(w, "is the whole redis-server process from /proc (`se.sum_exec_runtime` of its threads), idle work")

@@ -116,7 +116,7 @@ func TestRegimeBlocksWritten(t *testing.T) {
 			t.Errorf("block %s not written", name)
 		}
 	}
-	if strings.Count(out, "not run") != 2 {
+	if strings.Count(out, "| not run | **missed** |") != 2 {
 		t.Errorf("want two \"not run\" rows:\n%s", out)
 	}
 	if !strings.Contains(out, "`go run ./bench/cmd/tollgate-bench -sections regimes` at 2026-01-02 03:04 UTC (load average 1 2 3") {
