@@ -362,7 +362,7 @@ func (r *report) writeSimRegimes(w io.Writer) {
 		fmt.Fprintln(w, "service's answer (an acquire). The realistic regime is the traffic of a public API: key *k*'s")
 		fmt.Fprintf(w, "mean rate %g × the limit × (*k*+1)^-%g over %s keys (the first above its limit, a few near it,\n", float64(sim.RealisticTopLoad), sim.RealisticZipfS, fmtInt(sim.RealisticKeys))
 		fmt.Fprintf(w, "a long tail far below: most keys are seen a few times, each time cold), requests in sessions of\n")
-		fmt.Fprintf(w, "%d within 200 ms, %.0f %% of the keys arriving during the %s run.\n", sim.RealisticBurst, 100*sim.RealisticNewKeys, sim.RealisticDuration)
+		fmt.Fprintf(w, "%d within 200 ms, %.0f %% of the keys arriving during the %.0f s run.\n", sim.RealisticBurst, 100*sim.RealisticNewKeys, sim.RealisticDuration.Seconds())
 		fmt.Fprintln(w)
 		var rows [][]string
 		for _, p := range rg.sim {
