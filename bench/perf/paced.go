@@ -83,6 +83,9 @@ type PacedResult struct {
 	// Sent counts the measured requests that were sent (not dropped): those whose
 	// sending the snapshots enclose, so the ones the gateway host's counters (Held) saw.
 	Sent int64
+	// InFlightStart and InFlightEnd are the requests unanswered when the first and the
+	// last snapshot were taken: the work that may fall on either side of one.
+	InFlightStart, InFlightEnd int64
 }
 
 // HeldShare is the share of the requests sent in the measured time that the gateway
@@ -154,6 +157,7 @@ func runOpenLoop(o PacedOptions, fn pacedCheck, before, after func()) PacedResul
 		}
 		if inMeasure && !started {
 			started = true
+			res.InFlightStart = inflight.Load()
 			if before != nil {
 				before()
 			}
@@ -197,6 +201,7 @@ func runOpenLoop(o PacedOptions, fn pacedCheck, before, after func()) PacedResul
 		}(at, k, inMeasure)
 	}
 	if !started { // nothing scheduled in the measured time
+		res.InFlightStart = inflight.Load()
 		if before != nil {
 			before()
 		}
@@ -208,6 +213,7 @@ func runOpenLoop(o PacedOptions, fn pacedCheck, before, after func()) PacedResul
 		time.Sleep(d)
 	}
 	res.Elapsed = time.Since(measuredAt)
+	res.InFlightEnd = inflight.Load()
 	if after != nil {
 		after()
 	}
@@ -244,7 +250,8 @@ func (s *Stack) RunPaced(o PacedOptions, kind HTTPKind, limit int) (PacedResult,
 		name string
 	)
 	if o.HTTP {
-		g, err := s.startGateway(LoadOptions{Workers: o.Workers, Concurrency: 8}, kind, limit)
+		// Concurrency sizes redis_rate's connection pool (2 × 128) for the open loop's requests in flight.
+		g, err := s.startGateway(LoadOptions{Workers: o.Workers, Concurrency: 128}, kind, limit)
 		if err != nil {
 			return PacedResult{}, err
 		}
