@@ -125,8 +125,9 @@ bench: deps redis envoy build
 	$(GO) run ./bench/cmd/tollgate-bench -out BENCHMARKS.md -readme README.md
 	TOLLGATE_SOAK_REQUESTS=1000000 $(GO) test -count=1 -timeout 90m -run 'TestCompatSoak$$|TestEnvoySoak$$' -v ./filter
 
+# The regimes a 16-gateway fleet is held to, each bound met or missed (BENCHMARKS §11).
 sim: deps
-	$(GO) run ./bench/cmd/tollgate-sim
+	$(GO) run ./bench/cmd/tollgate-sim -regimes
 
 FUZZTIME ?= 30s
 fuzz: deps

@@ -19,7 +19,7 @@ import (
 // third_party/pretty), no fmt and so no os, almost none of reflect (encoding/binary
 // imports it). The module's size is not bounded here: what a user feels of it is the
 // start-up of every VM and the memory each takes in Envoy, and the compressed image
-// pulled, which BENCHMARKS.md §10 measures in Envoy; `go run
+// pulled, which BENCHMARKS.md §12 measures in Envoy; `go run
 // ./filter/wasmbuild/cmd/tollgate-wasm -sizes ./filter` says where the bytes go.
 const (
 	// maxReflectFuncs bounds reflect's linked functions (the runtime keeps one).

@@ -32,10 +32,10 @@ type BuildVariant struct {
 
 // PackRevision is the last commit whose build tool has wasmbuild's Pack (the data
 // section DEFLATE-compressed, the runtime's file and line tables dropped): measured in
-// Envoy, it did not pay (BENCHMARKS.md §10) and was removed.
+// Envoy, it did not pay (BENCHMARKS.md §12) and was removed.
 const PackRevision = "78112bd"
 
-// EnvoyBuildVariants are the builds BENCHMARKS.md §10 measures in Envoy.
+// EnvoyBuildVariants are the builds BENCHMARKS.md §12 measures in Envoy.
 var EnvoyBuildVariants = []BuildVariant{
 	{Name: "shipped (make wasm)"},
 	{Name: "without Thread", Flags: []string{"-no-thread"}},
@@ -357,7 +357,7 @@ type BuildStep struct {
 	Shipped       bool // the shipped build has the step
 }
 
-// EnvoyBuildSteps are the judgements BENCHMARKS.md §10 makes.
+// EnvoyBuildSteps are the judgements BENCHMARKS.md §12 makes.
 var EnvoyBuildSteps = []BuildStep{
 	{Step: "`Thread` (jumps of resumable functions taken directly)", With: 0, Without: 1, Shipped: true},
 	{Step: "`Pack` (data section DEFLATE-compressed, decoded at each VM's start; line tables dropped)", With: 2, Without: 0},

@@ -98,38 +98,55 @@ const (
 	HTTPFloor
 )
 
-// RunHTTP is the load through real HTTP: o.Concurrency client goroutines, each with
-// its own keep-alive connection, send GET requests to a gateway front (host on
-// o.Workers VMs), which forwards admitted requests over HTTP to an upstream that
-// answers 200 with a small body. Everything runs in this process.
-func (s *Stack) RunHTTP(o LoadOptions, kind HTTPKind, limit int) (LoadResult, error) {
-	o = o.withDefaults()
+// gatewayRig is a gateway front on a loopback listener with its upstream: what a load
+// through real HTTP is sent to.
+type gatewayRig struct {
+	url  string     // the request URL on the front
+	h    *host.Host // the gateway host
+	name string     // the limiter, for the report
+	stop []func()
+}
+
+func (g *gatewayRig) close() {
+	for i := len(g.stop) - 1; i >= 0; i-- {
+		g.stop[i]()
+	}
+}
+
+// startGateway starts an upstream HTTP server that answers 200 with a small body and,
+// in front of it, a gateway front (host on o.Workers VMs) running kind's limiter.
+func (s *Stack) startGateway(o LoadOptions, kind HTTPKind, limit int) (_ *gatewayRig, err error) {
+	g := &gatewayRig{}
+	defer func() {
+		if err != nil {
+			g.close()
+		}
+	}()
 	upAddr, stopUp, err := serve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"ok":true}`)
 	}))
 	if err != nil {
-		return LoadResult{}, err
+		return nil, err
 	}
-	defer stopUp()
+	g.stop = append(g.stop, stopUp)
 	up, err := host.ProxyUpstream("http://" + upAddr)
 	if err != nil {
-		return LoadResult{}, err
+		return nil, err
 	}
 	f := &front{}
 	// plain is a gateway host running wasm with no limiter configuration.
 	plain := func(wasm []byte) (*host.Host, error) {
 		return host.New(host.Config{Wasm: wasm, Workers: o.Workers, Upstream: up, LogLevel: host.LogWarn})
 	}
-	var name string
 	switch kind {
 	case HTTPTollgate:
 		f.h, err = s.tollgateHost(o, "gcra", limit, true, up)
-		name = "Tollgate (filter, 100 ms sync)"
+		g.name = "Tollgate (filter, 100 ms sync)"
 	case HTTPRedisRate:
 		f.h, err = plain(s.Empty)
 		rdb := redis.NewClient(&redis.Options{Addr: s.Redis.Options().Addr, PoolSize: max(2*o.Concurrency, 20)})
-		defer rdb.Close()
+		g.stop = append(g.stop, func() { rdb.Close() })
 		lim := redis_rate.NewLimiter(rdb)
 		rl := redis_rate.PerSecond(limit)
 		f.check = func(ctx context.Context, key string) (bool, error) {
@@ -139,26 +156,67 @@ func (s *Stack) RunHTTP(o LoadOptions, kind HTTPKind, limit int) (LoadResult, er
 			}
 			return r.Allowed > 0, nil
 		}
-		name = "per-request redis_rate (GCRA)"
+		g.name = "per-request redis_rate (GCRA)"
 	case HTTPFloor:
 		if s.Floor == nil {
-			return LoadResult{}, fmt.Errorf("no floor module in the stack")
+			return nil, fmt.Errorf("no floor module in the stack")
 		}
 		f.h, err = plain(s.Floor)
-		name = "floor module (its host calls, no logic)"
+		g.name = "floor module (its host calls, no logic)"
 	default:
 		f.h, err = plain(s.Empty)
-		name = "pass-through (no limiter)"
+		g.name = "pass-through (no limiter)"
 	}
 	if err != nil {
-		return LoadResult{}, fmt.Errorf("gateway host: %w", err)
+		return nil, fmt.Errorf("gateway host: %w", err)
 	}
-	defer f.h.Close()
+	g.h = f.h
+	g.stop = append(g.stop, func() { f.h.Close() })
 	gwAddr, stopGw, err := serve(f)
+	if err != nil {
+		return nil, err
+	}
+	g.stop = append(g.stop, stopGw)
+	g.url = "http://" + gwAddr + "/v1/search?q=tollgate"
+	return g, nil
+}
+
+// get sends one request for key with client and reports whether it was admitted (200)
+// or refused (429); any other answer is an error.
+func (g *gatewayRig) get(ctx context.Context, client *http.Client, key string) (bool, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.url, nil)
+	if err != nil {
+		return false, err
+	}
+	req.Host = "api.example.com"
+	req.Header.Set("X-Api-Key", key)
+	req.Header.Set("Accept", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return false, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return true, nil
+	case http.StatusTooManyRequests:
+		return false, nil
+	}
+	return false, fmt.Errorf("status %d", resp.StatusCode)
+}
+
+// RunHTTP is the load through real HTTP: o.Concurrency client goroutines, each with
+// its own keep-alive connection, send GET requests to a gateway front (host on
+// o.Workers VMs), which forwards admitted requests over HTTP to an upstream that
+// answers 200 with a small body. Everything runs in this process.
+func (s *Stack) RunHTTP(o LoadOptions, kind HTTPKind, limit int) (LoadResult, error) {
+	o = o.withDefaults()
+	g, err := s.startGateway(o, kind, limit)
 	if err != nil {
 		return LoadResult{}, err
 	}
-	defer stopGw()
+	defer g.close()
 
 	clients := make([]*http.Client, o.Concurrency)
 	for i := range clients {
@@ -169,35 +227,15 @@ func (s *Stack) RunHTTP(o LoadOptions, kind HTTPKind, limit int) (LoadResult, er
 			c.CloseIdleConnections()
 		}
 	}()
-	url := "http://" + gwAddr + "/v1/search?q=tollgate"
-	fn := func(ctx context.Context, g, k int) (bool, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return false, err
-		}
-		req.Host = "api.example.com"
-		req.Header.Set("X-Api-Key", o.KeyPrefix+"-"+strconv.Itoa(k))
-		req.Header.Set("Accept", "application/json")
-		resp, err := clients[g].Do(req)
-		if err != nil {
-			return false, err
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		switch resp.StatusCode {
-		case http.StatusOK:
-			return true, nil
-		case http.StatusTooManyRequests:
-			return false, nil
-		}
-		return false, fmt.Errorf("status %d", resp.StatusCode)
+	fn := func(ctx context.Context, gr, k int) (bool, error) {
+		return g.get(ctx, clients[gr], o.KeyPrefix+"-"+strconv.Itoa(k))
 	}
 	var hm *host.Host
 	if kind == HTTPTollgate {
-		hm = f.h
+		hm = g.h
 	}
 	res := s.measure(o, fn, hm)
-	res.Name = name
+	res.Name = g.name
 	if kind == HTTPRedisRate {
 		res.RoundTrips = res.Redis.Scripts()
 	}

@@ -98,6 +98,26 @@ type LoadResult struct {
 	RoundTrips int64
 	// Metrics is the change of the filter's metrics over the measured time.
 	Metrics map[string]int64
+	// Held is the requests the gateway host paused in the measured time (the filter
+	// held them for an acquire or a strict check until the service answered).
+	Held int64
+}
+
+// RedisWholeCPUPerCheck is the redis-server process's CPU per check (µs), all its
+// threads and idle work included (RedisWork.WholeCPU).
+func (r LoadResult) RedisWholeCPUPerCheck() float64 {
+	if r.Checks == 0 {
+		return 0
+	}
+	return r.Redis.WholeCPU() * 1e6 / float64(r.Checks)
+}
+
+// HeldShare is the share of checks the gateway host paused, in per cent.
+func (r LoadResult) HeldShare() float64 {
+	if r.Checks == 0 {
+		return 0
+	}
+	return 100 * float64(r.Held) / float64(r.Checks)
 }
 
 // RedisCPUPerCheck is Redis CPU time per check, in µs.
@@ -291,21 +311,29 @@ func (s *Stack) tollgateHost(o LoadOptions, algo string, limit int, synced bool,
 // measure runs fn under o and fills in the Redis work, the service's round trips and,
 // when h is not nil, the change of the filter's metrics.
 func (s *Stack) measure(o LoadOptions, fn checkFunc, h *host.Host) LoadResult {
+	return s.measureWith(func(before, after func()) LoadResult { return runLoad(o, fn, before, after) }, h)
+}
+
+// measureWith is measure for any load runner: run calls before when the measured time
+// starts and after when it ends.
+func (s *Stack) measureWith(run func(before, after func()) LoadResult, h *host.Host) LoadResult {
 	var in0, in1 RedisInfo
-	var t0, t1 int64
+	var t0, t1, p0, p1 int64
 	var m0, m1 map[string]int64
-	snap := func(in *RedisInfo, t *int64, m *map[string]int64) {
+	snap := func(in *RedisInfo, t, p *int64, m *map[string]int64) {
 		*in = s.info()
 		if s.Service != nil {
 			*t, _ = s.Service.RoundTrips()
 		}
 		if h != nil {
 			*m = h.Metrics()
+			*p = h.Stats().Paused
 		}
 	}
-	res := runLoad(o, fn, func() { snap(&in0, &t0, &m0) }, func() { snap(&in1, &t1, &m1) })
+	res := run(func() { snap(&in0, &t0, &p0, &m0) }, func() { snap(&in1, &t1, &p1, &m1) })
 	res.Redis = in1.Since(in0)
 	res.RoundTrips = t1 - t0
+	res.Held = p1 - p0
 	if h != nil {
 		res.Metrics = map[string]int64{}
 		for k, v := range m1 {

@@ -25,6 +25,11 @@ type RedisInfo struct {
 	UsecPerCall map[string]float64
 	// Version is redis_version.
 	Version string
+	// PID is the server's process_id; ProcCPU its CPU time so far read from /proc
+	// (ProcessCPU), when ProcOK: the server runs on this machine.
+	PID     int
+	ProcCPU float64 // seconds
+	ProcOK  bool
 }
 
 // ReadInfo reads INFO server, cpu, stats and commandstats.
@@ -33,7 +38,13 @@ func ReadInfo(ctx context.Context, rdb redis.Cmdable) (RedisInfo, error) {
 	if err != nil {
 		return RedisInfo{}, fmt.Errorf("INFO: %w", err)
 	}
-	return parseInfo(s), nil
+	in := parseInfo(s)
+	if in.PID > 0 {
+		if d, err := ProcessCPU(in.PID); err == nil {
+			in.ProcCPU, in.ProcOK = d.Seconds(), true
+		}
+	}
+	return in, nil
 }
 
 func parseInfo(s string) RedisInfo {
@@ -47,6 +58,8 @@ func parseInfo(s string) RedisInfo {
 		switch k {
 		case "redis_version":
 			in.Version = v
+		case "process_id":
+			in.PID, _ = strconv.Atoi(v)
 		case "used_cpu_sys", "used_cpu_user":
 			f, _ := strconv.ParseFloat(v, 64)
 			in.CPU += f
@@ -76,7 +89,10 @@ func parseInfo(s string) RedisInfo {
 // RedisWork is the difference between two INFOs: the work done in between, without
 // the INFO commands that measured it.
 type RedisWork struct {
-	CPU             float64 // seconds
+	CPU float64 // seconds
+	// ProcCPU is the server process's CPU from /proc (seconds), when ProcOK.
+	ProcCPU         float64
+	ProcOK          bool
 	Commands, Reads int64
 	Calls           map[string]int64
 	Usec            map[string]int64 // server time per command
@@ -86,6 +102,9 @@ type RedisWork struct {
 func (in RedisInfo) Since(before RedisInfo) RedisWork {
 	w := RedisWork{CPU: in.CPU - before.CPU, Commands: in.Commands - before.Commands, Reads: in.Reads - before.Reads,
 		Calls: map[string]int64{}, Usec: map[string]int64{}}
+	if in.ProcOK && before.ProcOK && in.PID == before.PID {
+		w.ProcCPU, w.ProcOK = in.ProcCPU-before.ProcCPU, true
+	}
 	for k, v := range in.Usec {
 		if d := v - before.Usec[k]; d > 0 && k != "info" {
 			w.Usec[k] = d
@@ -101,6 +120,16 @@ func (in RedisInfo) Since(before RedisInfo) RedisWork {
 	w.Commands -= in.Calls["info"] - before.Calls["info"]
 	w.Reads -= in.Calls["info"] - before.Calls["info"]
 	return w
+}
+
+// WholeCPU is the redis-server process's CPU in seconds, all threads and idle work
+// included: from /proc when it was readable, else INFO's used_cpu_sys + used_cpu_user
+// (the same process time, from getrusage).
+func (w RedisWork) WholeCPU() float64 {
+	if w.ProcOK {
+		return w.ProcCPU
+	}
+	return w.CPU
 }
 
 // Scripts is the script calls (EVALSHA, EVAL, FCALL) in w.

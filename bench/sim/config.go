@@ -34,9 +34,18 @@ const (
 	// Mixed: AdversarialShare of the keys at 10 × the limit rate, the others Poisson at
 	// Load × the limit rate (default 0.5): a mesh where a few callers abuse their quota.
 	Mixed
+	// Realistic: the keys of a public API. Key k's mean rate is Load × the limit rate
+	// × (k+1)^-ZipfS (Load, default 2, is the most popular key's: above its limit, the
+	// next ones near it, a long tail far below); its requests come in sessions of
+	// BurstSize requests spread uniformly over BurstOn (a page load, a batch job),
+	// sessions arriving as a Poisson process; NewKeys of the keys arrive during the run
+	// (uniformly over it) and send nothing before, the others exist from the start.
+	// Every key starts cold, most keys are seen a few times, and the keys within their
+	// limit (mean rate at most the limit rate) are the calm ones of the Result.
+	Realistic
 )
 
-var trafficNames = [...]string{Steady: "steady", Bursty: "bursty", Zipf: "zipf", Adversarial: "adversarial", Ninety: "ninety", Mixed: "mixed"}
+var trafficNames = [...]string{Steady: "steady", Bursty: "bursty", Zipf: "zipf", Adversarial: "adversarial", Ninety: "ninety", Mixed: "mixed", Realistic: "realistic"}
 
 func (t Traffic) String() string {
 	if int(t) < len(trafficNames) {
@@ -64,6 +73,8 @@ func (t Traffic) defaultLoad() float64 {
 		return 0.9
 	case Bursty:
 		return 0.8
+	case Realistic:
+		return 2 // the most popular key's; the rest follow the Zipf law
 	}
 	return 0.5 // Steady, Zipf, and Mixed's calm keys
 }
@@ -157,6 +168,11 @@ type Config struct {
 	ZipfS    float64       // Zipf exponent (> 1, default 1.1)
 	// AdversarialShare is the share of keys at 10 × the limit in Mixed (default 0.01).
 	AdversarialShare float64
+	// BurstSize is the requests of one session in Realistic (default 10).
+	BurstSize int
+	// NewKeys is the share of keys that arrive during the run in Realistic (default
+	// 0.5; negative: none, every key exists from the start).
+	NewKeys float64
 
 	// Params is the rule every key is limited by (default: token bucket, 100 per second).
 	Params algo.Params
@@ -235,6 +251,18 @@ func (c Config) WithDefaults() Config {
 	if c.AdversarialShare == 0 {
 		c.AdversarialShare = 0.01
 	}
+	if c.BurstSize == 0 {
+		c.BurstSize = 10
+	}
+	if c.NewKeys == 0 {
+		c.NewKeys = 0.5
+	}
+	if c.Load == 0 && c.Traffic == Realistic {
+		c.Load = c.Traffic.defaultLoad()
+		if total := c.Load * c.limitRate() * zipfSum(c.Keys, c.ZipfS); total > DefaultMaxRate {
+			c.Load *= DefaultMaxRate / total
+		}
+	}
 	if c.Load == 0 {
 		c.Load = c.Traffic.defaultLoad()
 		rate := float64(c.Params.Limit) * 1e6 / float64(c.Params.WindowUs)
@@ -288,6 +316,8 @@ func (c *Config) Validate() error {
 		return bad("loss %v not in [0, 1]", c.Loss)
 	case c.Spread < 0 || c.Spread > c.Gateways:
 		return bad("spread %d not in [0, gateways %d]", c.Spread, c.Gateways)
+	case c.BurstSize < 1 || c.BurstSize > 1<<16 || c.NewKeys > 1 || math.IsNaN(c.NewKeys):
+		return bad("burst size %d not in [1, 65536] / new keys %v above 1", c.BurstSize, c.NewKeys)
 	case c.AdversarialShare < 0 || c.AdversarialShare > 1:
 		return bad("adversarial share %v not in [0, 1]", c.AdversarialShare)
 	case c.MaxBatch < 1 || c.MaxBatch > 4096 || c.TableSlots < 64 || c.TableSlots > 1<<22:
@@ -310,6 +340,16 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return nil
+}
+
+// zipfSum is Σ (k+1)^-s over k < keys: Realistic's total rate in units of the most
+// popular key's.
+func zipfSum(keys int, s float64) float64 {
+	var sum float64
+	for k := range keys {
+		sum += math.Pow(float64(k+1), -s)
+	}
+	return sum
 }
 
 // limitRate is the rule's steady rate in permits per second.

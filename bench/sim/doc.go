@@ -79,4 +79,12 @@
 // pipelines, one per shard a batch touches. Payload bytes are the exact sizes of the
 // wire.AppendBatch and wire.AppendReply encodings of what was sent (resent batches and
 // replies lost on the way included).
+//
+// # Regimes
+//
+// Regimes (regimes.go) are the traffic shapes a 16-gateway fleet is held to, each with
+// its bounds: clients at 90 % of their limit, bursty clients, cold starts of keys at or
+// in bursts above their limit, and the Realistic traffic of a public API (Zipf
+// popularity over 100,000 keys, sessions, keys arriving during the run). `make sim`
+// (tollgate-sim -regimes) prints each bound met or missed; BENCHMARKS.md §11 has them.
 package sim

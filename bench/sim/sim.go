@@ -393,7 +393,7 @@ func (s *sim) decided(g *gateway, key uint32, arrived int64, st *nativehost.Stre
 	s.res.Requests++
 	ref := algo.Decide(p, ks.ref, epochUs+arrived, 1)
 	ks.ref = append(ks.ref[:0], ref.State...)
-	calm := !s.src.adversarial(key)
+	calm := s.src.calm(key)
 	if ref.Allowed {
 		s.res.RefAdmitted++
 		if calm {

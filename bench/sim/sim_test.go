@@ -24,6 +24,7 @@ func TestDeterministic(t *testing.T) {
 		{"zipf", Config{Traffic: Zipf, Keys: 2000, Workers: 3}},
 		{"adversarial outage", Config{Traffic: Adversarial, Outage: Window{time.Second, time.Second}}},
 		{"mixed spread", Config{Traffic: Mixed, Keys: 500, Gateways: 6, Spread: 2}},
+		{"realistic", Config{Traffic: Realistic, Keys: 5000, Gateways: 6}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

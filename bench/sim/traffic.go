@@ -34,6 +34,19 @@ type source struct {
 	// advP.
 	adv  int
 	advP float64
+	// Realistic: arrivals are sessions of burst requests spread over on µs, queued in
+	// pending until their time; a key whose rank is below calmFrom is above its limit;
+	// newKeys of the keys are born during the run.
+	burst    int
+	pending  []arrival
+	calmFrom int
+	newKeys  float64
+}
+
+// arrival is one request of a session, waiting for its time.
+type arrival struct {
+	t   int64
+	key uint32
 }
 
 func newSource(c *Config) *source {
@@ -64,6 +77,19 @@ func newSource(c *Config) *source {
 		perKey *= float64(s.period) / float64(s.on) // the same mean over the cycle
 	case Zipf:
 		s.zipf = rand.NewZipf(s.rng, c.ZipfS, 1, uint64(c.Keys-1))
+	case Realistic:
+		// rand.Zipf draws k with probability ∝ (1+k)^-s: key k's share of the sessions.
+		s.zipf = rand.NewZipf(s.rng, c.ZipfS, 1, uint64(c.Keys-1))
+		s.burst, s.on, s.newKeys = c.BurstSize, us(c.BurstOn), c.NewKeys
+		// Key k is within its limit when Load × (k+1)^-s ≤ 1.
+		s.calmFrom = min(c.Keys, int(math.Ceil(math.Pow(max(c.Load, 1), 1/c.ZipfS)-1)))
+		for s.calmFrom > 0 && c.Load*math.Pow(float64(s.calmFrom), -c.ZipfS) <= 1 {
+			s.calmFrom--
+		}
+		for s.calmFrom < c.Keys && c.Load*math.Pow(float64(s.calmFrom+1), -c.ZipfS) > 1 {
+			s.calmFrom++
+		}
+		perKey = c.Load * c.limitRate() / 1e6 * zipfSum(c.Keys, c.ZipfS) / float64(c.Keys) / float64(c.BurstSize)
 	}
 	if c.Traffic != Mixed {
 		s.ratePerU = perKey * float64(c.Keys)
@@ -88,6 +114,12 @@ func newSource(c *Config) *source {
 // next returns the next request: its time (µs from the start), key, gateway and worker;
 // ok is false past the end of the run.
 func (s *source) next() (t int64, key uint32, gw, wk int, ok bool) {
+	if s.kind == Realistic {
+		if t, key, ok = s.nextArrival(); !ok {
+			return 0, 0, 0, 0, false
+		}
+		return s.routed(t, key)
+	}
 	if s.ratePerU <= 0 {
 		return 0, 0, 0, 0, false
 	}
@@ -112,13 +144,106 @@ func (s *source) next() (t int64, key uint32, gw, wk int, ok bool) {
 		}
 		break
 	}
+	return s.routed(t, key)
+}
+
+// routed picks the gateway and worker of a request of key at t.
+func (s *source) routed(t int64, key uint32) (int64, uint32, int, int, bool) {
 	if s.spread > 0 {
-		gw = int(s.mix(uint64(key)<<16|uint64(s.route.IntN(s.spread))) % uint64(s.gateways))
+		gw := int(s.mix(uint64(key)<<16|uint64(s.route.IntN(s.spread))) % uint64(s.gateways))
 		return t, key, gw, s.route.IntN(s.workers), true
 	}
 	x := s.route.Float64() * s.cum[len(s.cum)-1]
-	gw = min(sort.Search(len(s.cum), func(i int) bool { return s.cum[i] > x }), len(s.cum)-1)
+	gw := min(sort.Search(len(s.cum), func(i int) bool { return s.cum[i] > x }), len(s.cum)-1)
 	return t, key, gw, s.route.IntN(s.workers), true
+}
+
+// nextArrival is Realistic's next request: the earliest pending request of a session,
+// after every session that starts before it has queued its requests. Sessions of a key
+// not yet born are not sent; requests past the end of the run are dropped.
+func (s *source) nextArrival() (int64, uint32, bool) {
+	for s.ratePerU > 0 && (len(s.pending) == 0 || s.t <= float64(s.pending[0].t)) {
+		s.t += s.rng.ExpFloat64() / s.ratePerU
+		if s.t >= float64(s.end) || math.IsInf(s.t, 0) {
+			s.ratePerU = 0 // no more sessions; the queued requests remain
+			break
+		}
+		start := int64(s.t)
+		key := uint32(s.zipf.Uint64())
+		if start < s.birth(key) {
+			continue
+		}
+		for range s.burst {
+			if t := start + s.rng.Int64N(max(s.on, 1)); t < s.end {
+				s.push(arrival{t: t, key: key})
+			}
+		}
+	}
+	if len(s.pending) == 0 {
+		return 0, 0, false
+	}
+	a := s.pop()
+	return a.t, a.key, true
+}
+
+// birth is when key starts sending in Realistic (µs from the start; 0 for the keys
+// that exist from the start): a hash of the key, so keys need no state.
+func (s *source) birth(key uint32) int64 {
+	h := s.mix(uint64(key) | 1<<40)
+	if float64(h>>11)/(1<<53) >= s.newKeys {
+		return 0
+	}
+	return int64(s.mix(uint64(key)|2<<40) % uint64(max(s.end, 1)))
+}
+
+// calm reports whether key's mean rate is within its limit: all keys but Mixed's
+// adversarial ones and Realistic's most popular, above their limit.
+func (s *source) calm(key uint32) bool {
+	switch s.kind {
+	case Mixed:
+		return !s.adversarial(key)
+	case Realistic:
+		return int(key) >= s.calmFrom
+	}
+	return true
+}
+
+// push and pop keep pending a binary min-heap on time (ties in push order do not
+// matter: simultaneous requests of one µs are decided in any order).
+func (s *source) push(a arrival) {
+	s.pending = append(s.pending, a)
+	for i := len(s.pending) - 1; i > 0; {
+		p := (i - 1) / 2
+		if s.pending[p].t <= s.pending[i].t {
+			break
+		}
+		s.pending[i], s.pending[p] = s.pending[p], s.pending[i]
+		i = p
+	}
+}
+
+func (s *source) pop() arrival {
+	h := s.pending
+	a := h[0]
+	last := len(h) - 1
+	h[0] = h[last]
+	h = h[:last]
+	for i := 0; ; {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < last && h[l].t < h[m].t {
+			m = l
+		}
+		if r < last && h[r].t < h[m].t {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+	s.pending = h
+	return a
 }
 
 // adversarial reports whether key is one of Mixed's abusive keys.

@@ -15,7 +15,7 @@ import (
 
 // envoyBuildHeading opens the section on the build steps measured in Envoy; -envoy-build-only
 // rewrites the report from it to the next section.
-const envoyBuildHeading = "## 10. Build steps in Envoy"
+const envoyBuildHeading = "## 12. Build steps in Envoy"
 
 // measureEnvoyBuild builds perf.EnvoyBuildVariants and measures them in Envoy.
 func (r *report) measureEnvoyBuild(o options, logger *log.Logger) error {
@@ -35,7 +35,7 @@ func (r *report) measureEnvoyBuild(o options, logger *log.Logger) error {
 	return err
 }
 
-// measureEnvoyBuildOnly measures section 10 alone and rewrites it in the report at path
+// measureEnvoyBuildOnly measures section 12 alone and rewrites it in the report at path
 // (appending it when the report has none), leaving every other section as it is.
 func measureEnvoyBuildOnly(r *report, o options, logger *log.Logger) error {
 	r.machine = readMachine()
@@ -75,7 +75,7 @@ func spliceSection(doc []byte, heading string, sec []byte) []byte {
 
 func ms(d time.Duration) string { return fmtF(float64(d)/1e6, 0) }
 
-// writeEnvoyBuild is section 10.
+// writeEnvoyBuild is section 12.
 func (r *report) writeEnvoyBuild(w io.Writer) {
 	c := r.envoyBuild
 	if len(c.Rows) == 0 {

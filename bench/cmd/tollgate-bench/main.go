@@ -11,7 +11,9 @@
 //
 //	go run ./bench/cmd/tollgate-bench -out BENCHMARKS.md
 //	go run ./bench/cmd/tollgate-bench -rls-only   # the gRPC section alone, printed
-//	go run ./bench/cmd/tollgate-bench -envoy-build-only   # section 10 alone, rewritten in -out
+//	go run ./bench/cmd/tollgate-bench -envoy-build-only   # section 12 alone, rewritten in -out
+//	go run ./bench/cmd/tollgate-bench -sections regimes,sim-regimes   # sections 10 and 11 alone, printed
+//	go run ./bench/cmd/tollgate-bench -sections regimes -out BENCHMARKS.md   # ... replaced in the report
 package main
 
 import (
@@ -50,7 +52,9 @@ type options struct {
 	soak        time.Duration // how long the VM memory run goes on after 1M requests
 	rlsOnly     bool          // measure only the gRPC rate limit service (section 6) and print it
 	rlsBin      string        // tollgate-ratelimit to measure ("": built from this tree)
-	envoyOnly   bool          // measure only the build steps in Envoy (section 10) and rewrite that section of -out
+	envoyOnly   bool          // measure only the build steps in Envoy (section 12) and rewrite that section of -out
+	sections    []string      // measure only these sections (sections.go)
+	regimeKeys  float64       // multiplies the paced regimes' key counts (regimes.go)
 }
 
 func run(args []string, stdout, stderr io.Writer) error {
@@ -65,11 +69,15 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&o.soak, "soak", 10*time.Minute, "after 1,000,000 requests, how long the VM memory run goes on (0: not at all)")
 	fs.BoolVar(&o.rlsOnly, "rls-only", false, "measure only the gRPC rate limit service against redis_rate (section 6) and print that section; writes no file")
 	fs.StringVar(&o.rlsBin, "rls-bin", "", "tollgate-ratelimit executable the gRPC section measures (empty: built from this tree)")
-	fs.BoolVar(&o.envoyOnly, "envoy-build-only", false, "measure only the build steps in Envoy (section 10) and rewrite that section of -out, leaving the rest as it is")
+	fs.BoolVar(&o.envoyOnly, "envoy-build-only", false, "measure only the build steps in Envoy (section 12) and rewrite that section of -out, leaving the rest as it is")
 	meshList := fs.String("mesh-gateways", "1,10,100,1000", "fleet sizes of the mesh simulation (comma-separated; the largest takes minutes)")
+	fs.Float64Var(&o.regimeKeys, "regime-keys", 1, "multiplier for the paced regimes' key counts, and so their load (0.2 on a machine that cannot carry 5,000 requests/s)")
+	sections := fs.String("sections", "", "measure only these sections ("+strings.Join(sectionNames, ", ")+") and print them; with -out, replace them in that report instead")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	outGiven := false
+	fs.Visit(func(f *flag.Flag) { outGiven = outGiven || f.Name == "out" })
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
@@ -83,6 +91,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if o.scale <= 0 {
 		return fmt.Errorf("-scale %v: must be positive", o.scale)
 	}
+	if o.regimeKeys <= 0 {
+		return fmt.Errorf("-regime-keys %v: must be positive", o.regimeKeys)
+	}
 	logger := log.New(stderr, "tollgate-bench: ", log.Ltime)
 	r := &report{started: time.Now().UTC(), args: args, scale: o.scale, loads: map[string]perf.LoadResult{}}
 	if o.rlsOnly {
@@ -90,6 +101,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	if o.envoyOnly {
 		return measureEnvoyBuildOnly(r, o, logger)
+	}
+	if *sections != "" {
+		names, err := parseSections(*sections)
+		if err != nil {
+			return err
+		}
+		o.sections = names
+		return measureSections(r, o, o.sections, outGiven, logger, stdout)
 	}
 	if err := measure(r, o, logger); err != nil {
 		return err
@@ -314,6 +333,11 @@ func measure(r *report, o options, logger *log.Logger) error {
 		r.callouts = append(r.callouts, calloutRun{workers: workers, res: res})
 	}
 
+	// 10. The paced regimes against redis_rate and the hot keys at their limit.
+	if err := r.regimes.measurePaced(st, o, logger); err != nil {
+		return err
+	}
+
 	// 3. Redis cost by key distribution.
 	distOpts := perf.LoadOptions{Duration: o.dur(3 * time.Second), Warmup: o.dur(time.Second)}
 	for _, d := range perf.Distributions {
@@ -427,6 +451,8 @@ func measure(r *report, o options, logger *log.Logger) error {
 	r.simInterval = perf.SweepInterval(simIntervals)
 	logger.Printf("mesh simulation: %d keys over %v gateways", perf.MeshKeys, o.mesh)
 	r.simMesh = perf.SweepMesh(o.mesh)
+	// 11. The fleet's regimes.
+	r.regimes.measureSim(logger)
 	return nil
 }
 

@@ -17,6 +17,8 @@ func TestRunRefusesBadFlags(t *testing.T) {
 	}{
 		{"negative scale", []string{"-scale", "-1"}, "must be positive"},
 		{"zero scale", []string{"-scale", "0"}, "must be positive"},
+		{"zero regime keys", []string{"-regime-keys", "0"}, "must be positive"},
+		{"unknown section", []string{"-sections", "all"}, `unknown section "all"`},
 		{"stray argument", []string{"extra"}, `unexpected argument "extra"`},
 		{"unknown flag", []string{"-nope"}, "flag provided but not defined"},
 	}

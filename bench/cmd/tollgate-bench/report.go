@@ -59,6 +59,7 @@ type report struct {
 	rls               []perf.RLSComparison
 	envoyBuild        perf.EnvoyBuildCost
 	httpRounds        []httpRound // the gateway-host comparison's rounds, in the order they ran
+	regimes           regimeRuns  // sections 10 and 11 (regimes.go)
 }
 
 // calloutRun is one Envoy's sync callouts under load with a number of workers.
@@ -218,6 +219,7 @@ func (r *report) write(w io.Writer, charts string) error {
 	fmt.Fprintln(w)
 
 	r.writeTargets(w)
+	r.writeRegimeTargets(w)
 	r.writeScale(w, charts)
 	r.writeCost(w)
 	r.writeLoad(w, charts)
@@ -230,6 +232,8 @@ func (r *report) write(w io.Writer, charts string) error {
 	r.writeDiff(w)
 	r.writeSim(w, charts)
 	r.writeNotes(w)
+	r.writePacedRegimes(w)
+	r.writeSimRegimes(w)
 	r.writeEnvoyBuild(w)
 	return nil
 }
@@ -1222,7 +1226,7 @@ func (r *report) writeRecipe(w io.Writer) {
 	fmt.Fprintf(w, "In %s paired chunks the shipped module takes %s of the time of the unthreaded one (median)\n",
 		fmtInt(float64(len(c.ThreadPairs))), fmtF(c.ThreadRatio(), 3))
 	fmt.Fprintf(w, "and %s of the one built without the profile. What the steps give in Envoy, with start-up,\n", fmtF(c.ProfileRatio(), 3))
-	fmt.Fprintln(w, "memory per VM and the compressed module, is in [section 10](#10-build-steps-in-envoy). `go test")
+	fmt.Fprintln(w, "memory per VM and the compressed module, is in [section 12](#12-build-steps-in-envoy). `go test")
 	fmt.Fprintln(w, "-run '^$' -bench Recipe ./bench/perf` measures the same.")
 	fmt.Fprintln(w)
 }

@@ -5,6 +5,7 @@
 //	tollgate-sim -traffic adversarial -gateways 4 -duration 60s
 //	tollgate-sim -traffic ninety -sweep gateways=1,2,4,8,16,20
 //	tollgate-sim -traffic bursty -sweep interval=25ms,50ms,100ms,200ms,500ms
+//	tollgate-sim -regimes   # the bounds of a 16-gateway fleet, met or missed (make sim)
 package main
 
 import (
@@ -40,10 +41,13 @@ func run(args []string, out, stderr io.Writer) error {
 	fs.IntVar(&cfg.Gateways, "gateways", 4, "gateways (Envoys) in the fleet")
 	fs.IntVar(&cfg.Workers, "workers", 2, "worker VMs per gateway")
 	fs.IntVar(&cfg.Keys, "keys", 10, "distinct caller keys")
-	fs.StringVar(&traffic, "traffic", "steady", "steady|bursty|zipf|adversarial|ninety|mixed")
+	fs.StringVar(&traffic, "traffic", "steady", "steady|bursty|zipf|adversarial|ninety|mixed|realistic")
+	fs.IntVar(&cfg.BurstSize, "burst-size", 10, "realistic: requests per session")
+	fs.Float64Var(&cfg.NewKeys, "new-keys", 0.5, "realistic: share of keys that arrive during the run (negative: none)")
+	fs.Float64Var(&cfg.ZipfS, "zipf-s", 1.1, "zipf, realistic: exponent of the key popularity (> 1)")
 	fs.IntVar(&cfg.Spread, "spread", 0, "gateways each key's requests go to (0: all)")
 	fs.Float64Var(&cfg.AdversarialShare, "adversarial-share", 0.01, "mixed: share of keys at 10x their limit")
-	fs.Float64Var(&cfg.Load, "load", 0, "offered rate per key as a multiple of the limit rate (0: the traffic's default, at most 200k requests/s in all)")
+	fs.Float64Var(&cfg.Load, "load", 0, "offered rate per key as a multiple of the limit rate (realistic: the most popular key's; 0: the traffic's default, at most 200k requests/s in all)")
 	fs.DurationVar(&cfg.Interval, "interval", 100*time.Millisecond, "sync interval")
 	fs.StringVar(&latency, "latency", "1ms+1ms", "one-way callout latency: base[+mean exponential extra]")
 	fs.Float64Var(&cfg.Loss, "loss", 0, "probability that a callout is lost")
@@ -61,11 +65,15 @@ func run(args []string, out, stderr io.Writer) error {
 	fs.DurationVar(&cfg.Stale, "stale", 10*time.Second, "longest consumption waits unreported (sync.stale_ms)")
 	fs.IntVar(&cfg.TableSlots, "table-slots", 4096, "shared-data slots per gateway (sync.table_slots)")
 	penalty := fs.Bool("penalty", true, "progressive penalties (false: workers report no early retries)")
+	regimes := fs.Bool("regimes", false, "run the regimes a 16-gateway fleet is held to (sim.Regimes) and print each bound met or missed; other flags are ignored")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if *regimes {
+		return printRegimes(out, stderr)
 	}
 	var err error
 	if cfg.Traffic, err = sim.ParseTraffic(traffic); err != nil {
@@ -212,4 +220,37 @@ func value(c *sim.Config, name string) string {
 		return c.Traffic.String()
 	}
 	return ""
+}
+
+// printRegimes runs sim.Regimes and prints one line per bound: what the run measured
+// and whether the bound is met.
+func printRegimes(out, stderr io.Writer) error {
+	start := time.Now()
+	points := sim.RunRegimes()
+	fmt.Fprintf(out, "%d gateways × 2 workers, interval 100ms, latency 1ms+1ms, seed 1\n", sim.RegimeGateways)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "regime\tbound\tmeasured\t\trequests\theld %\tfalse rej % (calm)\tover % worst\tacquires/s\tdeltas/s\t")
+	for _, p := range points {
+		r := p.Result
+		calm := strconv.FormatFloat(r.CalmFalsePct, 'f', 4, 64)
+		if p.Regime.OverLimit {
+			calm = "-"
+		}
+		for _, t := range p.Regime.Targets {
+			fmt.Fprintf(tw, "%s\t%s\t%.4g\t%s\t%d\t%.2f\t%s\t%.2f\t%.0f\t%.0f\t\n", p.Regime.Name, t.What, t.Value(r), metWord(t.Met(r)),
+				r.Requests, sim.HeldPct(r), calm, r.OverAdmissionPct, r.ChecksPerSec, r.DeltasPerSec)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "%d regimes in %v\n", len(points), time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+func metWord(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "MISSED"
 }

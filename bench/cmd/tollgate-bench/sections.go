@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-rl/tollgate/bench/perf"
+	"github.com/tollgate-rl/tollgate/internal/redistest"
+	"github.com/tollgate-rl/tollgate/ratelimit/store"
+)
+
+// Sections -sections can measure on their own.
+const (
+	sectionRegimes    = "regimes"     // section 10 and its Targets rows
+	sectionSimRegimes = "sim-regimes" // section 11 and its Targets rows
+)
+
+var sectionNames = []string{sectionRegimes, sectionSimRegimes}
+
+// parseSections reads -sections' comma-separated list.
+func parseSections(s string) ([]string, error) {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if !slices.Contains(sectionNames, f) {
+			return nil, fmt.Errorf("-sections: unknown section %q (want %s)", f, strings.Join(sectionNames, ", "))
+		}
+		if !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("-sections %q: no section named", s)
+	}
+	return out, nil
+}
+
+// measureSections measures the named sections alone and writes their blocks (their
+// Targets rows and the sections) to stdout or, when splice is set, into the report at
+// o.out in place of the same blocks there.
+func measureSections(r *report, o options, names []string, splice bool, logger *log.Logger, stdout io.Writer) error {
+	r.machine = readMachine()
+	r.regimes.alone = &aloneRun{started: r.started, args: r.args, loadAvg: r.machine.loadAvg}
+	if slices.Contains(names, sectionRegimes) {
+		if err := measurePacedAlone(r, o, logger); err != nil {
+			return err
+		}
+	}
+	if slices.Contains(names, sectionSimRegimes) {
+		r.regimes.measureSim(logger)
+	}
+	blocks := map[string]string{}
+	capture := func(name string, write func(io.Writer)) {
+		var b bytes.Buffer
+		write(&b)
+		blocks[name] = b.String()
+	}
+	var order []string
+	if slices.Contains(names, sectionRegimes) {
+		capture(blockPacedTargets, func(w io.Writer) { r.writeRegimeTarget(w, blockPacedTargets) })
+		capture(blockPaced, r.writePacedRegimes)
+		order = append(order, blockPacedTargets, blockPaced)
+	}
+	if slices.Contains(names, sectionSimRegimes) {
+		capture(blockSimTargets, func(w io.Writer) { r.writeRegimeTarget(w, blockSimTargets) })
+		capture(blockSim, r.writeSimRegimes)
+		order = append(order, blockSimTargets, blockSim)
+	}
+	if !splice {
+		for _, name := range order {
+			if _, err := io.WriteString(stdout, blocks[name]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	old, err := os.ReadFile(o.out)
+	if err != nil {
+		return fmt.Errorf("report to splice into: %w", err)
+	}
+	doc := string(old)
+	for _, name := range order {
+		doc = spliceBlock(doc, name, blocks[name])
+	}
+	if err := os.WriteFile(o.out, []byte(doc), 0o644); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	logger.Printf("replaced %s in %s", strings.Join(order, ", "), o.out)
+	return nil
+}
+
+// measurePacedAlone starts what the paced regimes need (the filter and pass-through
+// modules, a redis-server, the sync service) and measures them.
+func measurePacedAlone(r *report, o options, logger *log.Logger) error {
+	logger.Print("building modules")
+	filter, err := perf.BuildModule(perf.FilterPkg)
+	if err != nil {
+		return err
+	}
+	empty, err := perf.BuildModule(perf.EmptyPkg)
+	if err != nil {
+		return err
+	}
+	srv, err := redistest.Launch(redistest.Options{})
+	if err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	defer srv.Stop()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+	svc, err := perf.StartService(store.Standalone, srv.Addrs())
+	if err != nil {
+		return err
+	}
+	defer svc.Close()
+	ctx := context.Background()
+	idle0, err := perf.ReadInfo(ctx, rdb)
+	if err != nil {
+		return err
+	}
+	r.machine.redis = idle0.Version
+	time.Sleep(2 * time.Second)
+	idle1, err := perf.ReadInfo(ctx, rdb)
+	if err != nil {
+		return err
+	}
+	r.redisIdleMsPerSec = idle1.Since(idle0).WholeCPU() * 1e3 / 2
+	st := &perf.Stack{Filter: filter, Empty: empty, Redis: rdb, Service: svc}
+	return r.regimes.measurePaced(st, o, logger)
+}
+
+// spliceBlock replaces the block name (its markers included) in doc with text. A block
+// the document does not have yet is added: Targets rows at the end of the Targets
+// section, a section at the end of the document.
+func spliceBlock(doc, name, text string) string {
+	begin, end := blockBegin(name), blockEnd(name)
+	i := strings.Index(doc, begin)
+	j := strings.Index(doc, end)
+	if i >= 0 && j > i {
+		j += len(end)
+		// The block's trailing blank line is part of text.
+		for j < len(doc) && doc[j] == '\n' {
+			j++
+		}
+		return doc[:i] + text + doc[j:]
+	}
+	if strings.HasPrefix(name, "targets-") {
+		if t := strings.Index(doc, "\n## Targets\n"); t >= 0 {
+			if k := strings.Index(doc[t+1:], "\n## "); k >= 0 {
+				at := t + 1 + k + 1
+				return doc[:at] + text + doc[at:]
+			}
+		}
+	}
+	if !strings.HasSuffix(doc, "\n\n") {
+		doc = strings.TrimRight(doc, "\n") + "\n\n"
+	}
+	return doc + text
+}
