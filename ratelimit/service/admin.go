@@ -132,7 +132,7 @@ func (s *Service) handlePutRules(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, err)
 		return
 	}
-	s.watcher.Observe(v)
+	s.observe(r.Context(), v)
 	s.audit(r, "rules.put", "version", v, "bytes", len(js))
 	w.Header().Set(RulesVersionHeader, strconv.FormatUint(v, 10))
 	writeJSON(w, http.StatusOK, map[string]uint64{"version": v})
@@ -170,7 +170,7 @@ func (s *Service) handleRollback(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, err)
 		return
 	}
-	s.watcher.Observe(v)
+	s.observe(r.Context(), v)
 	s.audit(r, "rules.rollback", "version", v, "from", from)
 	w.Header().Set(RulesVersionHeader, strconv.FormatUint(v, 10))
 	writeJSON(w, http.StatusOK, map[string]uint64{"version": v, "from": from})
@@ -282,7 +282,7 @@ func (s *Service) handleEditList(add bool) http.HandlerFunc {
 			s.storeError(w, err)
 			return
 		}
-		s.watcher.Observe(v)
+		s.observe(r.Context(), v)
 		verb := "add"
 		if !add {
 			verb = "remove"

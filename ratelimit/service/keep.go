@@ -111,3 +111,10 @@ func (s *Service) writeBack(ctx context.Context) {
 		s.log.Warn("Redis had lost the rule set: wrote back the version this instance enforces", "version", set.Version, "redis_had", cur)
 	}
 }
+
+// observe makes version v, which this instance just wrote, current here and caches its
+// body, so that a wipe of Redis right after a change still finds it to write back.
+func (s *Service) observe(ctx context.Context, v uint64) {
+	s.watcher.Observe(v)
+	_, _ = s.watcher.Current(ctx)
+}

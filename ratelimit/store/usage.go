@@ -24,19 +24,20 @@ import (
 // are then all it knows. With a rule set the service names the buckets from it
 // (UsageOf, ResetOf) and nothing a gateway sends is recorded.
 //
-// What was written is remembered for relearnAfter only, so a registry lost with Redis's
-// data (FLUSHALL, a restarted Redis without persistence) is written again by the traffic
-// that follows, without a restart.
+// Every relearnCheck one batch compares the registry's size in Redis with what this
+// process wrote: when Redis holds fewer (FLUSHALL, a restarted Redis without
+// persistence), the process forgets what it wrote, and the traffic that follows writes
+// the registry again, without a restart.
 type paramsSeen struct {
-	mu    sync.Mutex
-	seen  map[string]string
-	since time.Time
+	mu      sync.Mutex
+	seen    map[string]string
+	checked time.Time
 }
 
-// relearnAfter is how long a written registry entry is trusted to still be in Redis.
-const relearnAfter = 10 * time.Second
+// relearnCheck is how often a process checks that what it wrote is still in Redis.
+const relearnCheck = time.Second
 
-func (p *paramsSeen) init() { p.seen = map[string]string{}; p.since = time.Now() }
+func (p *paramsSeen) init() { p.seen = map[string]string{}; p.checked = time.Now() }
 
 // paramsField names one (rule, window, tier): unit separators cannot appear in a rule id.
 func paramsField(rule string, window uint8, tier string) string {
@@ -48,11 +49,22 @@ func paramsField(rule string, window uint8, tier string) string {
 // service's, and would replace those of the buckets that exist. A failure is forgotten:
 // the next batch that carries the bucket writes it again.
 func (p *paramsSeen) note(ctx context.Context, s *Store, b *wire.Batch, applied []bool) {
+	p.mu.Lock()
+	check := time.Since(p.checked) >= relearnCheck
+	if check {
+		p.checked = time.Now()
+	}
+	wrote := len(p.seen)
+	p.mu.Unlock()
+	if check {
+		if n, err := s.rdb.HLen(ctx, paramsKey).Result(); err == nil && n < int64(wrote) {
+			p.mu.Lock()
+			p.seen = map[string]string{}
+			p.mu.Unlock()
+		}
+	}
 	var fresh []any
 	p.mu.Lock()
-	if time.Since(p.since) >= relearnAfter {
-		p.seen, p.since = map[string]string{}, time.Now()
-	}
 	for i := range b.Deltas {
 		if !applied[i] {
 			continue
