@@ -71,7 +71,7 @@ func Verify(tok string, masters []string) (string, bool) {
 		return "", false
 	}
 	node := rest[:dot]
-	got, err := base64.RawURLEncoding.DecodeString(rest[dot+1:])
+	got, err := base64.RawURLEncoding.Strict().DecodeString(rest[dot+1:])
 	if err != nil || len(got) != sha256.Size || ValidNode(node) != "" {
 		return "", false
 	}
