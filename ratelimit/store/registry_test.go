@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-rl/tollgate/internal/redistest"
 	"github.com/tollgate-rl/tollgate/shared/algo"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
@@ -56,7 +57,13 @@ func TestRegistryAfterWipe(t *testing.T) {
 // buckets itself), and a learned registry never holds more than maxParams entries in
 // Redis, whatever tiers a gateway invents.
 func TestRegistryBounds(t *testing.T) {
-	s, _ := usageStore(t)
+	srv := redistest.StartStandalone(t)
+	// 13,000 new buckets in batches of 1,000: give a loaded machine time.
+	s, err := Open(Config{Addrs: srv.Addrs(), Lease: testLease, ReadTimeout: 30 * time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
 	ctx := context.Background()
 	batch := func(from, n int) *wire.Batch {
 		b := &wire.Batch{Node: uniq("gw"), Seq: 1}
