@@ -400,9 +400,11 @@ func checkDeployment(t *testing.T, r *rendered, redisMode string, istio bool) {
 	if flags["redis-mode"] != redisMode {
 		t.Errorf("--redis-mode %q, want %q", flags["redis-mode"], redisMode)
 	}
-	_, insecure := flags["insecure"]
-	if insecure != istio {
-		t.Errorf("--insecure set: %v, want it exactly when gateways authenticate by Istio mTLS (%v)", insecure, istio)
+	if _, insecure := flags["insecure"]; insecure {
+		t.Error("--insecure set: gateways authenticate by node tokens or, under Istio, by their mTLS identity")
+	}
+	if mesh := flags["sync-identity"] == "mesh"; mesh != istio {
+		t.Errorf("--sync-identity=mesh: %v, want it exactly when gateways authenticate by Istio mTLS (%v)", mesh, istio)
 	}
 	if !istio && flags["sync-secret-file"] == "" {
 		t.Error("no --sync-secret-file without Istio")

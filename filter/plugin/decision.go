@@ -61,7 +61,7 @@ func (s *Stream) setDecision(decision string, a *rule.Applied, remaining, limit 
 	b = strconv.AppendBool(b, degraded)
 	if a != nil && a.Key != "" {
 		b = append(b, " key="...)
-		b = append(b, p.keyNames.name(a.Key)...)
+		b = append(b, p.keyNames.name(p.cfg.Telemetry.KeyHashSecret, a.Key)...)
 	}
 	p.meta = b
 	if err := p.host.SetProperty(DecisionProperty, b); err != nil {
@@ -141,25 +141,39 @@ func (s *Stream) counted(v *verdict, ops []bucketOp, states []wire.State) {
 // keyNameSlots is the size of a worker's cache of key names.
 const keyNameSlots = 64
 
-// keyNames caches the names (keyhash) of recently decided caller keys, direct-mapped by
+// keyNames caches the names (keyhash; keyed with telemetry.key_hash_secret when set, as
+// the sync service names keys) of recently decided caller keys, direct-mapped by
 // the key's FNV hash: a caller sending many requests — the one a limit is about — costs
 // one SHA-256, not one per request. A new key costs one (about 0.3 µs natively) and takes
 // its slot. Memory: keyNameSlots copies of keys, each at most a key's bound.
 type keyNames struct {
-	slots [keyNameSlots]struct {
+	secret string // the secret the cached names were made with
+	slots  [keyNameSlots]struct {
 		key  []byte
-		name [keyhash.Len]byte
+		name [max(keyhash.Len, keyhash.KeyedLen)]byte
+		n    int
 		set  bool
 	}
 }
 
-// name returns key's name; the slice aliases the cache (valid until the next call).
-func (c *keyNames) name(key string) []byte {
+// name returns key's name under secret ("" for the unkeyed name); the slice aliases
+// the cache (valid until the next call).
+func (c *keyNames) name(secret, key string) []byte {
+	if secret != c.secret {
+		for i := range c.slots {
+			c.slots[i].set = false
+		}
+		c.secret = secret
+	}
 	e := &c.slots[hashID(key)%keyNameSlots]
 	if !e.set || string(e.key) != key {
-		keyhash.Append(e.name[:0], key)
+		if secret != "" {
+			e.n = len(keyhash.AppendKeyed(e.name[:0], secret, key))
+		} else {
+			e.n = len(keyhash.Append(e.name[:0], key))
+		}
 		e.key = append(e.key[:0], key...)
 		e.set = true
 	}
-	return e.name[:]
+	return e.name[:e.n]
 }

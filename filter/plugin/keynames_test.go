@@ -22,10 +22,22 @@ func TestKeyNames(t *testing.T) {
 				if order == "backward" {
 					k = keys[len(keys)-1-i]
 				}
-				if got, want := string(c.name(k)), keyhash.String(k); got != want {
+				if got, want := string(c.name("", k)), keyhash.String(k); got != want {
 					t.Fatalf("name(%q) = %q, want %q", k, got, want)
 				}
 			}
 		})
+	}
+	// A secret (a reconfiguration sets or changes it) renames every key, cached or not.
+	for _, secret := range []string{"s3cret", "rotated", ""} {
+		for _, k := range keys[:80] {
+			want := keyhash.String(k)
+			if secret != "" {
+				want = string(keyhash.AppendKeyed(nil, secret, k))
+			}
+			if got := string(c.name(secret, k)); got != want {
+				t.Fatalf("name(%q, %q) = %q, want %q", secret, k, got, want)
+			}
+		}
 	}
 }

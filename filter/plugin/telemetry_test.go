@@ -42,6 +42,11 @@ func TestTelemetry(t *testing.T) {
 		{"deny list", `{"deny":["sk_revoked_*"],"rules":[` + api + `]}`, 1, "sk_revoked_1",
 			map[string]int64{ruleStat("api", "allowed"): 0, "tollgate.requests_denied_by_list": 1},
 			"rule=- decision=denied degraded=false"},
+		// With the service's key-hash secret the access log names a key as the service's
+		// logs, Redis and /v1/top do (service.HashKey, checked equal to AppendKeyed there).
+		{"keyed name", `{"telemetry":{"key_hash_secret":"kh-s3cret"},"rules":[` + api + `]}`, 1, "sk_keyed",
+			map[string]int64{ruleStat("api", "allowed"): 1},
+			"rule=api decision=allowed remaining=2 limit=3 degraded=false key=" + string(keyhash.AppendKeyed(nil, "kh-s3cret", "sk_keyed"))},
 		{"telemetry off", `{"telemetry":{"rule_stats":false,"decision_metadata":false},"rules":[` + api + `]}`, 5, "sk_abuser",
 			map[string]int64{"tollgate.requests_allowed": 3, "tollgate.requests_rejected": 2}, ""},
 	}

@@ -73,10 +73,18 @@ func (w *Watcher) Current(ctx context.Context) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cur := w.set.Load(); cur != nil && cur.Version > s.Version {
+		// Redis lost its data (FLUSHALL, a restart without persistence): keep enforcing
+		// what this instance has, which Enforced offers for writing back.
+		return cur, nil
+	}
 	w.Observe(s.Version)
 	w.set.Store(s)
 	return s, nil
 }
+
+// Enforced is the rule set this instance serves (nil before the first one was read).
+func (w *Watcher) Enforced() *Set { return w.set.Load() }
 
 // Poll reads the current version from Redis once.
 func (w *Watcher) Poll(ctx context.Context) error {

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tollgate-rl/tollgate/ratelimit/rules"
+	"github.com/tollgate-rl/tollgate/ratelimit/store"
 	"github.com/tollgate-rl/tollgate/shared/rule"
 )
 
@@ -99,8 +100,10 @@ func (s *Service) refuseInvalid(w http.ResponseWriter, err error) bool {
 	return true
 }
 
+// handleGetRules answers the rule set this instance enforces: after a wipe of Redis
+// that is the version it keeps enforcing (and writes back), not Redis's empty one.
 func (s *Service) handleGetRules(w http.ResponseWriter, r *http.Request) {
-	set, err := s.rules.Current(r.Context())
+	set, err := s.watcher.Current(r.Context())
 	if err != nil {
 		s.redisError(w, err)
 		return
@@ -129,7 +132,7 @@ func (s *Service) handlePutRules(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, err)
 		return
 	}
-	s.watcher.Observe(v)
+	s.observe(r.Context(), v)
 	s.audit(r, "rules.put", "version", v, "bytes", len(js))
 	w.Header().Set(RulesVersionHeader, strconv.FormatUint(v, 10))
 	writeJSON(w, http.StatusOK, map[string]uint64{"version": v})
@@ -167,7 +170,7 @@ func (s *Service) handleRollback(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, err)
 		return
 	}
-	s.watcher.Observe(v)
+	s.observe(r.Context(), v)
 	s.audit(r, "rules.rollback", "version", v, "from", from)
 	w.Header().Set(RulesVersionHeader, strconv.FormatUint(v, 10))
 	writeJSON(w, http.StatusOK, map[string]uint64{"version": v, "from": from})
@@ -203,7 +206,7 @@ func (s *Service) handleGetList(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	set, err := s.rules.Current(r.Context())
+	set, err := s.watcher.Current(r.Context())
 	if err != nil {
 		s.redisError(w, err)
 		return
@@ -279,7 +282,7 @@ func (s *Service) handleEditList(add bool) http.HandlerFunc {
 			s.storeError(w, err)
 			return
 		}
-		s.watcher.Observe(v)
+		s.observe(r.Context(), v)
 		verb := "add"
 		if !add {
 			verb = "remove"
@@ -298,7 +301,13 @@ func (s *Service) handleUsage(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, errorBody{Error: "empty key", Field: "key"})
 		return
 	}
-	u, err := s.st.Usage(r.Context(), s.storeKey(r.Context(), key))
+	var u *store.Usage
+	var err error
+	if cfg := s.ruleSet(r.Context()); cfg != nil {
+		u, err = s.st.UsageOf(r.Context(), s.storeKey(r.Context(), key), bucketRefs(cfg, key))
+	} else {
+		u, err = s.st.Usage(r.Context(), s.storeKey(r.Context(), key))
+	}
 	if err != nil {
 		s.redisError(w, err)
 		return
@@ -312,7 +321,13 @@ func (s *Service) handleReset(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, errorBody{Error: "empty key", Field: "key"})
 		return
 	}
-	n, err := s.st.Reset(r.Context(), s.storeKey(r.Context(), key))
+	var n int64
+	var err error
+	if cfg := s.ruleSet(r.Context()); cfg != nil {
+		n, err = s.st.ResetOf(r.Context(), s.storeKey(r.Context(), key), bucketRefs(cfg, key))
+	} else {
+		n, err = s.st.Reset(r.Context(), s.storeKey(r.Context(), key))
+	}
 	if err != nil {
 		s.redisError(w, err)
 		return

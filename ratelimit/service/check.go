@@ -19,12 +19,18 @@ func (s *Service) RuleSet(ctx context.Context) *rule.Config { return s.ruleSet(c
 // ends (the Envoy rate limit service) charge the same buckets through it.
 func (s *Service) Check(ctx context.Context, endpoint string, b *wire.Batch) (*store.Outcome, error) {
 	start := time.Now()
+	if !s.rulesReady() {
+		s.m.error("no_rules")
+		s.m.batches.WithLabelValues(endpoint, "unavailable").Inc()
+		return nil, errNoRules
+	}
 	for i := range b.Deltas {
 		if b.Deltas[i].Flags&(wire.FlagStrict|wire.FlagAcquire) == 0 {
 			b.Deltas[i].Flags |= wire.FlagStrict
 		}
 	}
-	opts := store.Options{Refuse: s.resolver(ctx), StoreKey: s.storeKeyFunc(s.ruleSet(ctx))}
+	refuse := s.resolver(ctx)
+	opts := store.Options{Refuse: refuse, NoLearn: refuse != nil, StoreKey: s.storeKeyFunc(s.ruleSet(ctx))}
 	// A caller that hangs up must not cut a check in half: finish it (bounded).
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.BatchTimeout)
 	out, err := s.st.Apply(ctx, b, opts)

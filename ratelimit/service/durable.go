@@ -39,8 +39,9 @@ const RestoreInterval = 100 * time.Millisecond
 
 // durable is the policy-store side of a Service.
 type durable struct {
-	pol   PolicyStore
-	known atomic.Uint64 // newest active version seen
+	pol      PolicyStore
+	known    atomic.Uint64 // newest active version seen
+	answered atomic.Bool   // the policy store said which version is active
 }
 
 func raise(a *atomic.Uint64, v uint64) {
@@ -141,6 +142,7 @@ func (s *Service) runPolicy(ctx context.Context) {
 		defer cancel()
 		if v, err := s.pol.pol.ActiveVersion(pctx); err == nil {
 			raise(&s.pol.known, v)
+			s.pol.answered.Store(true)
 		}
 	}
 	seeded := s.seedPolicy(ctx)
@@ -210,6 +212,8 @@ func (s *Service) seedPolicy(ctx context.Context) bool {
 	if err != nil {
 		return false
 	}
+	raise(&s.pol.known, v)
+	s.pol.answered.Store(true)
 	if v > 0 {
 		return true
 	}

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"github.com/tollgate-rl/tollgate/shared/keyhash"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -105,5 +106,27 @@ func TestHashKey(t *testing.T) {
 	a, b := HashKey([]byte("s1"), "203.0.113.7"), HashKey([]byte("s2"), "203.0.113.7")
 	if a == b || len(a) != 16 || strings.ContainsAny(a, "{}") || HashKey([]byte("s1"), "203.0.113.7") != a {
 		t.Fatalf("HashKey: %q %q", a, b)
+	}
+}
+
+// TestKeyNamesMatchTheFilter: the service names a key in its logs and /v1/top (logKey)
+// exactly as the filter's access-log metadata does — keyhash.AppendKeyed with the
+// key-hash secret (telemetry.key_hash_secret), keyhash.String without — so an operator
+// joins a refused request's log line to its /v1/top entry.
+func TestKeyNamesMatchTheFilter(t *testing.T) {
+	for _, secret := range []string{"", "kh-s3cret", strings.Repeat("long-secret/", 8)} {
+		s := &Service{cfg: Config{KeyHashSecret: []byte(secret)}}
+		for _, key := range []string{"203.0.113.7", "2001:db8::1", "sk_live_abuser", "", strings.Repeat("k", 300)} {
+			want := keyhash.String(key)
+			if secret != "" {
+				want = string(keyhash.AppendKeyed(nil, secret, key))
+				if got := HashKey([]byte(secret), key); got != want {
+					t.Errorf("HashKey(%q, %q) = %q, the filter's keyed name %q", secret, key, got, want)
+				}
+			}
+			if got := s.logKey(key); got != want {
+				t.Errorf("secret %q: logKey(%q) = %q, the filter's name %q", secret, key, got, want)
+			}
+		}
 	}
 }

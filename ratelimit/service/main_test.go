@@ -65,6 +65,8 @@ type instance struct {
 	// id makes the gateway names of one test its own: the package shares one Redis, and
 	// a gateway's idempotency records outlive the test that wrote them.
 	id string
+	// stop ends the instance before the test does (a replica's restart).
+	stop func()
 }
 
 type opts struct {
@@ -105,13 +107,14 @@ func start(t testing.TB, o opts) *instance {
 	done := make(chan struct{})
 	go func() { defer close(done); svc.Run(ctx) }()
 	hs := httptest.NewServer(svc.Handler())
-	t.Cleanup(func() {
+	stop := sync.OnceFunc(func() {
 		hs.Close()
 		cancel()
 		<-done
 		_ = st.Close()
 	})
-	return &instance{svc: svc, st: st, http: hs, log: logs, id: uniq("t")}
+	t.Cleanup(stop)
+	return &instance{svc: svc, st: st, http: hs, log: logs, id: uniq("t"), stop: stop}
 }
 
 // do sends a request and returns status, headers and body.

@@ -48,6 +48,7 @@ type Metrics struct {
 	ruleAdmitted    *prometheus.CounterVec // rule
 	ruleRefused     *prometheus.CounterVec // rule
 	ruleOver        *prometheus.CounterVec // rule
+	fleetx          *fleetMetrics
 
 	ruleMu    sync.Mutex
 	ruleNames map[string]struct{}
@@ -90,6 +91,7 @@ func NewMetrics() *Metrics {
 	m.ruleAdmitted = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_rule_admitted_permits_total", Help: "Permits admitted by rule, as gateways reported them (out of a lease or outside one) and strict checks taken."}, []string{"rule"})
 	m.ruleRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_rule_refused_requests_total", Help: "Requests refused by rule: gateways' 429s and strict checks denied."}, []string{"rule"})
 	m.ruleOver = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_rule_overadmitted_permits_total", Help: "Permits admitted beyond what the bucket held, by rule (over-admission within the lease bound)."}, []string{"rule"})
+	m.fleetx = newFleetMetrics(f)
 	for _, c := range []prometheus.Collector{m.ruleAdmitted, m.ruleRefused, m.ruleOver, m.batches, m.deltas, m.keys, m.batchSeconds, m.redisSeconds, m.redisErrors,
 		m.reloads, m.grants, m.granted, m.overshoot, m.replays, m.reclaimed, m.refused, m.paramsCorrected, m.clamped, m.excess, m.rejections, m.strictDenied, m.early,
 		m.penalized, m.errors, m.rulesVersion, m.fleet, m.insecure, m.secretReloads, m.fleetJoins,

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tollgate-rl/tollgate/ratelimit/store"
 	"github.com/tollgate-rl/tollgate/shared/algo"
 	"github.com/tollgate-rl/tollgate/shared/lease"
 	"github.com/tollgate-rl/tollgate/shared/rule"
@@ -60,6 +61,11 @@ func (s *Service) resolver(ctx context.Context) func(d *wire.Delta) string {
 		if r == nil {
 			return "rule: not in the service's rule set version " + version
 		}
+		// A tier the rule does not define would name a bucket of its own with the
+		// rule's default limits: a gateway could make as many as it likes.
+		if _, ok := r.Tiers[d.Tier]; d.Tier != "" && !ok {
+			return "tier: rule " + strconv.Quote(d.Rule) + " has no tier " + strconv.Quote(d.Tier)
+		}
 		prm, ok := r.Params(d.Key, d.Tier, int(d.Window))
 		if !ok {
 			return "window: rule " + strconv.Quote(d.Rule) + " has no window " + strconv.Itoa(int(d.Window))
@@ -70,6 +76,33 @@ func (s *Service) resolver(ctx context.Context) func(d *wire.Delta) string {
 		setParams(d, prm)
 		return ""
 	}
+}
+
+// bucketRefs names every bucket caller key can have under cfg, with the parameters the
+// resolver charges it with: each rule's windows for no tier and for each of its tiers.
+// This is what the admin API's usage and reset look at: bounded by the rule set, and
+// rebuilt from it whenever Redis lost its data, whatever gateways sent.
+func bucketRefs(cfg *rule.Config, key string) []store.BucketRef {
+	var refs []store.BucketRef
+	for i := range cfg.Rules {
+		r := &cfg.Rules[i]
+		tiers := make([]string, 0, 1+len(r.Tiers))
+		tiers = append(tiers, "")
+		for t := range r.Tiers {
+			tiers = append(tiers, t)
+		}
+		for _, t := range tiers {
+			for w := 0; w <= 255; w++ {
+				p, ok := r.Params(key, t, w)
+				if !ok {
+					break
+				}
+				refs = append(refs, store.BucketRef{Rule: r.ID, Tier: t, Window: uint8(w), Params: p})
+			}
+		}
+	}
+	store.SortBuckets(refs)
+	return refs
 }
 
 func setParams(d *wire.Delta, p algo.Params) {

@@ -32,10 +32,20 @@ import (
 
 // Config configures the HTTP API.
 type Config struct {
-	// SyncSecret authenticates gateways ("Authorization: Bearer <secret>"). Empty: the
-	// sync endpoints answer 401 to everyone, unless Insecure is set. SetSyncSecrets
-	// replaces it (and may accept several during a rotation).
+	// SyncSecret is the master secret gateways' node tokens are derived from (NodeToken):
+	// a gateway sends "Authorization: Bearer <its node token>" and may sync only as that
+	// node. Empty: the sync endpoints answer 401 to everyone, unless Insecure is set or
+	// a mesh peer is recognised (Mesh). SetSyncSecrets replaces it (and may accept
+	// several during a rotation).
 	SyncSecret string
+	// NodeTokensOnly refuses the master secret itself as a gateway's credential. Without
+	// it a gateway that sends the master secret (the previous release's shared-secret
+	// mode, kept for upgrades) is accepted as any node it names, and counted in
+	// tollgate_sync_auth_total{mode="shared_secret"}.
+	NodeTokensOnly bool
+	// Mesh recognises gateways by their mTLS identity (Istio: the SPIFFE id in the
+	// x-forwarded-client-cert header the service's sidecar sets).
+	Mesh MeshIdentity
 	// Insecure opens the sync endpoints to any caller while no sync secret is set (a
 	// mesh whose mTLS and network policy already authenticate gateways). It must be
 	// asked for: without it a missing secret locks the sync API, it does not open it.
@@ -126,6 +136,8 @@ func New(cfg Config, st *store.Store, m *Metrics) *Service {
 	})
 	s.bufs.New = func() any { b := make([]byte, 0, 64<<10); return &b }
 	switch {
+	case cfg.SyncSecret == "" && cfg.Mesh.Enabled:
+		s.log.Info("gateways authenticate by their mTLS identity (x-forwarded-client-cert from a trusted proxy); no node tokens")
 	case cfg.SyncSecret == "" && cfg.Insecure:
 		s.log.Error("INSECURE: no sync secret and insecure mode: /v1/sync, /v1/check and /v1/sync/rules accept any caller")
 	case cfg.SyncSecret == "":
@@ -194,8 +206,13 @@ func (s *Service) Run(ctx context.Context) {
 		})
 	}()
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.BatchTimeout)
-	_ = s.watcher.Poll(pctx)
+	if s.watcher.Poll(pctx) == nil {
+		_, _ = s.watcher.Current(pctx) // the body too, so a wipe of Redis finds it here
+	}
 	cancel()
+	kdone := make(chan struct{})
+	go func() { defer close(kdone); s.keepRules(ctx) }()
+	defer func() { <-kdone }()
 	if s.pol != nil {
 		pdone := make(chan struct{})
 		go func() { defer close(pdone); s.runPolicy(ctx) }()
@@ -265,21 +282,26 @@ func bearerValue(authorization string, accepted *[]string) bool {
 	return match == 1
 }
 
-// syncAuthorized: a caller with an accepted secret, or anyone while no secret is set
-// and the service runs insecure on purpose.
-func (s *Service) syncAuthorized(r *http.Request) bool {
-	return s.SyncAuthorized(r.Header.Get("Authorization"))
+// syncAuthorized authenticates a sync-API request (authenticate) and counts it.
+func (s *Service) syncAuthorized(r *http.Request) (identity, bool) {
+	id, ok := s.authenticate(r)
+	if ok {
+		s.m.fleetx.auth.WithLabelValues(id.mode).Inc()
+	}
+	return id, ok
 }
 
-// SyncAuthorized applies the sync endpoints' authentication to an Authorization value
-// ("Bearer <secret>") that arrived another way (gRPC metadata): an accepted sync
-// secret, or anything while no secret is set and the service runs insecure on purpose.
+// SyncAuthorized applies the sync endpoints' bearer authentication to an Authorization
+// value ("Bearer <credential>") that arrived another way (gRPC metadata): any node's
+// token, the master secret unless NodeTokensOnly, or anything while no secret is set
+// and the service runs insecure on purpose. Checks carry no sequence to protect, so any
+// node's credential will do.
 func (s *Service) SyncAuthorized(authorization string) bool {
-	secrets := s.syncSecrets.Load()
-	if len(*secrets) == 0 {
-		return s.cfg.Insecure
+	id, ok := s.authenticateBearer(authorization)
+	if ok {
+		s.m.fleetx.auth.WithLabelValues(id.mode).Inc()
 	}
-	return bearerValue(authorization, secrets)
+	return ok
 }
 
 func (s *Service) admin(h http.HandlerFunc) http.HandlerFunc {
@@ -312,9 +334,10 @@ func (s *Service) handleBatch(endpoint string, check bool) http.HandlerFunc {
 			s.m.error(kind)
 			http.Error(w, msg, code)
 		}
-		if !s.syncAuthorized(r) {
+		id, authed := s.syncAuthorized(r)
+		if !authed {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate-sync"`)
-			fail(http.StatusUnauthorized, "unauthorized", "missing or wrong sync secret")
+			fail(http.StatusUnauthorized, "unauthorized", "missing or wrong sync credential")
 			return
 		}
 		if r.ContentLength > wire.MaxBatchSize {
@@ -349,11 +372,27 @@ func (s *Service) handleBatch(endpoint string, check bool) http.HandlerFunc {
 			fail(http.StatusBadRequest, "decode", err.Error())
 			return
 		}
+		claimed := b.Node
+		if v1 {
+			if i := strings.LastIndexByte(claimed, '#'); i >= 0 {
+				claimed = claimed[:i]
+			}
+		}
+		if why := id.bind(&b, claimed); why != "" {
+			fail(http.StatusForbidden, "forbidden", why)
+			return
+		}
+		if !s.rulesReady() {
+			w.Header().Set("Retry-After", "1")
+			fail(http.StatusServiceUnavailable, "no_rules", errNoRules.Error())
+			return
+		}
 		if why := seqProblem(b.Seq, time.Now()); why != "" && !check {
 			fail(http.StatusBadRequest, "invalid", why)
 			return
 		}
-		opts := store.Options{Idempotent: !check, NoLease: v1, Refuse: s.resolver(r.Context()), StoreKey: s.storeKeyFunc(s.ruleSet(r.Context()))}
+		refuse := s.resolver(r.Context())
+		opts := store.Options{Idempotent: !check, NoLease: v1, Refuse: refuse, NoLearn: refuse != nil, StoreKey: s.storeKeyFunc(s.ruleSet(r.Context()))}
 		if check {
 			for i := range b.Deltas {
 				if b.Deltas[i].Flags&(wire.FlagStrict|wire.FlagAcquire) == 0 {
@@ -470,9 +509,9 @@ func readAll(r io.Reader, buf []byte) ([]byte, error) {
 }
 
 func (s *Service) handleSyncRules(w http.ResponseWriter, r *http.Request) {
-	if !s.syncAuthorized(r) {
+	if _, ok := s.syncAuthorized(r); !ok {
 		s.m.error("auth")
-		http.Error(w, "missing or wrong sync secret", http.StatusUnauthorized)
+		http.Error(w, "missing or wrong sync credential", http.StatusUnauthorized)
 		return
 	}
 	set, err := s.watcher.Current(r.Context())
@@ -497,6 +536,10 @@ func (s *Service) handleReady(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	if err := s.st.Ping(ctx); err != nil {
 		http.Error(w, "redis: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	if !s.rulesReady() {
+		http.Error(w, "rules: "+errNoRules.Error(), http.StatusServiceUnavailable)
 		return
 	}
 	_, _ = io.WriteString(w, "ok\n")

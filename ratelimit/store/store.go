@@ -324,6 +324,10 @@ type Options struct {
 	// hash): every Redis key of the delta is built from it; the states answer with the
 	// key as sent.
 	StoreKey func(key string) string
+	// NoLearn: record nothing of the batch in the registry of buckets (tg:params). A
+	// service with a rule set names every bucket from it, and what a gateway sends must
+	// not fill a registry the admin API depends on.
+	NoLearn bool
 }
 
 // storeKeys returns the form of every delta's caller key in Redis (b's own keys when
@@ -474,7 +478,9 @@ func (s *Store) Apply(ctx context.Context, b *wire.Batch, o Options) (*Outcome, 
 	if out.Failed > 0 {
 		return out, fmt.Errorf("%w: %d of %d deltas failed: %w", ErrUnavailable, out.Failed, len(b.Deltas), firstErr)
 	}
-	s.params.note(ctx, s, b, ok)
+	if !o.NoLearn {
+		s.params.note(ctx, s, b, ok)
+	}
 	return out, nil
 }
 

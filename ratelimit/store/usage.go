@@ -3,10 +3,12 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -15,15 +17,27 @@ import (
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
-// paramsSeen records, once per process, every (rule, window, tier) a batch carried and
-// its parameters in the hash tg:params, so that usage and reset of a caller key can name
-// the key's buckets directly (one GET or DEL each) instead of scanning the keyspace.
+// paramsSeen records every (rule, window, tier) a batch carried and its parameters in
+// the hash tg:params, so that usage and reset of a caller key can name the key's buckets
+// directly (one GET or DEL each) instead of scanning the keyspace. It is the registry of
+// a service without a rule set of its own (Options.NoLearn is off): the gateways' rules
+// are then all it knows. With a rule set the service names the buckets from it
+// (UsageOf, ResetOf) and nothing a gateway sends is recorded.
+//
+// Every relearnCheck one batch compares the registry's size in Redis with what this
+// process wrote: when Redis holds fewer (FLUSHALL, a restarted Redis without
+// persistence), the process forgets what it wrote, and the traffic that follows writes
+// the registry again, without a restart.
 type paramsSeen struct {
-	mu   sync.Mutex
-	seen map[string]string
+	mu      sync.Mutex
+	seen    map[string]string
+	checked time.Time
 }
 
-func (p *paramsSeen) init() { p.seen = map[string]string{} }
+// relearnCheck is how often a process checks that what it wrote is still in Redis.
+const relearnCheck = time.Second
+
+func (p *paramsSeen) init() { p.seen = map[string]string{}; p.checked = time.Now() }
 
 // paramsField names one (rule, window, tier): unit separators cannot appear in a rule id.
 func paramsField(rule string, window uint8, tier string) string {
@@ -35,6 +49,20 @@ func paramsField(rule string, window uint8, tier string) string {
 // service's, and would replace those of the buckets that exist. A failure is forgotten:
 // the next batch that carries the bucket writes it again.
 func (p *paramsSeen) note(ctx context.Context, s *Store, b *wire.Batch, applied []bool) {
+	p.mu.Lock()
+	check := time.Since(p.checked) >= relearnCheck
+	if check {
+		p.checked = time.Now()
+	}
+	wrote := len(p.seen)
+	p.mu.Unlock()
+	if check {
+		if n, err := s.rdb.HLen(ctx, paramsKey).Result(); err == nil && n < int64(wrote) {
+			p.mu.Lock()
+			p.seen = map[string]string{}
+			p.mu.Unlock()
+		}
+	}
 	var fresh []any
 	p.mu.Lock()
 	for i := range b.Deltas {
@@ -53,13 +81,42 @@ func (p *paramsSeen) note(ctx context.Context, s *Store, b *wire.Batch, applied 
 	if len(fresh) == 0 {
 		return
 	}
-	if err := s.rdb.HSet(ctx, paramsKey, fresh...).Err(); err != nil {
+	// The bound holds in Redis too, over every process and every relearning: a full
+	// registry takes new parameters of the (rule, window, tier) it has, no new ones.
+	write := fresh
+	n, err := s.rdb.HLen(ctx, paramsKey).Result()
+	if err == nil && n+int64(len(fresh)/2) > maxParams {
+		write, err = keepKnown(ctx, s, slices.Clone(fresh))
+	}
+	if err == nil && len(write) > 0 {
+		err = s.rdb.HSet(ctx, paramsKey, write...).Err()
+	}
+	if err != nil {
 		p.mu.Lock()
 		for i := 0; i < len(fresh); i += 2 {
 			delete(p.seen, fresh[i].(string))
 		}
 		p.mu.Unlock()
 	}
+}
+
+// keepKnown returns the field/value pairs of fresh whose field the registry holds.
+func keepKnown(ctx context.Context, s *Store, fresh []any) ([]any, error) {
+	fields := make([]string, 0, len(fresh)/2)
+	for i := 0; i < len(fresh); i += 2 {
+		fields = append(fields, fresh[i].(string))
+	}
+	have, err := s.rdb.HMGet(ctx, paramsKey, fields...).Result()
+	if err != nil {
+		return nil, err
+	}
+	kept := fresh[:0]
+	for i, v := range have {
+		if v != nil {
+			kept = append(kept, fresh[2*i], fresh[2*i+1])
+		}
+	}
+	return kept, nil
 }
 
 // maxParams bounds the registry (rule ids come from rule sets, but a gateway could send
@@ -116,20 +173,21 @@ type PenaltyUsage struct {
 	RemainingMs int64 `json:"remaining_ms"`
 }
 
-// bucketRef is one bucket a caller key may have.
-type bucketRef struct {
-	rule, tier string
-	window     int
-	params     algo.Params
+// BucketRef is one bucket a caller key may have: a (rule, window, tier) and the
+// parameters it is charged with.
+type BucketRef struct {
+	Rule, Tier string
+	Window     uint8
+	Params     algo.Params
 }
 
 // knownBuckets reads the registry of (rule, window, tier) and their parameters.
-func (s *Store) knownBuckets(ctx context.Context) ([]bucketRef, error) {
+func (s *Store) knownBuckets(ctx context.Context) ([]BucketRef, error) {
 	all, err := s.rdb.HGetAll(ctx, paramsKey).Result()
 	if err != nil {
 		return nil, err
 	}
-	refs := make([]bucketRef, 0, len(all))
+	refs := make([]BucketRef, 0, len(all))
 	for f, v := range all {
 		parts := strings.Split(f, "\x1f")
 		if len(parts) != 3 {
@@ -142,19 +200,24 @@ func (s *Store) knownBuckets(ctx context.Context) ([]bucketRef, error) {
 		if err != nil || !ok || w < 0 || w > 255 || p.Validate() != nil {
 			continue
 		}
-		refs = append(refs, bucketRef{rule: parts[0], window: w, tier: parts[2], params: p})
+		refs = append(refs, BucketRef{Rule: parts[0], Window: uint8(w), Tier: parts[2], Params: p})
 	}
+	SortBuckets(refs)
+	return refs, nil
+}
+
+// SortBuckets orders refs by rule, window and tier (the order usage lists them in).
+func SortBuckets(refs []BucketRef) {
 	sort.Slice(refs, func(i, j int) bool {
 		a, b := refs[i], refs[j]
-		if a.rule != b.rule {
-			return a.rule < b.rule
+		if a.Rule != b.Rule {
+			return a.Rule < b.Rule
 		}
-		if a.window != b.window {
-			return a.window < b.window
+		if a.Window != b.Window {
+			return a.Window < b.Window
 		}
-		return a.tier < b.tier
+		return a.Tier < b.Tier
 	})
-	return refs, nil
 }
 
 // Usage reads every bucket of key at Redis time: one GET per (rule, window, tier) the
@@ -165,12 +228,19 @@ func (s *Store) Usage(ctx context.Context, key string) (*Usage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("usage: %w", err)
 	}
+	return s.UsageOf(ctx, key, refs)
+}
+
+// UsageOf reads key's buckets among refs (those that exist), as Usage does: a service
+// with a rule set names them from it, so no registry a gateway could fill or a wipe of
+// Redis could empty stands between the rules and the answer.
+func (s *Store) UsageOf(ctx context.Context, key string, refs []BucketRef) (*Usage, error) {
 	pipe := s.rdb.Pipeline()
 	tm := pipe.Time(ctx)
 	penCmd := pipe.HGetAll(ctx, PenaltyKey(key))
 	cmds := make([]*redis.StringCmd, len(refs))
 	for i, r := range refs {
-		cmds[i] = pipe.Get(ctx, BucketKey(key, r.rule, r.tier, uint8(r.window)))
+		cmds[i] = pipe.Get(ctx, BucketKey(key, r.Rule, r.Tier, r.Window))
 	}
 	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
 		return nil, fmt.Errorf("usage: %w", err)
@@ -188,12 +258,12 @@ func (s *Store) Usage(ctx context.Context, key string) (*Usage, error) {
 			continue
 		}
 		b := lease.ParseValue(v)
-		bp := r.params
+		bp := r.Params
 		b.Advance(bp, now, s.cfg.Lease) // leases of an ended epoch or window no longer count
 		eff := algo.Take(bp, b.State, now, b.Leases.Outstanding())
 		name, burst, cal := describe(bp)
 		u.Buckets = append(u.Buckets, BucketUsage{
-			RedisKey: BucketKey(key, r.rule, r.tier, uint8(r.window)), Rule: r.rule, Tier: r.tier, Window: r.window,
+			RedisKey: BucketKey(key, r.Rule, r.Tier, r.Window), Rule: r.Rule, Tier: r.Tier, Window: int(r.Window),
 			Algorithm: name, Limit: bp.Limit, WindowMs: bp.WindowUs / 1000, Burst: burst, Calendar: cal,
 			Remaining: algo.Available(bp, eff, now), Available: algo.Available(bp, b.State, now),
 			ResetInMs: ceilMs(algo.ResetAt(bp, b.State, now) - now), Outstanding: b.Leases.Outstanding(),
@@ -210,9 +280,14 @@ func (s *Store) Reset(ctx context.Context, key string) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("reset: %w", err)
 	}
+	return s.ResetOf(ctx, key, refs)
+}
+
+// ResetOf deletes key's buckets among refs and its penalty record, as Reset does.
+func (s *Store) ResetOf(ctx context.Context, key string, refs []BucketRef) (int64, error) {
 	keys := []string{PenaltyKey(key)}
 	for _, r := range refs {
-		keys = append(keys, BucketKey(key, r.rule, r.tier, uint8(r.window)))
+		keys = append(keys, BucketKey(key, r.Rule, r.Tier, r.Window))
 	}
 	var n int64
 	// All of them share one slot; delete in slices to keep each command small.

@@ -1,8 +1,11 @@
 package keyhash
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
+	"strings"
 	"testing"
 )
 
@@ -55,6 +58,38 @@ func FuzzSum256(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		if got, want := sum256(s), sha256.Sum256([]byte(s)); got != want {
 			t.Fatalf("%q: %x, want %x", s, got, want)
+		}
+	})
+}
+
+// TestAppendKeyed checks the package's HMAC against crypto/hmac (the sync service's
+// HashKey), for secrets shorter than, as long as and longer than a block.
+func TestAppendKeyed(t *testing.T) {
+	long := strings.Repeat("s", 100)
+	for _, tc := range []struct{ secret, key string }{
+		{"k", ""}, {"key-hash-s3cret", "203.0.113.7"}, {strings.Repeat("b", 64), "sk_live_abuser"},
+		{long, strings.Repeat("a-long-key/", 20)}, {"", "x"},
+	} {
+		m := hmac.New(sha256.New, []byte(tc.secret))
+		m.Write([]byte(tc.key))
+		want := base64.RawURLEncoding.EncodeToString(m.Sum(nil)[:12])
+		if got := string(AppendKeyed(nil, tc.secret, tc.key)); got != want || len(got) != KeyedLen {
+			t.Errorf("AppendKeyed(%q, %q) = %q, want %q", tc.secret, tc.key, got, want)
+		}
+	}
+	buf := make([]byte, 0, KeyedLen)
+	if n := testing.AllocsPerRun(100, func() { buf = AppendKeyed(buf[:0], "s3cret", "203.0.113.7") }); n != 0 {
+		t.Errorf("AppendKeyed allocates %v times", n)
+	}
+}
+
+func FuzzAppendKeyed(f *testing.F) {
+	f.Add("s3cret", "203.0.113.7")
+	f.Fuzz(func(t *testing.T, secret, key string) {
+		m := hmac.New(sha256.New, []byte(secret))
+		m.Write([]byte(key))
+		if got, want := string(AppendKeyed(nil, secret, key)), base64.RawURLEncoding.EncodeToString(m.Sum(nil)[:12]); got != want {
+			t.Fatalf("AppendKeyed(%q, %q) = %q, want %q", secret, key, got, want)
 		}
 	})
 }

@@ -19,27 +19,66 @@ var sha256K = [64]uint32{
 
 // sum256 is SHA-256 (FIPS 180-4) of s, on the stack.
 func sum256(s string) [32]byte {
-	h := [8]uint32{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19}
-	var block [64]byte
-	n := len(s)
-	for len(s) >= 64 {
-		copy(block[:], s[:64])
-		compress(&h, &block)
-		s = s[64:]
+	var d digest
+	d.reset()
+	d.write(s)
+	return d.sum()
+}
+
+// digest is a running SHA-256 (for HMAC, which hashes a key block and then the message).
+type digest struct {
+	h     [8]uint32
+	block [64]byte
+	nx    int    // bytes in block
+	n     uint64 // bytes written
+}
+
+func (d *digest) reset() {
+	d.h = [8]uint32{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19}
+	d.nx, d.n = 0, 0
+}
+
+func (d *digest) write(s string) {
+	d.n += uint64(len(s))
+	for len(s) > 0 {
+		k := copy(d.block[d.nx:], s)
+		d.nx += k
+		s = s[k:]
+		if d.nx == 64 {
+			compress(&d.h, &d.block)
+			d.nx = 0
+		}
 	}
+}
+
+func (d *digest) writeBytes(b []byte) {
+	d.n += uint64(len(b))
+	for len(b) > 0 {
+		k := copy(d.block[d.nx:], b)
+		d.nx += k
+		b = b[k:]
+		if d.nx == 64 {
+			compress(&d.h, &d.block)
+			d.nx = 0
+		}
+	}
+}
+
+// sum pads and returns the hash (the digest is spent).
+func (d *digest) sum() [32]byte {
 	// Padding: 0x80, zeros, then the length in bits (big-endian) in the last 8 bytes of
 	// the last block — a second block when fewer than 9 bytes are left in this one.
-	k := copy(block[:], s)
-	block[k] = 0x80
-	clear(block[k+1:])
+	k := d.nx
+	d.block[k] = 0x80
+	clear(d.block[k+1:])
 	if k >= 56 {
-		compress(&h, &block)
-		clear(block[:])
+		compress(&d.h, &d.block)
+		clear(d.block[:])
 	}
-	binary.BigEndian.PutUint64(block[56:], uint64(n)*8)
-	compress(&h, &block)
+	binary.BigEndian.PutUint64(d.block[56:], d.n*8)
+	compress(&d.h, &d.block)
 	var out [32]byte
-	for i, v := range h {
+	for i, v := range d.h {
 		binary.BigEndian.PutUint32(out[4*i:], v)
 	}
 	return out

@@ -97,6 +97,12 @@ type Telemetry struct {
 	// DecisionMetadata: each decision is set as the filter state "wasm.tollgate" (rule,
 	// decision, remaining, limit, degraded, key hash) for the access log.
 	DecisionMetadata bool
+	// KeyHashSecret, when set, makes the metadata's key name the keyed one
+	// (keyhash.AppendKeyed): the name the sync service, started with the same secret in
+	// --key-hash-secret-file, uses in Redis, its logs and /v1/top. Empty: the unkeyed
+	// SHA-256 prefix (keyhash.Append), from which an IP or any guessable key is recovered
+	// by trying candidates.
+	KeyHashSecret string
 }
 
 // Pattern is one allow/deny entry: a key glob (`*`, `?`) or an IP/CIDR.

@@ -8,9 +8,20 @@ func parseTelemetry(path string, v gjson.Result) (Telemetry, error) {
 	if !v.Exists() {
 		return t, nil
 	}
-	o, err := parseObject(path, v, "rule_stats", "decision_metadata")
+	o, err := parseObject(path, v, "rule_stats", "decision_metadata", "key_hash_secret")
 	if err != nil {
 		return t, err
+	}
+	if fv := o.get("key_hash_secret"); fv.Exists() {
+		// Never echoed in an error: it is a secret.
+		s, err := parseString(o.at("key_hash_secret"), fv)
+		if err != nil {
+			return t, err
+		}
+		if len(s) > 1024 || !printable(s) {
+			return t, fieldError(o.at("key_hash_secret"), "must be at most 1024 bytes of visible ASCII without spaces (value not shown)")
+		}
+		t.KeyHashSecret = s
 	}
 	for _, f := range []struct {
 		name string

@@ -6,13 +6,15 @@
 // as a connection stays on one Envoy worker), then forwarded to --upstream. The
 // filter's proxy_http_call reaches the clusters given with --cluster. The admin
 // listener (--metrics-listen) serves /metrics (Prometheus text, as Envoy's
-// /stats/prometheus), /stats (JSON), /logs and POST /config (hot reload); --access-log
+// /stats/prometheus), /stats (JSON), and with the token of --admin-token-file /logs and
+// POST /config (hot reload); --access-log
 // writes one line per request in Envoy's format syntax; SIGHUP re-reads --config. SIGTERM and SIGINT drain
 // and stop the gateway.
 package main
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -83,6 +85,8 @@ type options struct {
 	accessLog            string
 	accessLogFormat      string
 	jwtPayloadInMetadata string // --jwt-payload-in-metadata
+	adminTokenFile       string // --admin-token-file
+	adminTokens          []string
 }
 
 var logLevels = map[string]int{
@@ -112,6 +116,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.cacheDir, "cache-dir", "", "directory for wazero's compilation cache (faster restarts)")
 	fs.StringVar(&o.accessLog, "access-log", "", "file to append one access-log line per request to (\"-\": stdout; empty: off)")
 	fs.StringVar(&o.accessLogFormat, "access-log-format", host.DefaultAccessLogFormat, "access-log line in Envoy's format syntax (%REQ(..)%, %RESPONSE_CODE%, %FILTER_STATE(wasm.tollgate:PLAIN)%, ...)")
+	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "file holding the bearer token(s), one per line, that POST /config and GET /logs require (without it they answer 401: a rule set from anyone who reaches the admin listener would open every limit)")
 	fs.StringVar(&o.jwtPayloadInMetadata, "jwt-payload-in-metadata", "", "stand in for jwt_authn: put the bearer token's payload (signature NOT checked) in dynamic metadata under this key")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `tollgate-gateway runs a proxy-wasm HTTP filter (ABI v0.2.1) the way Envoy does and
@@ -125,8 +130,9 @@ Flags:
 `)
 		fs.PrintDefaults()
 		fmt.Fprintf(fs.Output(), `
-Admin endpoints (--metrics-listen): GET /metrics (Prometheus), GET /stats (JSON),
-GET /logs (recent plugin log lines), POST /config (new plugin configuration in the body).
+Admin endpoints (--metrics-listen): GET /metrics (Prometheus), GET /stats (JSON); with
+"Authorization: Bearer <token of --admin-token-file>": GET /logs (recent plugin log
+lines), POST /config (new plugin configuration in the body).
 Signals: SIGHUP re-reads --config; SIGTERM/SIGINT drain and exit.
 `)
 	}
@@ -135,6 +141,20 @@ Signals: SIGHUP re-reads --config; SIGTERM/SIGINT drain and exit.
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.adminTokenFile != "" {
+		b, err := os.ReadFile(o.adminTokenFile)
+		if err != nil {
+			return o, fmt.Errorf("--admin-token-file: %w", err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if line = strings.TrimSpace(line); line != "" {
+				o.adminTokens = append(o.adminTokens, line)
+			}
+		}
+		if len(o.adminTokens) == 0 {
+			return o, fmt.Errorf("--admin-token-file %s: no token in it", o.adminTokenFile)
+		}
 	}
 	if o.wasm == "" {
 		return o, errors.New("--wasm is required")
@@ -249,13 +269,13 @@ func (g *gateway) admin() http.Handler {
 			"metrics": g.host.Metrics(),
 		})
 	})
-	mux.HandleFunc("GET /logs", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET /logs", g.authorized(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("content-type", "text/plain")
 		for _, e := range g.host.Logs() {
 			fmt.Fprintln(w, e.String())
 		}
-	})
-	mux.HandleFunc("POST /config", func(w http.ResponseWriter, r *http.Request) {
+	}))
+	mux.HandleFunc("POST /config", g.authorized(func(w http.ResponseWriter, r *http.Request) {
 		b, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBody))
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
@@ -265,9 +285,29 @@ func (g *gateway) admin() http.Handler {
 			http.Error(w, err.Error(), http.StatusUnprocessableEntity)
 			return
 		}
+		g.logger.Printf("configuration replaced through POST /config from %s", r.RemoteAddr)
 		fmt.Fprintln(w, "ok")
-	})
+	}))
 	return mux
+}
+
+// authorized wraps an admin handler that changes the gateway or shows what it logs: it
+// answers 401 unless the request carries one of --admin-token-file's tokens (compared
+// in constant time); without the file, it answers 401 to everyone.
+func (g *gateway) authorized(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		match := 0
+		for _, want := range g.opts.adminTokens {
+			match |= subtle.ConstantTimeCompare([]byte(got), []byte(want))
+		}
+		if !ok || got == "" || match != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate-gateway-admin"`)
+			http.Error(w, "missing or wrong admin token (--admin-token-file)", http.StatusUnauthorized)
+			return
+		}
+		h(w, r)
+	}
 }
 
 // reload re-reads --config and applies it.

@@ -87,7 +87,11 @@ func TestGatewayProxiesThroughTheFilter(t *testing.T) {
 	defer backend.Close()
 
 	accessLog := filepath.Join(t.TempDir(), "access.log")
-	o, err := parseFlags([]string{"--wasm", wasm, "--upstream", backend.URL, "--node-id", "gw-test", "--access-log", accessLog}, io.Discard)
+	tokenFile := filepath.Join(t.TempDir(), "admin-token")
+	if err := os.WriteFile(tokenFile, []byte("old-token\ngw-adm1n\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o, err := parseFlags([]string{"--wasm", wasm, "--upstream", backend.URL, "--node-id", "gw-test", "--access-log", accessLog, "--admin-token-file", tokenFile}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,37 +154,61 @@ func TestGatewayProxiesThroughTheFilter(t *testing.T) {
 		}
 	})
 
+	adminDo := func(t *testing.T, method, path, token, body string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, admin.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
 	t.Run("admin", func(t *testing.T) {
 		for path, want := range map[string]string{
 			"/metrics": "wasmhost_requests_total",
 			"/stats":   `"node_id": "gw-test"`,
 			"/logs":    "on_log",
 		} {
-			resp, err := http.Get(admin.URL + path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if !strings.Contains(string(body), want) {
+			if _, body := adminDo(t, "GET", path, "gw-adm1n", ""); !strings.Contains(body, want) {
 				t.Errorf("%s lacks %q:\n%s", path, want, body)
 			}
 		}
-		resp, err := http.Post(admin.URL+"/config", "text/plain", strings.NewReader("refuse"))
+		if code, _ := adminDo(t, "POST", "/config", "gw-adm1n", "refuse"); code != http.StatusUnprocessableEntity {
+			t.Errorf("refused configuration answered %d", code)
+		}
+		if code, _ := adminDo(t, "POST", "/config", "old-token", "v2"); code != http.StatusOK {
+			t.Errorf("accepted configuration answered %d", code)
+		}
+	})
+	t.Run("admin without the token", func(t *testing.T) {
+		// A rule set posted by anyone who reaches the listener would open every limit.
+		for _, token := range []string{"", "wrong", "gw-adm1"} {
+			for _, ep := range []struct{ method, path string }{{"POST", "/config"}, {"GET", "/logs"}} {
+				if code, body := adminDo(t, ep.method, ep.path, token, "v3"); code != http.StatusUnauthorized {
+					t.Errorf("%s %s with token %q: %d %s, want 401", ep.method, ep.path, token, code, body)
+				}
+			}
+		}
+		// Without --admin-token-file nobody may.
+		bare := *g
+		bare.opts.adminTokens = nil
+		srv := httptest.NewServer(bare.admin())
+		defer srv.Close()
+		resp, err := http.Post(srv.URL+"/config", "text/plain", strings.NewReader("v3"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusUnprocessableEntity {
-			t.Errorf("refused configuration answered %d", resp.StatusCode)
-		}
-		resp, err = http.Post(admin.URL+"/config", "text/plain", strings.NewReader("v2"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Errorf("accepted configuration answered %d", resp.StatusCode)
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("POST /config without --admin-token-file: %d, want 401", resp.StatusCode)
 		}
 	})
 }

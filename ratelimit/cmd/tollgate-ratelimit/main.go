@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/signal"
@@ -118,6 +119,10 @@ type config struct {
 	topRawKeys        bool
 	topMinutes        int
 	topFlush          time.Duration
+	syncIdentity      string
+	nodeTokensOnly    bool
+	meshProxies       string
+	meshProxySlice    []netip.Prefix
 }
 
 // envName is the environment variable of a flag: TOLLGATE_ + upper snake case.
@@ -157,6 +162,9 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.StringVar(&c.adminTokenFile, "admin-token-file", "", "file holding the admin token(s), one per line, read again on SIGHUP")
 	fs.StringVar(&c.syncSecret, "sync-secret", "", "bearer secret gateways send to /v1/sync, /v1/check, /v1/sync/rules; required unless --insecure (visible in the process list: prefer --sync-secret-file)")
 	fs.StringVar(&c.keyHashSecretFile, "key-hash-secret-file", "", "file holding the secret caller keys are hashed with in Redis and logs (HMAC-SHA256; which keys: the rule set's key_hashing, default IP keys); without it keys are stored raw. Not reread on SIGHUP: a new secret starts every hashed bucket afresh")
+	fs.StringVar(&c.syncIdentity, "sync-identity", "token", "how gateways are named: token (each sends its node token, `tollgate node-token`, derived from the master secrets of --sync-secret-file, and may sync only as that node) or mesh (the mTLS peer's SPIFFE id in x-forwarded-client-cert, from --mesh-trusted-proxies, scopes the node ids it sends; node tokens are accepted too when a sync secret is set)")
+	fs.BoolVar(&c.nodeTokensOnly, "sync-node-tokens-only", false, "refuse the master secret itself as a gateway's credential (without it, a gateway sending the master secret, as the previous release's gateways do, may sync as any node: for upgrades only)")
+	fs.StringVar(&c.meshProxies, "mesh-trusted-proxies", "127.0.0.0/8,::1/128", "comma-separated CIDRs of the proxy (the service's sidecar) whose x-forwarded-client-cert is believed, with --sync-identity mesh")
 	fs.StringVar(&c.syncSecretFile, "sync-secret-file", "", "file holding the sync secret(s), one per line (several while a rotation overlaps), read again on SIGHUP")
 	fs.StringVar(&c.policyStore, "policy-store", "", "PostgreSQL URL (postgres://user@host/db; the password in PGPASSFILE or PGPASSWORD) of the durable policy store: every rules version is kept there with author, time and reason, changes are refused (503) while it is down, and Redis is given the active version back after it lost it; empty: Redis alone")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
@@ -226,6 +234,19 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	var err error
 	if c.redisAddrSlice, err = c.redisAddrList(); err != nil {
 		return c, err
+	}
+	if c.syncIdentity != "token" && c.syncIdentity != "mesh" {
+		return c, fmt.Errorf("--sync-identity %q: want token or mesh", c.syncIdentity)
+	}
+	for _, p := range strings.Split(c.meshProxies, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		pfx, err := netip.ParsePrefix(p)
+		if err != nil {
+			return c, fmt.Errorf("--mesh-trusted-proxies %q: %w", p, err)
+		}
+		c.meshProxySlice = append(c.meshProxySlice, pfx.Masked())
 	}
 	switch {
 	case c.leaseHorizon < time.Millisecond || c.leaseHorizon > time.Duration(lease.MaxHorizonMs)*time.Millisecond:
@@ -349,10 +370,14 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 			return 2
 		}
 	}
-	if len(sec.sync.values()) == 0 && !c.insecure {
+	if len(sec.sync.values()) == 0 && !c.insecure && c.syncIdentity != "mesh" {
 		fmt.Fprintln(stderr, "tollgate-ratelimit: no sync secret: give --sync-secret-file (or --sync-secret), "+
-			"or --insecure to let any caller sync (only behind mTLS and a network policy)")
+			"--sync-identity mesh behind an mTLS sidecar, or --insecure to let any caller sync (only behind mTLS and a network policy)")
 		return 2
+	}
+	if len(sec.sync.values()) > 0 && !c.nodeTokensOnly {
+		log.Warn("the master sync secret is accepted as a gateway credential for any node (upgrade mode): give gateways node tokens (tollgate node-token) and set --sync-node-tokens-only",
+			"metric", `tollgate_sync_auth_total{mode="shared_secret"}`)
 	}
 	if c.insecure {
 		// Loud at every start: an insecure service must never pass unnoticed.
@@ -396,6 +421,7 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 		log.Warn("no --key-hash-secret-file: caller keys (client IPs, API keys) are stored raw in Redis")
 	}
 	scfg := service.Config{SyncSecret: sec.sync.first(), Insecure: c.insecure, AdminToken: sec.admin.first(),
+		NodeTokensOnly: c.nodeTokensOnly, Mesh: service.MeshIdentity{Enabled: c.syncIdentity == "mesh", TrustedProxies: c.meshProxySlice},
 		BatchTimeout: c.batchTimeout, Logger: log, KeyHashSecret: keyHashSecret,
 		Top: top.Config{RawKeys: c.topRawKeys, Minutes: c.topMinutes, Flush: c.topFlush}}
 	if c.policyStore != "" {

@@ -141,6 +141,11 @@ func TestStartSecurity(t *testing.T) {
 		{name: "insecure from the environment", env: map[string]string{"TOLLGATE_INSECURE": "true"}, wantLog: "INSECURE MODE"},
 		{name: "secret file", args: []string{"--sync-secret-file", good}},
 		{name: "secret on the command line", args: []string{"--sync-secret", "cmdline"}, wantLog: "secret given on the command line"},
+		{name: "master secret accepted from gateways (upgrade mode)", args: []string{"--sync-secret-file", good}, wantLog: "--sync-node-tokens-only"},
+		{name: "node tokens only", args: []string{"--sync-secret-file", good, "--sync-node-tokens-only"}},
+		{name: "mesh identity without a secret", args: []string{"--sync-identity", "mesh"}, wantLog: "mTLS identity"},
+		{name: "unknown identity", args: []string{"--sync-identity", "spiffe", "--sync-secret-file", good}, wantCode: 2, wantLog: "--sync-identity"},
+		{name: "bad trusted proxy", args: []string{"--sync-identity", "mesh", "--mesh-trusted-proxies", "127.0.0.1"}, wantCode: 2, wantLog: "--mesh-trusted-proxies"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/tollgate-rl/tollgate/ratelimit/credential"
 	"github.com/tollgate-rl/tollgate/ratelimit/rlsimport"
 	"github.com/tollgate-rl/tollgate/ratelimit/validate"
 )
@@ -19,6 +22,7 @@ import (
 // command holds what every subcommand needs.
 type command struct {
 	c              *client
+	getenv         func(string) string
 	stdin          io.Reader
 	stdout, stderr io.Writer
 }
@@ -90,6 +94,8 @@ func (x *command) dispatch(ctx context.Context, args []string) (int, error) {
 		return 0, nil
 	case "top":
 		return 0, x.top(ctx, args[1:])
+	case "node-token":
+		return 0, x.nodeToken(args[1:])
 	}
 	return 0, fmt.Errorf("%w: unknown command %q", errUsage, args[0])
 }
@@ -277,4 +283,39 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(ks)
 	return ks
+}
+
+// nodeToken prints a gateway's sync credential: the node token of NODE under the first
+// master secret of --sync-secret-file (or TOLLGATE_SYNC_SECRET_FILE), the file the
+// service reads. It works offline: the service derives the same token from the same
+// master, so nothing is registered anywhere.
+func (x *command) nodeToken(args []string) error {
+	fs := newFlagSet()
+	file := fs.String("sync-secret-file", x.getenv("TOLLGATE_SYNC_SECRET_FILE"), "the service's sync secret file")
+	if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
+		return fmt.Errorf("%w: want %q", errUsage, "tollgate node-token [--sync-secret-file FILE] NODE")
+	}
+	if *file == "" {
+		return fmt.Errorf("%w: node-token needs --sync-secret-file (or TOLLGATE_SYNC_SECRET_FILE)", errUsage)
+	}
+	raw, err := os.ReadFile(*file)
+	if err != nil {
+		return fmt.Errorf("sync secret file: %w", err)
+	}
+	master := ""
+	for _, line := range strings.Split(string(raw), "\n") {
+		if line = strings.TrimSpace(line); line != "" {
+			master = line
+			break
+		}
+	}
+	if master == "" {
+		return fmt.Errorf("sync secret file %s: no secret in it", *file)
+	}
+	tok, err := credential.Issue([]byte(master), fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(x.stdout, tok)
+	return err
 }

@@ -48,8 +48,13 @@ Commands:
   top RULE [--by refused|consumed] [--n N]
                            the rule's keys with the most refusals or consumption
                            over the last minutes (hashed unless the service keeps raw keys)
+  node-token [--sync-secret-file FILE] NODE
+                           print gateway NODE's sync credential (its sync.secret and
+                           sync.node), derived offline from the first master secret of
+                           the service's sync secret file
 
 Environment: TOLLGATE_SERVER, TOLLGATE_ADMIN_TOKEN (or TOLLGATE_ADMIN_TOKEN_FILE),
+TOLLGATE_SYNC_SECRET_FILE (node-token),
 TOLLGATE_ACTOR (who you are in the service's audit log; default $USER),
 TOLLGATE_REASON (or --reason: why, kept with the rules version).
 `
@@ -83,7 +88,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	}
 	c := &client{base: strings.TrimRight(*server, "/"), token: token, timeout: *timeout,
 		actor: envOr(getenv, "TOLLGATE_ACTOR", getenv("USER")), reason: *reason}
-	cmd := &command{c: c, stdin: stdin, stdout: stdout, stderr: stderr}
+	cmd := &command{c: c, getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr}
 	code, err := cmd.dispatch(ctx, fs.Args())
 	switch {
 	case errors.Is(err, errUsage):
