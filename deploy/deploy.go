@@ -3,9 +3,10 @@
 // service) at the repository root — against the proxies' own API types, the way the
 // proxies will read them: unknown fields are errors, Envoy's protoc-gen-validate rules
 // apply (inside every typed_config too), and the rule set the filter receives must pass
-// rule.Parse. No Envoy or Kubernetes can be installed where Tollgate is built and tested,
-// so without this a typo in a manifest would surface only at rollout, as a proxy that
-// refuses its configuration.
+// rule.Parse. Envoy itself runs envoy.yaml in the end-to-end suite (two releases), but
+// Istio and Kubernetes cannot be installed where Tollgate is built and tested, and a
+// schema check names the field at fault: without this a typo in a manifest would surface
+// only at rollout, as a proxy that refuses its configuration.
 //
 // What the proxies check beyond their schemas (listener ports free, Kubernetes
 // admission, Istio's own validation webhook) is not checked here.

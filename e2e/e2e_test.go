@@ -37,6 +37,9 @@ type env struct {
 	svc      []*harness.Service
 	upstream *harness.Upstream
 	client   *harness.Client
+
+	fleetsMu sync.Mutex
+	fleets   map[string][]*harness.Gateway // shipped-configuration fleets on Envoy, by host
 }
 
 var (
@@ -111,6 +114,11 @@ func (e *env) serviceConfig(args ...string) harness.ServiceConfig {
 }
 
 func (e *env) stop() {
+	for _, gws := range e.fleets {
+		for _, g := range gws {
+			g.Close()
+		}
+	}
 	for _, s := range e.svc {
 		s.Stop()
 	}
@@ -327,13 +335,51 @@ func shippedPlugin(t *testing.T) (plugin []byte, node string) {
 // envoy.yaml's plugin configuration (shippedPlugin) against the shared services, closed
 // at the end of the test. They are named <name>-gw<i> in tables only: the filter picks
 // its node id.
+//
+// On Envoy the fleet is started once per test binary and shared by the scenarios that
+// run the shipped configuration unchanged (scenarios 2 and 7 use keys of their own): an
+// Envoy takes seconds to start (V8 compiles the module), and the suite has a time budget.
 func (e *env) shippedFleet(t *testing.T, host, name string, n int) []*harness.Gateway {
 	t.Helper()
 	plugin, node := shippedPlugin(t)
-	return startGateways(t, n, func(i int) harness.GatewayConfig {
+	cfg := func(i int) harness.GatewayConfig {
 		return harness.GatewayConfig{
 			Host: host, Wasm: e.bins.Wasm, Workers: 2, Name: fmt.Sprintf("%s-gw%d", name, i+1), NodeID: node,
 			Plugin: plugin, Services: e.serviceAddrs(), Upstream: e.upstream.URL,
 		}
-	})
+	}
+	if !onEnvoy(host) {
+		return startGateways(t, n, cfg)
+	}
+	e.fleetsMu.Lock()
+	defer e.fleetsMu.Unlock()
+	if gws := e.fleets[host]; len(gws) == n {
+		return gws
+	}
+	gws := make([]*harness.Gateway, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range gws {
+		wg.Add(1)
+		go func() { defer wg.Done(); gws[i], errs[i] = harness.StartGateway(cfg(i)) }()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			for _, g := range gws {
+				if g != nil {
+					g.Close()
+				}
+			}
+			t.Fatalf("gateway %d: %v", i+1, err)
+		}
+	}
+	if e.fleets == nil {
+		e.fleets = map[string][]*harness.Gateway{}
+	}
+	for _, g := range e.fleets[host] {
+		g.Close()
+	}
+	e.fleets[host] = gws
+	return gws
 }

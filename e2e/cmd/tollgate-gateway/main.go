@@ -1,6 +1,7 @@
 // Command tollgate-gateway is an HTTP reverse proxy that runs a proxy-wasm filter the way
-// Envoy would, on the wazero-based host in e2e/host. It stands in for Envoy in Tollgate's
-// end-to-end tests, demo and benchmarks, where no Envoy binary can be installed.
+// Envoy would, on the wazero-based host in e2e/host. It serves the end-to-end scenarios
+// that run on the wazero host (e2e/README.md says which) and the benchmarks; the demo and
+// the Envoy scenarios run real Envoy.
 //
 // Each request is filtered on one of --workers VMs (chosen by the client connection,
 // as a connection stays on one Envoy worker), then forwarded to --upstream. The
