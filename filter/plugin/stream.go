@@ -53,6 +53,13 @@ type pausedState struct {
 	body    []byte           // the callout's batch, kept for resends
 	resends uint8
 	settled bool // answered without the service (it was found down meanwhile)
+	// asked: the strict checks went out (they are asked once; an acquire may be asked
+	// again when the bucket is still short after the answer).
+	asked bool
+	// rounds counts the acquires this request led; waitSinceUs is when it began waiting
+	// for another request's acquire (0: it does not wait).
+	rounds      uint8
+	waitSinceUs int64
 }
 
 // A paused request's decision counts its acquires among the buckets that admitted it.
@@ -299,6 +306,10 @@ func (s *Stream) OnDone() {
 	}
 	if s.paused != nil {
 		delete(p.streams, s.id)
+		if !s.paused.settled {
+			p.forgetWaiter(s)
+			p.releaseAcquire(p.host.NowUs(), s.paused.ops) // reset while it waited
+		}
 	}
 	s.id, s.headers, s.replied, s.hdrs, s.paused, s.grpc = 0, nil, false, nil, nil, false
 	s.inflightShadow = ""
@@ -330,17 +341,37 @@ func (s *Stream) pause(now int64, applied []rule.Applied) Action {
 	if !p.sync.healthy(now) {
 		return s.unavailable(now)
 	}
+	return s.ask(now)
+}
+
+// ask sends the paused request's callout: its strict checks (once), and an acquire for
+// each bucket whose lease cannot cover the cost, unless another request of the gateway
+// asks for that bucket already (acquire.go). A request all of whose buckets are being
+// asked for by others sends nothing and waits for their answers.
+func (s *Stream) ask(now int64) Action {
+	p := s.p
+	st := s.paused
+	st.checks = st.checks[:0]
+	st.waitSinceUs = 0
 	p.strictSeq++
 	b := wire.Batch{Node: p.node, Seq: p.strictSeq, RulesVersion: p.rulesVersion}
-	for _, a := range st.strict {
-		for w, prm := range a.Windows {
-			b.Deltas = append(b.Deltas, checkDelta(a, w, prm, wire.FlagStrict, 0))
-			st.checks = append(st.checks, checkRef{op: -1, strict: a, w: w})
+	if !st.asked {
+		for _, a := range st.strict {
+			for w, prm := range a.Windows {
+				b.Deltas = append(b.Deltas, checkDelta(a, w, prm, wire.FlagStrict, 0))
+				st.checks = append(st.checks, checkRef{op: -1, strict: a, w: w})
+			}
 		}
+		st.asked = true
 	}
+	joined := false
 	for i := range st.ops {
 		op := &st.ops[i]
-		if !op.dec.Acquire {
+		if !op.dec.Acquire || op.charged {
+			continue
+		}
+		if !p.claimAcquire(now, op) {
+			joined = true
 			continue
 		}
 		var elapsed int64
@@ -350,18 +381,30 @@ func (s *Stream) pause(now int64, applied []rule.Applied) Action {
 		b.Deltas = append(b.Deltas, checkDelta(op.a, op.w, op.params, wire.FlagAcquire, elapsed))
 		st.checks = append(st.checks, checkRef{op: i})
 	}
+	if len(b.Deltas) == 0 {
+		if joined {
+			return s.waitForAcquire(now)
+		}
+		// Nothing to ask (the buckets were decided meanwhile): decide now.
+		st.settled = true
+		return s.answer(now, p.decide(now, st.ops, true, false), st.ops, nil)
+	}
+	acquires := len(st.checks) > 0 && st.checks[len(st.checks)-1].op >= 0
+	if acquires {
+		st.rounds++
+	}
 	body, err := wire.AppendBatch(nil, &b)
 	if err == nil {
 		var token uint32
 		token, err = p.host.HTTPCall(p.cfg.Sync.Cluster, p.callHeaders("/v1/check"), body, uint32(p.cfg.Sync.TimeoutMs))
 		if err == nil {
-			if len(st.strict) > 0 {
+			if len(st.strict) > 0 && len(st.checks) > 0 && st.checks[0].op < 0 {
 				p.m.inc(p.m.strictChecks)
 				for _, a := range st.strict {
 					p.countRule(a, statStrictChecks)
 				}
 			}
-			if len(st.checks) > len(st.strict) {
+			if acquires {
 				p.m.inc(p.m.acquires)
 			}
 			p.calls[token] = call{kind: callStrict, stream: s.id}
@@ -407,6 +450,8 @@ func (s *Stream) strictFailed() {
 func (s *Stream) unavailable(now int64) Action {
 	p := s.p
 	st := s.paused
+	p.releaseAcquire(now, st.ops)
+	p.forgetWaiter(s)
 	for _, a := range st.strict {
 		if a.Rule.Fail == rule.FailClosed && !p.cfg.Shadowed(a) {
 			op := bucketOp{a: a}
@@ -521,8 +566,13 @@ func (s *Stream) decided(now int64, states []wire.State) Action {
 	}
 	v := p.decide(now, st.ops, true, false)
 	if v.acquire {
-		// A bucket went short while this request waited: one round trip per request is
-		// the most a request waits; refuse softly (one interval).
+		// A bucket is still short after the answer (other requests took the lease it
+		// brought, or another request of the gateway asks for it meanwhile): wait for
+		// that answer, or ask again, up to maxAcquireRounds acquires per request; then
+		// refuse softly (one interval).
+		if st.rounds < maxAcquireRounds {
+			return s.ask(now)
+		}
 		for i := range st.ops {
 			if op := &st.ops[i]; op.dec.Acquire && !op.shadow {
 				op.dec = lease.Decision{Rejected: 1, RetryAfterUs: p.cfg.Sync.IntervalMs * 1000, ResetUs: op.s.rec.ResetUs}
@@ -554,6 +604,9 @@ func (p *Plugin) acquired(now int64, op *bucketOp, st *wire.State) {
 			return
 		}
 		rec := lease.ApplyAcquire(op.s.rec, st, now)
+		if op.leads {
+			acquireDone(&rec)
+		}
 		rec.LeaseUntilUs = min(rec.LeaseUntilUs, now+p.cfg.Sync.LeaseTTLMs*1000)
 		if st.Allowed() {
 			rec = lease.Acquired(rec, op.params, now, op.a.Cost)
@@ -578,10 +631,12 @@ func (p *Plugin) acquired(now int64, op *bucketOp, st *wire.State) {
 		}
 		op.s.rec = rec
 		if ok, err := p.table.store(op.id, &op.s); err != nil || ok {
+			op.leads = false
 			if st.Lease > 0 {
 				p.m.add(p.m.leaseGranted, int64(st.Lease))
 			}
 			return
 		}
 	}
+	p.releaseOne(now, op) // the lease could not be written: at least the mark goes
 }

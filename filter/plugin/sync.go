@@ -45,6 +45,9 @@ type syncer struct {
 
 	unhealthy bool // what this worker last added to the breaker_state gauge
 	buf       []byte
+	// fleetSinceUs is when this worker first saw a fleet size from the service (0: not
+	// yet): cold-start allowances trust that size fleetSettleUs later.
+	fleetSinceUs int64
 }
 
 // Timing of the sync (RATIONALE.md §2; sync.stale_ms bounds how long consumption waits
