@@ -28,24 +28,64 @@ func (p *Plugin) acquireWaitUs() int64 {
 }
 
 // claimAcquire marks op's bucket as acquired by this request, unless another request of
-// the gateway asks for it already (then false: the request waits for that answer). CAS
-// contention beyond maxCASAttempts lets the request ask itself (an acquire more, never a
-// request less).
-func (p *Plugin) claimAcquire(now int64, op *bucketOp) bool {
+// the gateway asks for it already (then false: the request waits for that answer, and
+// its cost joins the record's Waiting). It returns the cost of the other requests that
+// wait for the bucket, which the acquire asks the service to cover (wire.Delta.Want).
+// CAS contention beyond maxCASAttempts lets the request ask itself (an acquire more,
+// never a request less).
+func (p *Plugin) claimAcquire(now int64, op *bucketOp) (lead bool, want int64) {
 	for attempt := 0; attempt < maxCASAttempts; attempt++ {
 		if err := p.table.load(op.id, now, &op.s); err != nil {
 			break
 		}
-		if op.s.rec.AcquireUntilUs > now {
-			return false
+		rec := &op.s.rec
+		if rec.AcquireUntilUs > now {
+			if op.waits {
+				return false, 0
+			}
+			rec.Waiting += op.a.Cost
+			ok, err := p.table.store(op.id, &op.s)
+			if err != nil || ok {
+				op.waits = err == nil
+				return false, 0
+			}
+			continue
 		}
-		op.s.rec.AcquireUntilUs = now + p.acquireWaitUs()
+		rec.AcquireUntilUs = now + p.acquireWaitUs()
+		if op.waits {
+			rec.Waiting = max(0, rec.Waiting-op.a.Cost) // it asks now: no longer waiting
+		}
+		want = rec.Waiting
 		if ok, err := p.table.store(op.id, &op.s); err != nil || ok {
+			if err == nil {
+				op.waits = false
+			}
 			break
 		}
 	}
 	op.leads = true
-	return true
+	return true, want
+}
+
+// unwait takes the cost of every op of a request that waited for another's acquire out
+// of its bucket's Waiting (the request was decided, or is gone).
+func (p *Plugin) unwait(now int64, ops []bucketOp) {
+	for i := range ops {
+		op := &ops[i]
+		if !op.waits {
+			continue
+		}
+		op.waits = false
+		for attempt := 0; attempt < maxCASAttempts; attempt++ {
+			if p.table.load(op.id, now, &op.s) != nil || !op.s.mine || op.s.rec.Waiting == 0 {
+				break
+			}
+			op.s.rec.Waiting = max(0, op.s.rec.Waiting-op.a.Cost)
+			if ok, err := p.table.store(op.id, &op.s); err != nil || ok {
+				break
+			}
+		}
+	}
 }
 
 // releaseAcquire clears the mark of every bucket whose acquire ops led (answered, failed
@@ -139,6 +179,7 @@ func (s *Stream) retryAcquire(now int64) (Action, bool) {
 	v := p.decide(now, st.ops, true, false)
 	if !v.acquire {
 		p.forgetWaiter(s)
+		p.unwait(now, st.ops)
 		return s.answer(now, v, st.ops, nil), true
 	}
 	for i := range st.ops {

@@ -34,6 +34,9 @@ type bucketOp struct {
 	// leads: this request's callout carries the gateway's acquire for this bucket (it set
 	// the record's AcquireUntilUs); the other requests of the bucket wait for its answer.
 	leads bool
+	// waits: this request waits for another's acquire of this bucket, its cost counted
+	// in the record's Waiting.
+	waits bool
 }
 
 // verdict is the outcome of deciding one request on all its buckets.
@@ -72,9 +75,6 @@ func (p *Plugin) coldAllowance(now int64, op *bucketOp) int64 {
 		atLeast = op.a.Cost
 	}
 	n, expected := int64(p.sync.state.Nodes), p.cfg.Sync.ExpectedNodes
-	if n > 0 && p.sync.fleetSinceUs == 0 {
-		p.sync.fleetSinceUs = now
-	}
 	switch {
 	case n > 0 && now-p.sync.fleetSinceUs >= fleetSettleUs:
 		n = max(n, expected)

@@ -309,6 +309,7 @@ func (s *Stream) OnDone() {
 		if !s.paused.settled {
 			p.forgetWaiter(s)
 			p.releaseAcquire(p.host.NowUs(), s.paused.ops) // reset while it waited
+			p.unwait(p.host.NowUs(), s.paused.ops)
 		}
 	}
 	s.id, s.headers, s.replied, s.hdrs, s.paused, s.grpc = 0, nil, false, nil, nil, false
@@ -370,7 +371,8 @@ func (s *Stream) ask(now int64) Action {
 		if !op.dec.Acquire || op.charged {
 			continue
 		}
-		if !p.claimAcquire(now, op) {
+		lead, want := p.claimAcquire(now, op)
+		if !lead {
 			joined = true
 			continue
 		}
@@ -378,7 +380,12 @@ func (s *Stream) ask(now int64) Action {
 		if op.s.rec.Synced() {
 			elapsed = (now - op.s.rec.SyncedUs) / 1000
 		}
-		b.Deltas = append(b.Deltas, checkDelta(op.a, op.w, op.params, wire.FlagAcquire, elapsed))
+		d := checkDelta(op.a, op.w, op.params, wire.FlagAcquire, elapsed)
+		if want > 0 {
+			d.Flags |= wire.FlagWant
+			d.Want = u32(min(want, op.params.Capacity()))
+		}
+		b.Deltas = append(b.Deltas, d)
 		st.checks = append(st.checks, checkRef{op: i})
 	}
 	if len(b.Deltas) == 0 {
@@ -451,6 +458,7 @@ func (s *Stream) unavailable(now int64) Action {
 	p := s.p
 	st := s.paused
 	p.releaseAcquire(now, st.ops)
+	p.unwait(now, st.ops)
 	p.forgetWaiter(s)
 	for _, a := range st.strict {
 		if a.Rule.Fail == rule.FailClosed && !p.cfg.Shadowed(a) {

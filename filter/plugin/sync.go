@@ -88,6 +88,9 @@ func (s *syncer) refresh(now, maxAgeUs int64) {
 	if st.decode(v) == nil {
 		s.state = st
 	}
+	if s.state.Nodes > 0 && s.fleetSinceUs == 0 {
+		s.fleetSinceUs = now
+	}
 	s.gauge(now)
 }
 
@@ -678,7 +681,8 @@ const maxBatchBytes = wire.MaxBatchSize / 4
 var (
 	maxDeltaSize = wire.DeltaSize(&wire.Delta{Key: longString, Rule: longString, Tier: longString,
 		Leased: 1<<32 - 1, Over: 1<<32 - 1, Returned: 1<<32 - 1, Held: 1<<32 - 1, Rejected: 1<<32 - 1,
-		Early: 1<<32 - 1, Epoch: 1<<32 - 1, ElapsedMs: 1<<32 - 1, Limit: 1<<32 - 1, WindowMs: 1<<32 - 1, Burst: 1<<32 - 1})
+		Early: 1<<32 - 1, Epoch: 1<<32 - 1, ElapsedMs: 1<<32 - 1, Limit: 1<<32 - 1, WindowMs: 1<<32 - 1, Burst: 1<<32 - 1,
+		Flags: wire.FlagWant, Want: 1<<32 - 1})
 	maxStateSize = wire.MaxStateSize(&wire.Delta{Key: longString, Rule: longString})
 )
 

@@ -189,6 +189,9 @@ type Store struct {
 	// nowUs, when set, replaces Redis TIME in the scripts (tests only: the differential
 	// tests drive Redis and the Go twin with one clock).
 	nowUs func() int64
+	// nodes, when set, replaces the fleet size the scripts size first leases by (tests
+	// only: the differential test's gateways sync too briefly to be counted).
+	nodes func() uint32
 
 	loadMu   sync.Mutex
 	loadedAt time.Time
@@ -418,6 +421,12 @@ func (s *Store) Apply(ctx context.Context, b *wire.Batch, o Options) (*Outcome, 
 		return out, nil
 	}
 	lc := s.cfg.Lease
+	// The fleet size sizes a gateway's first lease of a bucket (lease.SyncConfig.Nodes).
+	fleetSize := out.Nodes
+	if s.nodes != nil {
+		fleetSize = s.nodes()
+	}
+	nodes := lease.SyncConfig{Nodes: int64(fleetSize)}.Normalized().Nodes
 	now := ""
 	if s.nowUs != nil {
 		now = strconv.FormatInt(s.nowUs(), 10)
@@ -434,9 +443,9 @@ func (s *Store) Apply(ctx context.Context, b *wire.Batch, o Options) (*Outcome, 
 			d := &b.Deltas[grp.idx[0]]
 			keys = []string{BucketKey(skeys[grp.idx[0]], d.Rule, d.Tier, d.Window)}
 		}
-		args := make([]any, 0, 12+16*len(grp.idx))
+		args := make([]any, 0, 13+17*len(grp.idx))
 		args = append(args, field, seq, s.cfg.IdempotencyTTL.Milliseconds(), lc.EpochMs, lc.HorizonMs, lc.MaxShare,
-			lc.RenewMs, lc.MinElapsedMs, lc.ValidMarginMs, lc.PenaltyBaseUs, lc.PenaltyMaxUs, now)
+			lc.RenewMs, lc.MinElapsedMs, lc.ValidMarginMs, lc.PenaltyBaseUs, lc.PenaltyMaxUs, now, nodes)
 		for _, i := range grp.idx {
 			d := &b.Deltas[i]
 			flags := d.Flags
@@ -445,7 +454,7 @@ func (s *Store) Apply(ctx context.Context, b *wire.Batch, o Options) (*Outcome, 
 			}
 			p := lease.ParamsOf(d)
 			args = append(args, BucketKey(skeys[i], d.Rule, d.Tier, d.Window), PenaltyKey(skeys[i]), d.Algo, flags, d.Leased, d.Over, d.Returned, d.Held, d.Rejected, d.Early,
-				d.Epoch, d.ElapsedMs, d.Limit, p.WindowUs, d.Burst, p.Capacity())
+				d.Epoch, d.ElapsedMs, d.Limit, p.WindowUs, d.Burst, p.Capacity(), d.Want)
 		}
 		calls[g] = call{keys: keys, args: args}
 	}

@@ -60,6 +60,9 @@ type Record struct {
 	// acquire) and waits for the answer until then (0: none). The other requests of the
 	// bucket, on every worker, wait for that answer instead of asking again.
 	AcquireUntilUs int64
+	// Waiting is the cost of the requests of this gateway that wait for that answer: the
+	// next acquire asks the service to cover it (wire.Delta.Want).
+	Waiting int64
 }
 
 // Pending is what a bucket's decisions consumed since its last report.
@@ -603,11 +606,11 @@ func (r *Record) LastSeen() int64 { return max(r.SyncedUs, r.AnnouncedUs, r.Used
 //	       algo.MaxBurst, below 2^31)
 //	49..53 ServerMs, 53..57 LeaseEpoch, 57..61 CutSeq (uint32)
 //	61..   uvarints LowWater, Pending.Leased, Over, Returned, Rejected, Early, Cold,
-//	       ColdCut, and AcquireUntilUs as whole milliseconds after base's millisecond
-//	       plus one (0: none, or already past base); then the algorithm state (the rest
-//	       of the value)
+//	       ColdCut, AcquireUntilUs as whole milliseconds after base's millisecond plus
+//	       one (0: none, or already past base), Waiting; then the algorithm state (the
+//	       rest of the value)
 //
-// Version 4 (the same without the last three uvarints) and version 3 (the same with 32-bit relative times, ±24 days, and a 55-byte header) still
+// Version 4 (the same without the last four uvarints) and version 3 (the same with 32-bit relative times, ±24 days, and a 55-byte header) still
 // decodes, so records written before an upgrade keep their leases and pending counts.
 const (
 	recordVersion = 5
@@ -635,7 +638,7 @@ var (
 
 // MaxRecordSize bounds the encoded size for the fixed-size algorithms (counts below
 // 2^35, so five bytes a uvarint).
-const MaxRecordSize = headerSize + 9*5 + algo.MaxStateSize
+const MaxRecordSize = headerSize + 10*5 + algo.MaxStateSize
 
 // ErrRecord reports an undecodable record.
 var ErrRecord = errors.New("lease: malformed record")
@@ -683,7 +686,7 @@ func AppendRecord(dst []byte, r *Record) []byte {
 	if r.AcquireUntilUs != 0 {
 		acq = max(ceilDiv(r.AcquireUntilUs, 1000)-floorDiv(base, 1000)+1, 0)
 	}
-	for _, v := range [...]int64{r.LowWater, r.Pending.Leased, r.Pending.Over, r.Pending.Returned, r.Pending.Rejected, r.Pending.Early, r.Cold, r.ColdCut, acq} {
+	for _, v := range [...]int64{r.LowWater, r.Pending.Leased, r.Pending.Over, r.Pending.Returned, r.Pending.Rejected, r.Pending.Early, r.Cold, r.ColdCut, acq, r.Waiting} {
 		dst = binary.AppendUvarint(dst, uint64(max(v, 0)))
 	}
 	return append(dst, r.Local...)
@@ -692,7 +695,7 @@ func AppendRecord(dst []byte, r *Record) []byte {
 // DecodeRecord decodes data into r, reusing r.Local's capacity.
 func DecodeRecord(data []byte, r *Record) error {
 	var l *recordLayout
-	nvals := 9
+	nvals := 10
 	switch {
 	case len(data) >= headerSize && data[0] == recordVersion:
 		l = &layout4
@@ -703,7 +706,7 @@ func DecodeRecord(data []byte, r *Record) error {
 	default:
 		return ErrRecord
 	}
-	var vals [9]int64
+	var vals [10]int64
 	i := l.header
 	for n := range vals[:nvals] {
 		v, k := binary.Uvarint(data[i:])
@@ -738,7 +741,7 @@ func DecodeRecord(data []byte, r *Record) error {
 	r.Urgent = f&flagUrgent != 0
 	r.LowWater = vals[0]
 	r.Pending = Pending{Leased: vals[1], Over: vals[2], Returned: vals[3], Rejected: vals[4], Early: vals[5], Degraded: f&flagDegraded != 0}
-	r.Cold, r.ColdCut = vals[6], vals[7]
+	r.Cold, r.ColdCut, r.Waiting = vals[6], vals[7], vals[9]
 	r.AcquireUntilUs = 0
 	if vals[8] > 0 {
 		r.AcquireUntilUs = (floorDiv(base, 1000) + vals[8] - 1) * 1000

@@ -158,7 +158,7 @@ func appendRecordV4(r *Record) []byte {
 		out = append(out, b[i:i+k]...)
 		i += k
 	}
-	for range 3 {
+	for range 4 {
 		_, k := binary.Uvarint(b[i:])
 		i += k
 	}
@@ -169,7 +169,7 @@ func appendRecordV4(r *Record) []byte {
 // the shared-data encoding, and a version 4 record decodes without them.
 func TestRecordColdFieldsRoundTrip(t *testing.T) {
 	const now = 1_700_000_000_000_000
-	r := Record{UsedUs: now, SyncedUs: now - 5*msUs, Cold: 3, ColdCut: 2, AcquireUntilUs: now + 250*msUs,
+	r := Record{UsedUs: now, SyncedUs: now - 5*msUs, Cold: 3, ColdCut: 2, AcquireUntilUs: now + 250*msUs, Waiting: 7,
 		Pending: Pending{Over: 5}, Local: algo.Take(algo.Params{Kind: algo.GCRA, Limit: 10, WindowUs: 1_000_000, Burst: 10}, nil, now, 1)}
 	var got Record
 	if err := DecodeRecord(AppendRecord(nil, &r), &got); err != nil {
@@ -185,7 +185,7 @@ func TestRecordColdFieldsRoundTrip(t *testing.T) {
 		t.Errorf("a past acquire decoded as %d (err %v)", got.AcquireUntilUs, err)
 	}
 	v4 := r
-	v4.Cold, v4.ColdCut, v4.AcquireUntilUs = 0, 0, 0
+	v4.Cold, v4.ColdCut, v4.AcquireUntilUs, v4.Waiting = 0, 0, 0, 0
 	if err := DecodeRecord(appendRecordV4(&v4), &got); err != nil || !reflect.DeepEqual(got, v4) {
 		t.Errorf("version 4: decoded\n%+v\nwant\n%+v (err %v)", got, v4, err)
 	}

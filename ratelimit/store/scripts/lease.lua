@@ -27,10 +27,11 @@
 -- ARGV[8] min_elapsed_ms  ARGV[9] valid_margin_ms  ARGV[10] penalty_base_us
 -- ARGV[11] penalty_max_us
 -- ARGV[12] now_us: TESTS ONLY, overrides TIME when non-empty (production sends '')
--- ARGV[13+16(i-1) ..] delta i: bucket key, penalty key, kind, flags (1 strict,
+-- ARGV[13] nodes: the fleet size the service counts (0 or 1: no fleet)
+-- ARGV[14+17(i-1) ..] delta i: bucket key, penalty key, kind, flags (1 strict, 2 want,
 --               4 degraded, 8 acquire, 128 no lease: set by the service only),
 --               leased, over, returned, held, rejected, early, epoch, elapsed_ms,
---               limit, window_us, burst, capacity
+--               limit, window_us, burst, capacity, want
 --
 -- Returns {now_us, then per delta i: replay, allowed, remaining, grant, held, epoch,
 --          valid_us, low_water, reset_in_us, retry_in_us, penalty_in_us, penalty_level,
@@ -43,6 +44,7 @@ local dfield, seq, dttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local epoch_ms, horizon_ms, max_share = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local renew_ms, min_elapsed, margin_ms = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local pen_base, pen_max = tonumber(ARGV[10]), tonumber(ARGV[11])
+local nodes = tonumber(ARGV[13])
 local now
 if ARGV[12] ~= '' then
   now = tonumber(ARGV[12])
@@ -166,7 +168,7 @@ local function put(r)
   end
 end
 
-local NARG = 16
+local NARG = 17
 
 local function apply(a)
   local bkey, pkey = ARGV[a], ARGV[a + 1]
@@ -183,6 +185,7 @@ local function apply(a)
   local depoch, elapsed = tonumber(ARGV[a + 8]), tonumber(ARGV[a + 9])
   local p = {limit = tonumber(ARGV[a + 10]), window_us = tonumber(ARGV[a + 11]), burst = tonumber(ARGV[a + 12])}
   local capacity = tonumber(ARGV[a + 13])
+  local want_in = tonumber(ARGV[a + 14])
   local kind = tonumber(ARGV[a])
   local win = kind == 3 or kind == 4 or kind == 5
 
@@ -362,13 +365,27 @@ local function apply(a)
     end
     local share = idiv(capacity * dn, den)
     local target = math.min(idiv(rate * horizon_ms + 999999, 1000000), share, idiv(capacity + max_share - 1, max_share))
-    if rate > 0 and target < 1 then
+    local first = -1 -- the cap of a first lease (Go FirstLeaseShare)
+    if held == 0 and elapsed == 0 and nodes > 1 then
+      first = idiv(capacity, 4 * nodes)
+      target = math.min(target, first)
+    end
+    if rate > 0 and target < 1 and not (acquire and first == 0) then
       target = 1
     end
-    local avail = A.available(p, st, now) - (cur + prev)
+    local want = 0
+    if acquire then
+      want = want_in
+    end
+    if want > 0 then
+      target = held + want
+    end
+    local free = A.available(p, st, now) - (cur + prev)
+    local avail = free
     if avail > 1 then
       avail = idiv(avail, 2)
     end
+    avail = math.max(avail, math.min(want, free))
     local g = math.min(target - held, avail, 4294967295 - held)
     if g > 0 then
       grant = g
@@ -443,7 +460,7 @@ if dfield ~= '' then
       for x in string.gmatch(string.sub(rec, s2 + 1), '[^,]+') do
         vals[#vals + 1] = tonumber(x)
       end
-      local n = (#ARGV - 12) / NARG
+      local n = (#ARGV - 13) / NARG
       for i = 1, n do
         local r = {1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
         if rseq == seq then
@@ -458,8 +475,8 @@ if dfield ~= '' then
 end
 
 local saved = {}
-for i = 1, (#ARGV - 12) / NARG do
-  local r = apply(13 + NARG * (i - 1))
+for i = 1, (#ARGV - 13) / NARG do
+  local r = apply(14 + NARG * (i - 1))
   put(r)
   saved[#saved + 1] = istr(r[4]) .. ',' .. istr(r[5]) .. ',' .. istr(r[6]) .. ',' .. istr(r[7]) .. ',' .. istr(r[8])
 end
