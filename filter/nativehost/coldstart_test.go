@@ -108,3 +108,33 @@ func (f *fleet) metric(name string) int64 {
 	}
 	return n
 }
+
+// TestColdStartFleetOfSixteen: 16 gateways of 2 workers, 200 fresh keys of limit 100,
+// each hit by 48 concurrent first requests spread over the fleet. One perfect limiter
+// refuses none; the fleet refuses under 1 % and admits no key beyond its limit + 5 %.
+func TestColdStartFleetOfSixteen(t *testing.T) {
+	const (
+		gateways = 16
+		keys     = 200
+		perKey   = 48
+		limit    = 100
+	)
+	f := newFleet(t, gateways, 2, `[{"id":"api","limit":100,"window":"1m"}]`)
+	f.svc.NoPenalty = true
+	f.settle()
+	rnd := rand.New(rand.NewPCG(16, 48))
+	refused, worst := 0, 0
+	for k := range keys {
+		admitted, r := f.burst(rnd, "key"+strconv.Itoa(k), perKey)
+		refused += r
+		worst = max(worst, admitted)
+	}
+	t.Logf("%d of %d refused (%.2f %%); acquires %d, shared %d, cold admitted %d", refused, keys*perKey,
+		100*float64(refused)/float64(keys*perKey), f.metric("tollgate.acquires"), f.metric("tollgate.acquires_shared"), f.metric("tollgate.requests_cold_admitted"))
+	if refused*100 >= keys*perKey {
+		t.Errorf("%d of %d first requests refused, want < 1 %%", refused, keys*perKey)
+	}
+	if worst > limit+limit/20 {
+		t.Errorf("a key admitted %d, beyond its limit %d + 5 %%", worst, limit)
+	}
+}

@@ -75,6 +75,9 @@ func (p *Plugin) coldAllowance(now int64, op *bucketOp) int64 {
 		atLeast = op.a.Cost
 	}
 	n, expected := int64(p.sync.state.Nodes), p.cfg.Sync.ExpectedNodes
+	if n > 0 && p.sync.fleetSinceUs == 0 {
+		p.sync.fleetSinceUs = now // the leader learns the size from its own reply
+	}
 	switch {
 	case n > 0 && now-p.sync.fleetSinceUs >= fleetSettleUs:
 		n = max(n, expected)

@@ -113,13 +113,13 @@ func (c SyncConfig) Normalized() SyncConfig {
 	return c
 }
 
-// FirstLeaseShare: a gateway's first lease of a bucket (it holds none and never had a
-// reply for it: ElapsedMs 0) is at most capacity/(FirstLeaseShare·Nodes): its demand
-// sample is its first requests over the shortest interval, which says nothing of its
-// share, and first leases the fleet's gateways cannot use then reserve at most a quarter
-// of the bucket (RATIONALE.md §3, "Cold starts"). An acquire whose cap is 0 (a small
-// bucket on a large fleet) gets no lease beyond its cost and its Want; its next acquire
-// (Want) or report (a real interval) sizes the lease.
+// FirstLeaseShare: a gateway's first lease of a bucket (it holds none, and its demand
+// sample spans less than MinElapsedMs: a burst, such as a cold start's first requests,
+// which says nothing of its share) is at most capacity/(FirstLeaseShare·Nodes), so first
+// leases the fleet's gateways cannot use reserve at most a quarter of the bucket
+// (RATIONALE.md §3, "Cold starts"). Where the cap is 0 (a small bucket on a large fleet)
+// an acquire gets no lease beyond its cost and its Want, and a report none: the next
+// acquire (Want) or a report over a real interval sizes the lease.
 const FirstLeaseShare = 4
 
 // Leases is the service's bookkeeping of the leases of one bucket, whatever the number
@@ -459,11 +459,11 @@ func Sync(b *Bucket, pen *Penalty, d *wire.Delta, now int64, cfg SyncConfig) Syn
 		target := min((rate*cfg.HorizonMs+999_999)/1_000_000, share, (capa+cfg.MaxShare-1)/cfg.MaxShare)
 		acquire := d.Flags&wire.FlagAcquire != 0
 		first := int64(-1) // the cap of a first lease (-1: none)
-		if r.Held == 0 && d.ElapsedMs == 0 && cfg.Nodes > 1 {
+		if r.Held == 0 && int64(d.ElapsedMs) < cfg.MinElapsedMs && cfg.Nodes > 1 {
 			first = capa / (FirstLeaseShare * cfg.Nodes)
 			target = min(target, first)
 		}
-		if rate > 0 && target < 1 && !(acquire && first == 0) {
+		if rate > 0 && target < 1 && first != 0 {
 			target = 1
 		}
 		var want int64

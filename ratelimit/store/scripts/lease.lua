@@ -366,11 +366,11 @@ local function apply(a)
     local share = idiv(capacity * dn, den)
     local target = math.min(idiv(rate * horizon_ms + 999999, 1000000), share, idiv(capacity + max_share - 1, max_share))
     local first = -1 -- the cap of a first lease (Go FirstLeaseShare)
-    if held == 0 and elapsed == 0 and nodes > 1 then
-      first = idiv(capacity, 4 * nodes)
+    if held == 0 and elapsed < min_elapsed and nodes > 1 then
+      first = idiv(capacity, 4 * nodes) -- FirstLeaseShare
       target = math.min(target, first)
     end
-    if rate > 0 and target < 1 and not (acquire and first == 0) then
+    if rate > 0 and target < 1 and first ~= 0 then
       target = 1
     end
     local want = 0
