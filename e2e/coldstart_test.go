@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"sync"
@@ -111,5 +112,155 @@ func TestColdStartBurst(t *testing.T) {
 	t.Logf("worst over-admission %+.2f%% (bound +%.0f%%)", 100*worstOver, 100*overBound)
 	for _, f := range failures {
 		t.Error(f)
+	}
+}
+
+// coldRules are the first-request scenarios' rules: a limit of 100 (whose gateways have
+// cold-start allowances on 1 and 4 gateways) and one of 10 (none: its first requests
+// wait for shared acquires), per hour so that nothing refills during a run.
+const coldRules = `{"rules":[
+	{"id":"c100","match":{"prefix":"/c100"},"limit":100,"window":"1h"},
+	{"id":"c10","match":{"prefix":"/c10/"},"limit":10,"window":"1h"}]}`
+
+// coldBurst sends n first requests of key at once, spread over every worker of gws, at
+// most coldInFlight at a time per worker (a burst of hundreds of connections at once
+// would measure the test host, not the limiter), and returns the answers.
+func coldBurst(ctx context.Context, gws []*harness.Gateway, clients [][]*harness.Client, path, key string, n int) []harness.Answer {
+	answers := make([]harness.Answer, n)
+	workers := len(clients[0])
+	lanes := len(gws) * workers
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for l := range lanes {
+		g, w := l/workers, l%workers
+		for k := 0; k < coldInFlight && l+k*lanes < n; k++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				for i := l + k*lanes; i < n; i += coldInFlight * lanes {
+					answers[i] = clients[g][w].Get(ctx, gws[g].URL, path, key)
+					answers[i].Gateway = g
+				}
+			}()
+		}
+	}
+	close(start)
+	wg.Wait()
+	return answers
+}
+
+// coldInFlight bounds the first requests one worker has in flight at once in coldBurst.
+const coldInFlight = 16
+
+// TestColdStartFirstRequests: a fresh key of limit L meets N concurrent first requests
+// over 1 and over 4 gateways × 2 workers, N = L/2, L and 4L, 20 times each (a new key
+// each run), on the real service and Redis Cluster. A perfect limiter admits min(N, L);
+// every run must admit that within the cold-start bound (RATIONALE.md §3): at most the
+// gateways' allowances, floor(L / (20·gateways)) each, more, and — no first request
+// refused while the bucket holds it — at most as many fewer. Every answer is a
+// non-degraded 200 or 429.
+func TestColdStartFirstRequests(t *testing.T) {
+	e := sharedEnv(t)
+	const runs = 20
+	ctx := ctxFor(t, 5*time.Minute)
+	var rows [][]string
+	for _, n := range []int{1, 4} {
+		t.Run(fmt.Sprintf("%d_gateways", n), func(t *testing.T) {
+			gws := e.fleet(t, uniqueKey("first"), n, coldRules, true, harness.Sync{})
+			clients := make([][]*harness.Client, n)
+			for g := range gws {
+				for w := 0; w < gws[g].Host().Workers(); w++ {
+					c := gws[g].WorkerClient(w)
+					t.Cleanup(c.Close)
+					clients[g] = append(clients[g], c)
+				}
+			}
+			for _, limit := range []int{10, 100} {
+				path := fmt.Sprintf("/c%d/x", limit)
+				bound := n * (limit / (20 * n))
+				for _, requests := range []int{limit / 2, limit, 4 * limit} {
+					t.Run(fmt.Sprintf("limit_%d/requests_%d", limit, requests), func(t *testing.T) {
+						want := min(requests, limit)
+						lo, hi, refusedBelow := requests, 0, 0
+						for run := range runs {
+							all := coldBurst(ctx, gws, clients, path, uniqueKey(fmt.Sprintf("first%d-%d-%d-", n, requests, run)), requests)
+							tally := harness.Count(all, n)
+							lo, hi = min(lo, tally.OK), max(hi, tally.OK)
+							if tally.OK < want {
+								refusedBelow += want - tally.OK
+							}
+							if tally.OK > want+bound || tally.OK < want-bound {
+								t.Errorf("run %d: admitted %d, want %d ± %d (%s)", run, tally.OK, want, bound, statusHistogram(all))
+							}
+							if tally.OK+tally.Limited != requests || tally.Degraded > 0 {
+								t.Errorf("run %d: %s, %d degraded: every answer must be a non-degraded 200 or 429", run, statusHistogram(all), tally.Degraded)
+							}
+						}
+						rows = append(rows, []string{fmt.Sprint(n), fmt.Sprint(limit), fmt.Sprint(requests), fmt.Sprint(want),
+							fmt.Sprintf("%d..%d", lo, hi), fmt.Sprintf("±%d", bound), fmt.Sprint(refusedBelow)})
+					})
+				}
+			}
+			t.Logf("%d gateways: %d acquires, %d requests waited for a shared acquire, %d admitted on cold-start allowances; "+
+				"checks failed %d, syncs failed %d, degraded answers %d", n,
+				sumMetric(gws, "tollgate.acquires"), sumMetric(gws, "tollgate.acquires_shared"), sumMetric(gws, "tollgate.requests_cold_admitted"),
+				sumMetric(gws, "tollgate.checks_failed"), sumMetric(gws, "tollgate.sync_failed"), sumMetric(gws, "tollgate.answers_degraded"))
+		})
+	}
+	logTable(t, fmt.Sprintf("first requests of a fresh key, all at once, %d runs each (2 workers per gateway)", runs),
+		harness.Table([]string{"gateways", "limit", "requests", "perfect", "admitted", "bound", "refused below perfect (all runs)"}, rows))
+}
+
+// TestColdStartSixteenGateways: 16 gateways × 2 workers, 200 fresh keys of limit 100
+// (per minute), each hit by 48 concurrent first requests spread over the fleet (9,600 in
+// all). One perfect limiter refuses none; the fleet must refuse under 1 %, every answer a
+// non-degraded 200 or 429, and no key admitted beyond its 48.
+func TestColdStartSixteenGateways(t *testing.T) {
+	e := sharedEnv(t)
+	const (
+		gateways = 16
+		keys     = 200
+		perKey   = 48
+		parallel = 4 // keys in flight at once
+	)
+	rules := `{"rules":[{"id":"c16","match":{"prefix":"/c16"},"limit":100,"window":"1m"}]}`
+	gws := e.fleet(t, uniqueKey("sixteen"), gateways, rules, true, harness.Sync{})
+	clients := make([][]*harness.Client, gateways)
+	for g := range gws {
+		for w := 0; w < gws[g].Host().Workers(); w++ {
+			c := gws[g].WorkerClient(w)
+			t.Cleanup(c.Close)
+			clients[g] = append(clients[g], c)
+		}
+	}
+	ctx := ctxFor(t, 5*time.Minute)
+	var mu sync.Mutex
+	var all []harness.Answer
+	sem := make(chan struct{}, parallel)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for k := range keys {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			answers := coldBurst(ctx, gws, clients, "/c16/x", uniqueKey(fmt.Sprintf("sixteen%d-", k)), perKey)
+			mu.Lock()
+			all = append(all, answers...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	tally := harness.Count(all, gateways)
+	t.Logf("16 gateways × 2 workers, %d keys × %d first requests in %v: %d admitted, %d refused (%.2f %%), %s; %d acquires, %d requests waited for a shared acquire; checks failed %d, syncs failed %d",
+		keys, perKey, time.Since(start).Round(time.Millisecond), tally.OK, tally.Limited, 100*float64(tally.Limited)/float64(len(all)), statusHistogram(all),
+		sumMetric(gws, "tollgate.acquires"), sumMetric(gws, "tollgate.acquires_shared"), sumMetric(gws, "tollgate.checks_failed"), sumMetric(gws, "tollgate.sync_failed"))
+	if tally.Limited*100 >= len(all) {
+		t.Errorf("%d of %d first requests refused, want < 1 %%", tally.Limited, len(all))
+	}
+	if tally.OK+tally.Limited != len(all) || tally.Degraded > 0 {
+		t.Errorf("%s, %d degraded: every answer must be a non-degraded 200 or 429", statusHistogram(all), tally.Degraded)
 	}
 }

@@ -71,11 +71,13 @@ func (f *fleet) burst(rnd *rand.Rand, key string, n int) (admitted, refused int)
 // allowances, floor(L / (20·gateways)) each, above it, and no first request refused while
 // the bucket holds it (below it by at most the same bound, the permits leases hold on a
 // gateway whose requests are all served). Limits of 100 have allowances on 1 and 4
-// gateways (5 and 1 each); 10 has none: its first requests wait for shared acquires.
+// gateways (5 and 1 each); 10 and 5 have none: their first requests wait for shared
+// acquires (5 concurrent first requests of a limit of 5 through one gateway admitted 2
+// when each request acquired on its own).
 func TestColdStartBurstAdmitsTheLimit(t *testing.T) {
 	const runs = 20
 	for _, gws := range []int{1, 4} {
-		for _, limit := range []int{10, 100} {
+		for _, limit := range []int{5, 10, 100} {
 			for _, n := range []int{limit / 2, limit, 4 * limit} {
 				t.Run(fmt.Sprintf("%d_gateways/limit_%d/%d_requests", gws, limit, n), func(t *testing.T) {
 					f := newFleet(t, gws, 2, `[{"id":"api","limit":`+strconv.Itoa(limit)+`,"window":"1h"}]`)

@@ -142,9 +142,16 @@ func (p *Plugin) forgetWaiter(s *Stream) {
 // bucket has changed since (a lease arrived, the mark was cleared or expired).
 func (p *Plugin) wakeWaiters(now int64) {
 	waiting := append([]*Stream(nil), p.waiters...)
+	// Whether a bucket is still being asked for is read once per wake, however many
+	// requests wait for it: a waiting request is decided again only once its acquire is
+	// answered (the answer clears the mark), not every tick.
+	asked := map[string]bool{}
 	for _, s := range waiting {
 		if s.paused == nil || s.paused.settled {
 			p.forgetWaiter(s)
+			continue
+		}
+		if now-s.paused.waitSinceUs <= maxAcquireRounds*p.acquireWaitUs() && p.stillAsked(now, s.paused.ops, asked) {
 			continue
 		}
 		if err := p.host.SetEffectiveContext(s.id); err != nil {
@@ -163,19 +170,35 @@ func (p *Plugin) wakeWaiters(now int64) {
 	_ = p.host.SetEffectiveContext(p.host.RootID())
 }
 
+// stillAsked reports whether every bucket ops wait for is still being asked for by
+// another request (its mark holds), caching what it read in asked.
+func (p *Plugin) stillAsked(now int64, ops []bucketOp, asked map[string]bool) bool {
+	waits := false
+	for i := range ops {
+		op := &ops[i]
+		if !op.waits {
+			continue
+		}
+		waits = true
+		held, ok := asked[op.id]
+		if !ok {
+			var sl slot
+			held = p.table.load(op.id, now, &sl) == nil && sl.mine && sl.rec.AcquireUntilUs > now
+			asked[op.id] = held
+		}
+		if !held {
+			return false
+		}
+	}
+	return waits
+}
+
 // retryAcquire decides a waiting stream again. It reports whether the request was
 // answered (admitted, refused, or decided without the service after waiting too long);
 // otherwise it still waits, or now leads the next acquire.
 func (s *Stream) retryAcquire(now int64) (Action, bool) {
 	p := s.p
 	st := s.paused
-	if now-st.waitSinceUs > p.acquireWaitUs() {
-		// The acquire it waited for never came back (its worker died, its callout was
-		// lost): decided like a request whose own acquire went unanswered.
-		p.forgetWaiter(s)
-		p.m.inc(p.m.checkFailed)
-		return s.unavailable(now), true
-	}
 	v := p.decide(now, st.ops, true, false)
 	if !v.acquire {
 		p.forgetWaiter(s)
@@ -184,13 +207,38 @@ func (s *Stream) retryAcquire(now int64) (Action, bool) {
 	}
 	for i := range st.ops {
 		if op := &st.ops[i]; op.dec.Acquire && !op.shadow && op.s.rec.AcquireUntilUs <= now {
-			// A bucket it waits for is not being asked for any more: this request asks.
+			// The acquire it waited for was answered (and its lease taken by others) or
+			// its mark expired: this request asks, or, having asked enough, is refused.
 			p.forgetWaiter(s)
+			if st.rounds >= maxAcquireRounds {
+				p.unwait(now, st.ops)
+				return s.answer(now, s.stillShort(v), st.ops, nil), true
+			}
 			act := s.ask(now)
 			return act, act != Pause
 		}
 	}
+	if now-st.waitSinceUs > maxAcquireRounds*p.acquireWaitUs() {
+		// The acquires it waited for kept coming back without its lease for longer than
+		// its own would have taken: decided like a request whose acquire went unanswered.
+		p.forgetWaiter(s)
+		p.m.inc(p.m.checkFailed)
+		return s.unavailable(now), true
+	}
 	return Pause, false
+}
+
+// stillShort refuses softly (one interval) a request whose bucket is still short after
+// maxAcquireRounds acquires.
+func (s *Stream) stillShort(v verdict) verdict {
+	for i := range s.paused.ops {
+		if op := &s.paused.ops[i]; op.dec.Acquire && !op.shadow {
+			op.dec = lease.Decision{Rejected: 1, RetryAfterUs: s.p.cfg.Sync.IntervalMs * 1000, ResetUs: op.s.rec.ResetUs}
+			v.reject = op
+			break
+		}
+	}
+	return v
 }
 
 // acquireDone clears what an acquire's answer settles in op's record: the mark.

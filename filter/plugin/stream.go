@@ -353,7 +353,6 @@ func (s *Stream) ask(now int64) Action {
 	p := s.p
 	st := s.paused
 	st.checks = st.checks[:0]
-	st.waitSinceUs = 0
 	p.strictSeq++
 	b := wire.Batch{Node: p.node, Seq: p.strictSeq, RulesVersion: p.rulesVersion}
 	if !st.asked {
@@ -581,13 +580,7 @@ func (s *Stream) decided(now int64, states []wire.State) Action {
 		if st.rounds < maxAcquireRounds {
 			return s.ask(now)
 		}
-		for i := range st.ops {
-			if op := &st.ops[i]; op.dec.Acquire && !op.shadow {
-				op.dec = lease.Decision{Rejected: 1, RetryAfterUs: p.cfg.Sync.IntervalMs * 1000, ResetUs: op.s.rec.ResetUs}
-				v.reject = op
-				break
-			}
-		}
+		v = s.stillShort(v)
 	}
 	return s.answer(now, v, st.ops, states)
 }
