@@ -151,7 +151,7 @@ func coldBurst(ctx context.Context, gws []*harness.Gateway, clients [][]*harness
 }
 
 // coldInFlight bounds the first requests one worker has in flight at once in coldBurst.
-const coldInFlight = 16
+const coldInFlight = 8
 
 // TestColdStartFirstRequests: a fresh key of limit L meets N concurrent first requests
 // over 1 and over 4 gateways × 2 workers, N = L/2, L and 4L, 20 times each (a new key
@@ -222,7 +222,7 @@ func TestColdStartSixteenGateways(t *testing.T) {
 		gateways = 16
 		keys     = 200
 		perKey   = 48
-		parallel = 4 // keys in flight at once
+		parallel = 2 // keys in flight at once
 	)
 	rules := `{"rules":[{"id":"c16","match":{"prefix":"/c16"},"limit":100,"window":"1m"}]}`
 	gws := e.fleet(t, uniqueKey("sixteen"), gateways, rules, true, harness.Sync{})

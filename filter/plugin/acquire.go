@@ -18,7 +18,7 @@ import (
 
 // maxAcquireRounds bounds the acquires one request leads: beyond it, a bucket still
 // short is refused softly (one sync interval).
-const maxAcquireRounds = 3
+const maxAcquireRounds = 5
 
 // acquireWaitUs is how long a mark holds, and how long a request waits for another's
 // acquire: the callout's timeout and a sync interval. A mark whose worker died expires

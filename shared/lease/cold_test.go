@@ -111,7 +111,8 @@ func TestDecideCold(t *testing.T) {
 
 // TestFirstLease: a gateway's first lease of a bucket, asked with a burst's demand sample,
 // is at most capacity/(4·Nodes); an acquire's Want is granted from everything
-// unreserved; a report over a real interval is sized by demand as before.
+// unreserved; a report over a real interval is sized by demand, within a quarter of the
+// fleet share while the bucket is young (demand below its capacity over two epochs).
 func TestFirstLease(t *testing.T) {
 	const now = 1_700_000_000_000_000
 	p := algo.Params{Kind: algo.TokenBucket, Limit: 100, WindowUs: 3_600_000_000, Burst: 100}
@@ -129,25 +130,24 @@ func TestFirstLease(t *testing.T) {
 		nodes     int64
 		d         *wire.Delta
 		reserved  int64 // outstanding leases before
+		demand    int64 // the bucket's demand over the two epochs before
 		wantGrant int64
 	}{
-		{"no fleet: half of the bucket", 1, delta(wire.FlagAcquire, 1, 0, 0), 0, 49},
-		{"four gateways: a quarter of the share", 4, delta(wire.FlagAcquire, 1, 0, 0), 0, 6},
-		{"sixteen gateways: the cost alone", 16, delta(wire.FlagAcquire, 1, 0, 0), 0, 1},
-		{"thirty gateways: nothing beyond the cost", 30, delta(wire.FlagAcquire, 1, 0, 0), 0, 0},
-		{"want: what waits", 16, delta(wire.FlagAcquire, 1, 30, 0), 0, 30},
-		{"want: from all that is free", 4, delta(wire.FlagAcquire, 1, 30, 5), 80, 19},
-		{"a report over a real interval: by demand, half of what is free", 16, delta(0, 10, 0, 1000), 0, 45},
+		{"no fleet: half of the bucket", 1, delta(wire.FlagAcquire, 1, 0, 0), 0, 0, 49},
+		{"four gateways: a quarter of the share", 4, delta(wire.FlagAcquire, 1, 0, 0), 0, 0, 6},
+		{"sixteen gateways: the cost alone", 16, delta(wire.FlagAcquire, 1, 0, 0), 0, 0, 1},
+		{"thirty gateways: nothing beyond the cost", 30, delta(wire.FlagAcquire, 1, 0, 0), 0, 0, 0},
+		{"want: what waits", 16, delta(wire.FlagAcquire, 1, 30, 0), 0, 0, 30},
+		{"want: from all that is free", 4, delta(wire.FlagAcquire, 1, 30, 5), 80, 0, 19},
+		{"young bucket: a quarter of the fleet share, rounded up", 16, delta(0, 10, 0, 1000), 0, 0, 2},
+		{"busy bucket: by demand, half of what is free", 16, delta(0, 10, 0, 1000), 0, 200, 45},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := cfg
 			c.Nodes = tt.nodes
-			b := Bucket{}
-			if tt.reserved > 0 {
-				k, _, _, _, _ := epochClock(p, now, &c)
-				b.Leases = Leases{Epoch: k, Cur: tt.reserved}
-			}
+			k, _, _, _, _ := epochClock(p, now, &c)
+			b := Bucket{Leases: Leases{Epoch: k, Cur: tt.reserved, DemandPrev: tt.demand}}
 			var pen Penalty
 			r := Sync(&b, &pen, tt.d, now, c)
 			if !r.Allowed || r.Grant != tt.wantGrant {

@@ -459,9 +459,18 @@ func Sync(b *Bucket, pen *Penalty, d *wire.Delta, now int64, cfg SyncConfig) Syn
 		target := min((rate*cfg.HorizonMs+999_999)/1_000_000, share, (capa+cfg.MaxShare-1)/cfg.MaxShare)
 		acquire := d.Flags&wire.FlagAcquire != 0
 		first := int64(-1) // the cap of a first lease (-1: none)
-		if r.Held == 0 && int64(d.ElapsedMs) < cfg.MinElapsedMs && cfg.Nodes > 1 {
+		if cfg.Nodes > 1 && r.Held == 0 && int64(d.ElapsedMs) < cfg.MinElapsedMs {
 			first = capa / (FirstLeaseShare * cfg.Nodes)
 			target = min(target, first)
+		} else if cfg.Nodes > 1 && b.Leases.DemandCur+b.Leases.DemandPrev < capa {
+			// A young bucket: the fleet asked it for less than its capacity over two
+			// epochs, so the gateway's rate (over its last interval) against the
+			// bucket's (over the epochs) compares a burst with a bucket barely used and
+			// says nothing of the gateway's share: leases sized by it reserve the bucket
+			// for the gateways that reported first, and the others' requests find it
+			// reserved while it holds permits nobody uses. Beyond the acquire's Want, a
+			// lease stays within a quarter of the fleet share, rounded up.
+			target = min(target, (capa+FirstLeaseShare*cfg.Nodes-1)/(FirstLeaseShare*cfg.Nodes))
 		}
 		if rate > 0 && target < 1 && first != 0 {
 			target = 1

@@ -366,9 +366,12 @@ local function apply(a)
     local share = idiv(capacity * dn, den)
     local target = math.min(idiv(rate * horizon_ms + 999999, 1000000), share, idiv(capacity + max_share - 1, max_share))
     local first = -1 -- the cap of a first lease (Go FirstLeaseShare)
-    if held == 0 and elapsed < min_elapsed and nodes > 1 then
+    if nodes > 1 and held == 0 and elapsed < min_elapsed then
       first = idiv(capacity, 4 * nodes) -- FirstLeaseShare
       target = math.min(target, first)
+    elseif nodes > 1 and dcur + dprev < capacity then
+      -- a young bucket: demand below the capacity over two epochs (Go Sync)
+      target = math.min(target, idiv(capacity + 4 * nodes - 1, 4 * nodes))
     end
     if rate > 0 and target < 1 and first ~= 0 then
       target = 1
