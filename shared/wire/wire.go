@@ -140,7 +140,7 @@ type Reply struct {
 	RulesVersion uint64 // current rules version at the service
 	RulesTag     string // and its identity
 	ServerTimeUs int64  // Redis TIME when the batch was applied (informational only)
-	Nodes        uint32 // gateways seen syncing recently (fleet size, for cold slices)
+	Nodes        uint32 // gateways seen syncing recently (fleet size: cold-start allowances, first leases)
 	States       []State
 }
 
