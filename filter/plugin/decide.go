@@ -31,6 +31,12 @@ type bucketOp struct {
 	// delayUs, when > 0, is how long the request waits for this bucket's permit, taken
 	// ahead of time (the rule's max_delay).
 	delayUs int64
+	// leads: this request's callout carries the gateway's acquire for this bucket (it set
+	// the record's AcquireUntilUs); the other requests of the bucket wait for its answer.
+	leads bool
+	// waits: this request waits for another's acquire of this bucket, its cost counted
+	// in the record's Waiting.
+	waits bool
 }
 
 // verdict is the outcome of deciding one request on all its buckets.
@@ -48,6 +54,45 @@ type verdict struct {
 	// longest of its buckets' delays).
 	delayUs int64
 }
+
+// coldAllowance is what op's bucket may admit without a lease before the service has
+// charged it (lease.ColdAllowance), per the rule's cold_start. The allowance is sized by
+// the fleet size N, and the bound it keeps (RATIONALE.md §3) needs N at least the number
+// of gateways: N is the larger of sync.expected_nodes and the fleet size of the sync
+// replies, once this gateway has heard that size for fleetSettleUs (the service counts a
+// gateway about two seconds after its first sync, so a fleet that starts together first
+// hears sizes too small). Before, N is expected_nodes if the operator set it above 1,
+// and otherwise unknown: the allowance is 0 and first requests wait for an acquire.
+func (p *Plugin) coldAllowance(now int64, op *bucketOp) int64 {
+	if !p.cfg.syncEnabled() {
+		return 0
+	}
+	var atLeast int64
+	switch op.a.Rule.ColdStart {
+	case rule.ColdWait:
+		return 0
+	case rule.ColdAdmit:
+		atLeast = op.a.Cost
+	}
+	n, expected := int64(p.sync.state.Nodes), p.cfg.Sync.ExpectedNodes
+	if n > 0 && p.sync.fleetSinceUs == 0 {
+		p.sync.fleetSinceUs = now // the leader learns the size from its own reply
+	}
+	switch {
+	case n > 0 && now-p.sync.fleetSinceUs >= fleetSettleUs:
+		n = max(n, expected)
+	case expected > 1:
+		n = max(n, expected)
+	default:
+		return atLeast
+	}
+	return lease.ColdAllowance(op.params, n, atLeast)
+}
+
+// fleetSettleUs is how long a gateway hears the service's fleet size before it trusts it
+// to size cold-start allowances: the service's count takes in a new gateway about two
+// seconds after its first sync (RATIONALE.md §3, "Fleet size").
+const fleetSettleUs = 3_000_000
 
 func (p *Plugin) env(now int64, acquireFailed bool) lease.Env {
 	e := lease.Env{Sync: p.cfg.syncEnabled(), AcquireFailed: acquireFailed}
@@ -149,6 +194,7 @@ func (p *Plugin) decide(now int64, ops []bucketOp, commit, acquireFailed bool) v
 				p.m.inc(p.m.evictions)
 			}
 			op.next = op.s.rec
+			env.ColdAllowance = p.coldAllowance(now, op)
 			op.dec = lease.DecideIn(op.nextBuf, &op.next, op.params, now, op.a.Cost, env)
 			if op.dec.Acquire && op.shadow {
 				// A shadow rule never makes a request wait for the service, and never
@@ -226,6 +272,9 @@ func (p *Plugin) decide(now int64, ops []bucketOp, commit, acquireFailed bool) v
 			op.written = true
 			if op.dec.Urgent {
 				p.sync.queue(uint32(op.s.n))
+			}
+			if op.dec.Cold {
+				p.m.inc(p.m.coldAdmitted)
 			}
 		}
 		if done {

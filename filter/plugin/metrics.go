@@ -12,9 +12,12 @@ import (
 type metrics struct {
 	host Host
 
-	allowed, rejected, shadowRejected, denied, bypassed  uint32
-	casExhausted, degraded, failClosed, strictChecks     uint32
-	acquires, checkFailed                                uint32
+	allowed, rejected, shadowRejected, denied, bypassed uint32
+	casExhausted, degraded, failClosed, strictChecks    uint32
+	acquires, checkFailed                               uint32
+	// acquiresShared counts requests that waited for an acquire another request of the
+	// gateway asked; coldAdmitted, requests admitted on a cold-start allowance.
+	acquiresShared, coldAdmitted                         uint32
 	syncSent, syncFailed, syncDropped, batchDeltas       uint32
 	urgentDropped, deltasRuleGone, deltasRefused         uint32
 	breakerState                                         uint32
@@ -97,6 +100,8 @@ func newMetrics(h Host) *metrics {
 	m.syncDropped = def(Counter, "sync_batches_dropped")
 	m.batchDeltas = def(Counter, "sync_deltas_sent")
 	m.acquires = def(Counter, "acquires")
+	m.acquiresShared = def(Counter, "acquires_shared")
+	m.coldAdmitted = def(Counter, "requests_cold_admitted")
 	m.checkFailed = def(Counter, "checks_failed")
 	m.urgentDropped = def(Counter, "urgent_dropped")
 	m.deltasRuleGone = def(Counter, "deltas_rule_gone")

@@ -69,6 +69,9 @@ type Plugin struct {
 	free []*Stream
 	// delayed holds the streams shaping holds until their release time.
 	delayed []*Stream
+	// waiters holds the paused streams that wait for an acquire another request of this
+	// gateway (on any worker) asked (acquire.go).
+	waiters []*Stream
 	// listsHaveCIDR is set when an allow/deny entry is an address range.
 	listsHaveCIDR bool
 	// node is the gateway id sent with every batch (RATIONALE.md §6): the configured
@@ -236,6 +239,9 @@ func (p *Plugin) OnTick() {
 	if len(p.delayed) > 0 {
 		p.releaseDue(now)
 	}
+	if len(p.waiters) > 0 {
+		p.wakeWaiters(now)
+	}
 	p.inflightTick(now)
 	if !p.cfg.syncEnabled() {
 		p.loadSharedRules()
@@ -276,6 +282,10 @@ func (p *Plugin) OnHTTPCallResponse(token uint32, headers [][2]string, body []by
 		if s, ok := p.streams[c.stream]; ok {
 			s.onCheckResponse(now, headers, body)
 		}
+	}
+	if len(p.waiters) > 0 && c.kind != callRules {
+		// An acquire's or a sync's answer may have brought the lease they wait for.
+		p.wakeWaiters(now)
 	}
 }
 

@@ -17,7 +17,7 @@ func (s *Stream) delay(releaseUs int64) Action {
 	p.m.inc(p.m.delayed)
 	s.releaseUs = releaseUs
 	p.delayed = append(p.delayed, s)
-	if len(p.delayed) == 1 {
+	if len(p.delayed) == 1 && len(p.waiters) == 0 {
 		p.setTick(shapeTickMs)
 	}
 	return Pause
@@ -41,7 +41,7 @@ func (p *Plugin) releaseDue(now int64) {
 	}
 	clear(p.delayed[len(kept):])
 	p.delayed = kept
-	if len(p.delayed) == 0 {
+	if len(p.delayed) == 0 && len(p.waiters) == 0 {
 		p.setTick(p.baseTickMs())
 	}
 	_ = p.host.SetEffectiveContext(p.host.RootID())
@@ -53,7 +53,7 @@ func (p *Plugin) forgetDelayed(s *Stream) {
 		p.delayed = slices.Delete(p.delayed, i, i+1)
 	}
 	s.releaseUs = 0
-	if len(p.delayed) == 0 {
+	if len(p.delayed) == 0 && len(p.waiters) == 0 {
 		p.setTick(p.baseTickMs())
 	}
 }

@@ -53,6 +53,13 @@ type pausedState struct {
 	body    []byte           // the callout's batch, kept for resends
 	resends uint8
 	settled bool // answered without the service (it was found down meanwhile)
+	// asked: the strict checks went out (they are asked once; an acquire may be asked
+	// again when the bucket is still short after the answer).
+	asked bool
+	// rounds counts the acquires this request led; waitSinceUs is when it began waiting
+	// for another request's acquire (0: it does not wait).
+	rounds      uint8
+	waitSinceUs int64
 }
 
 // A paused request's decision counts its acquires among the buckets that admitted it.
@@ -304,6 +311,11 @@ func (s *Stream) OnDone() {
 	}
 	if s.paused != nil {
 		delete(p.streams, s.id)
+		if !s.paused.settled {
+			p.forgetWaiter(s)
+			p.releaseAcquire(p.host.NowUs(), s.paused.ops) // reset while it waited
+			p.unwait(p.host.NowUs(), s.paused.ops)
+		}
 	}
 	s.id, s.headers, s.replied, s.hdrs, s.paused, s.grpc = 0, nil, false, nil, nil, false
 	s.inflightShadow = ""
@@ -335,17 +347,37 @@ func (s *Stream) pause(now int64, applied []rule.Applied) Action {
 	if !p.sync.healthy(now) {
 		return s.unavailable(now)
 	}
+	return s.ask(now)
+}
+
+// ask sends the paused request's callout: its strict checks (once), and an acquire for
+// each bucket whose lease cannot cover the cost, unless another request of the gateway
+// asks for that bucket already (acquire.go). A request all of whose buckets are being
+// asked for by others sends nothing and waits for their answers.
+func (s *Stream) ask(now int64) Action {
+	p := s.p
+	st := s.paused
+	st.checks = st.checks[:0]
 	p.strictSeq++
 	b := wire.Batch{Node: p.node, Seq: p.strictSeq, RulesVersion: p.rulesVersion}
-	for _, a := range st.strict {
-		for w, prm := range a.Windows {
-			b.Deltas = append(b.Deltas, checkDelta(a, w, prm, wire.FlagStrict, 0))
-			st.checks = append(st.checks, checkRef{op: -1, strict: a, w: w})
+	if !st.asked {
+		for _, a := range st.strict {
+			for w, prm := range a.Windows {
+				b.Deltas = append(b.Deltas, checkDelta(a, w, prm, wire.FlagStrict, 0))
+				st.checks = append(st.checks, checkRef{op: -1, strict: a, w: w})
+			}
 		}
+		st.asked = true
 	}
+	joined := false
 	for i := range st.ops {
 		op := &st.ops[i]
-		if !op.dec.Acquire {
+		if !op.dec.Acquire || op.charged {
+			continue
+		}
+		lead, want := p.claimAcquire(now, op)
+		if !lead {
+			joined = true
 			continue
 		}
 		var elapsed int64
@@ -354,21 +386,37 @@ func (s *Stream) pause(now int64, applied []rule.Applied) Action {
 		}
 		d := checkDelta(op.a, op.w, op.params, wire.FlagAcquire, elapsed)
 		cut := p.cutAcquire(now, op, uint32(b.Seq), &d)
+		if want > 0 {
+			d.Flags |= wire.FlagWant
+			d.Want = u32(min(want, op.params.Capacity()))
+		}
 		b.Deltas = append(b.Deltas, d)
 		st.checks = append(st.checks, checkRef{op: i, cut: cut, seq: uint32(b.Seq), sent: d})
+	}
+	if len(b.Deltas) == 0 {
+		if joined {
+			return s.waitForAcquire(now)
+		}
+		// Nothing to ask (the buckets were decided meanwhile): decide now.
+		st.settled = true
+		return s.answer(now, p.decide(now, st.ops, true, false), st.ops, nil)
+	}
+	acquires := len(st.checks) > 0 && st.checks[len(st.checks)-1].op >= 0
+	if acquires {
+		st.rounds++
 	}
 	body, err := wire.AppendBatch(nil, &b)
 	if err == nil {
 		var token uint32
 		token, err = p.host.HTTPCall(p.cfg.Sync.Cluster, p.callHeaders("/v1/check"), body, uint32(p.cfg.Sync.TimeoutMs))
 		if err == nil {
-			if len(st.strict) > 0 {
+			if len(st.strict) > 0 && len(st.checks) > 0 && st.checks[0].op < 0 {
 				p.m.inc(p.m.strictChecks)
 				for _, a := range st.strict {
 					p.countRule(a, statStrictChecks)
 				}
 			}
-			if len(st.checks) > len(st.strict) {
+			if acquires {
 				p.m.inc(p.m.acquires)
 			}
 			p.calls[token] = call{kind: callStrict, stream: s.id}
@@ -415,6 +463,9 @@ func (s *Stream) unavailable(now int64) Action {
 	p := s.p
 	st := s.paused
 	p.uncutAcquires(now, st)
+	p.releaseAcquire(now, st.ops)
+	p.unwait(now, st.ops)
+	p.forgetWaiter(s)
 	for _, a := range st.strict {
 		if a.Rule.Fail == rule.FailClosed && !p.cfg.Shadowed(a) {
 			op := bucketOp{a: a}
@@ -529,15 +580,14 @@ func (s *Stream) decided(now int64, states []wire.State) Action {
 	}
 	v := p.decide(now, st.ops, true, false)
 	if v.acquire {
-		// A bucket went short while this request waited: one round trip per request is
-		// the most a request waits; refuse softly (one interval).
-		for i := range st.ops {
-			if op := &st.ops[i]; op.dec.Acquire && !op.shadow {
-				op.dec = lease.Decision{Rejected: 1, RetryAfterUs: p.cfg.Sync.IntervalMs * 1000, ResetUs: op.s.rec.ResetUs}
-				v.reject = op
-				break
-			}
+		// A bucket is still short after the answer (other requests took the lease it
+		// brought, or another request of the gateway asks for it meanwhile): wait for
+		// that answer, or ask again, up to maxAcquireRounds acquires per request; then
+		// refuse softly (one interval).
+		if st.rounds < maxAcquireRounds {
+			return s.ask(now)
 		}
+		v = s.stillShort(v)
 	}
 	return s.answer(now, v, st.ops, states)
 }
@@ -619,6 +669,9 @@ func (p *Plugin) acquired(now int64, op *bucketOp, st *wire.State, c *checkRef) 
 		if c.cut {
 			rec = lease.ApplyAcquireCut(op.s.rec, st, &c.sent, c.seq, now)
 		}
+		if op.leads {
+			acquireDone(&rec)
+		}
 		rec.LeaseUntilUs = min(rec.LeaseUntilUs, now+p.cfg.Sync.LeaseTTLMs*1000)
 		if st.Allowed() {
 			rec = lease.Acquired(rec, op.params, now, op.a.Cost)
@@ -643,10 +696,12 @@ func (p *Plugin) acquired(now int64, op *bucketOp, st *wire.State, c *checkRef) 
 		}
 		op.s.rec = rec
 		if ok, err := p.table.store(op.id, &op.s); err != nil || ok {
+			op.leads = false
 			if st.Lease > 0 {
 				p.m.add(p.m.leaseGranted, int64(st.Lease))
 			}
 			return
 		}
 	}
+	p.releaseOne(now, op) // the lease could not be written: at least the mark goes
 }

@@ -45,6 +45,9 @@ type syncer struct {
 
 	unhealthy bool // what this worker last added to the breaker_state gauge
 	buf       []byte
+	// fleetSinceUs is when this worker first saw a fleet size from the service (0: not
+	// yet): cold-start allowances trust that size fleetSettleUs later.
+	fleetSinceUs int64
 }
 
 // Timing of the sync (RATIONALE.md §2; sync.stale_ms bounds how long consumption waits
@@ -84,6 +87,9 @@ func (s *syncer) refresh(now, maxAgeUs int64) {
 	var st syncState
 	if st.decode(v) == nil {
 		s.state = st
+	}
+	if s.state.Nodes > 0 && s.fleetSinceUs == 0 {
+		s.fleetSinceUs = now
 	}
 	s.gauge(now)
 }
@@ -675,7 +681,8 @@ const maxBatchBytes = wire.MaxBatchSize / 4
 var (
 	maxDeltaSize = wire.DeltaSize(&wire.Delta{Key: longString, Rule: longString, Tier: longString,
 		Leased: 1<<32 - 1, Over: 1<<32 - 1, Returned: 1<<32 - 1, Held: 1<<32 - 1, Rejected: 1<<32 - 1,
-		Early: 1<<32 - 1, Epoch: 1<<32 - 1, ElapsedMs: 1<<32 - 1, Limit: 1<<32 - 1, WindowMs: 1<<32 - 1, Burst: 1<<32 - 1})
+		Early: 1<<32 - 1, Epoch: 1<<32 - 1, ElapsedMs: 1<<32 - 1, Limit: 1<<32 - 1, WindowMs: 1<<32 - 1, Burst: 1<<32 - 1,
+		Flags: wire.FlagWant, Want: 1<<32 - 1})
 	maxStateSize = wire.MaxStateSize(&wire.Delta{Key: longString, Rule: longString})
 )
 

@@ -29,6 +29,7 @@ type Service struct {
 	pens    map[string]*penEntry
 	idem    map[string]idemRec
 	seen    map[string]int64 // node -> last sync (fleet size)
+	nodes   int64            // the fleet size of the batch being applied
 
 	// Counters of the work done (what the store would have sent to Redis).
 	Batches, Deltas, Replays, Refused, ScriptCalls int64
@@ -77,6 +78,7 @@ func (sv *Service) Apply(b *wire.Batch, now int64, check bool) *wire.Reply {
 	sv.Batches++
 	sv.seen[b.Node] = now
 	rep := &wire.Reply{RulesVersion: sv.RulesVersion, ServerTimeUs: now, Nodes: sv.fleet(now), States: make([]wire.State, len(b.Deltas))}
+	sv.nodes = int64(rep.Nodes)
 	dup := map[bucketKey]bool{}
 	var idx []int
 	for i := range b.Deltas {
@@ -154,7 +156,9 @@ func (sv *Service) sync(d *wire.Delta, now int64) lease.SyncResult {
 		pen = pe.p
 	}
 	before := pen
-	r := lease.Sync(&e.b, &pen, d, now, sv.Config)
+	cfg := sv.Config
+	cfg.Nodes = sv.nodes
+	r := lease.Sync(&e.b, &pen, d, now, cfg)
 	e.expire = now + ceilMs(lease.TTLUs(&e.b, d, now, sv.Config))*1000
 	if pen != before {
 		if pen.Level == 0 && pen.UntilUs == 0 {

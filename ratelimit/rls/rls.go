@@ -50,7 +50,7 @@ const (
 
 // Node is the node id the service's checks carry: the store counts it among the
 // gateways that sync (one more node in the fleet size, whatever the number of
-// instances), which only makes the gateways' cold slices a little more conservative.
+// instances), which only makes the gateways' cold-start allowances a little more conservative.
 const Node = "tollgate-rls"
 
 // Server answers ShouldRateLimit. Create with New, serve with GRPCServer.

@@ -210,6 +210,10 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 					d.Flags |= wire.FlagStrict
 				case 1, 2:
 					d.Flags |= wire.FlagAcquire
+					if rng.IntN(2) == 0 {
+						d.Flags |= wire.FlagWant // requests waiting for the acquire
+						d.Want = uint32(rng.IntN(int(p.limit) + 1))
+					}
 				}
 				if rng.IntN(8) == 0 {
 					d.Flags |= wire.FlagDegraded
@@ -245,6 +249,9 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 			*clock += int64(rng.IntN(600_000))
 		}
 		now := *clock
+		fleetSize := uint32(rng.IntN(5)) // 0 and 1: no fleet; first leases capped beyond
+		s.nodes = func() uint32 { return fleetSize }
+		cfg.Nodes = int64(fleetSize)
 		out, err := s.Apply(ctx, &b, Options{Idempotent: true})
 		if err != nil {
 			t.Fatalf("step %d: %v", step, err)

@@ -12,8 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// fleet estimates how many gateways sync (Reply.Nodes, which sizes cold-start slices:
-// capacity/N). Every service instance records the gateways it hears from in a shared
+// fleet estimates how many gateways sync (Reply.Nodes, which sizes the gateways'
+// cold-start allowances, capacity/(20·N), and their first leases, capacity/(4·N)). Every service instance records the gateways it hears from in a shared
 // sorted set (NodesKey, score: unix ms of the last sync) at most once per refreshEvery,
 // in the background, and caches the set's size.
 //

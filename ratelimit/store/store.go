@@ -191,6 +191,9 @@ type Store struct {
 	// nowUs, when set, replaces Redis TIME in the scripts (tests only: the differential
 	// tests drive Redis and the Go twin with one clock).
 	nowUs func() int64
+	// nodes, when set, replaces the fleet size the scripts size first leases by (tests
+	// only: the differential test's gateways sync too briefly to be counted).
+	nodes func() uint32
 
 	loadMu   sync.Mutex
 	loadedAt time.Time
@@ -424,6 +427,12 @@ func (s *Store) Apply(ctx context.Context, b *wire.Batch, o Options) (*Outcome, 
 		return out, nil
 	}
 	lc := s.cfg.Lease
+	// The fleet size sizes a gateway's first lease of a bucket (lease.SyncConfig.Nodes).
+	fleetSize := out.Nodes
+	if s.nodes != nil {
+		fleetSize = s.nodes()
+	}
+	nodes := lease.SyncConfig{Nodes: int64(fleetSize)}.Normalized().Nodes
 	now := ""
 	if s.nowUs != nil {
 		now = strconv.FormatInt(s.nowUs(), 10)
@@ -442,7 +451,7 @@ func (s *Store) Apply(ctx context.Context, b *wire.Batch, o Options) (*Outcome, 
 		}
 		args := make([]any, 0, callHeaderArgs+argsPerDelta*len(grp.idx))
 		args = append(args, field, seq, s.cfg.IdempotencyTTL.Milliseconds(), lc.EpochMs, lc.HorizonMs, lc.MaxShare,
-			lc.RenewMs, lc.MinElapsedMs, lc.ValidMarginMs, lc.PenaltyBaseUs, lc.PenaltyMaxUs, now)
+			lc.RenewMs, lc.MinElapsedMs, lc.ValidMarginMs, lc.PenaltyBaseUs, lc.PenaltyMaxUs, now, nodes)
 		for _, i := range grp.idx {
 			d := &b.Deltas[i]
 			flags := d.Flags
@@ -654,7 +663,7 @@ func (s *Store) runMerged(ctx context.Context, calls []call) []error {
 // callHeaderArgs is the number of script arguments before the first delta's, and
 // argsPerDelta the number per delta (lease.lua's ARGV).
 const (
-	callHeaderArgs = 12
+	callHeaderArgs = 13
 	argsPerDelta   = 3
 )
 
@@ -739,7 +748,7 @@ func isRedisError(err error) bool {
 
 // packDelta encodes a delta's numbers as the script's DELTA format: kind and flags
 // (u8), leased, over, returned, held, rejected, early, epoch, elapsed_ms, limit (u32),
-// window_us (float64, exact below 2^53), burst and capacity (u32), little-endian.
+// window_us (float64, exact below 2^53), burst, capacity and want (u32), little-endian.
 func packDelta(d *wire.Delta, flags uint8) string {
 	p := lease.ParamsOf(d)
 	b := make([]byte, 0, deltaSize)
@@ -750,11 +759,12 @@ func packDelta(d *wire.Delta, flags uint8) string {
 	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(p.WindowUs)))
 	b = binary.LittleEndian.AppendUint32(b, d.Burst)
 	b = binary.LittleEndian.AppendUint32(b, uint32(min(max(p.Capacity(), 0), math.MaxUint32)))
+	b = binary.LittleEndian.AppendUint32(b, d.Want)
 	return string(b)
 }
 
 // deltaSize is the length of packDelta's encoding.
-const deltaSize = 2 + 9*4 + 8 + 2*4
+const deltaSize = 2 + 9*4 + 8 + 3*4
 
 // resultFields is the number of reply values per delta, each a little-endian float64
 // (the script's RESULT format).

@@ -55,6 +55,18 @@ type Record struct {
 	// Urgent asks for a report at the next sync: a lease at its low water or near its
 	// end, a refusal, a lease returned.
 	Urgent bool
+	// Cold is what this gateway admitted on its cold-start allowance (outside any lease,
+	// reported as Over) and has not cut into a batch yet; ColdCut is what a batch carries
+	// whose reply has not been applied. Together they are the cold admissions the service
+	// may not have charged yet, which the allowance bounds (RATIONALE.md §3).
+	Cold, ColdCut int64
+	// AcquireUntilUs: a worker of this gateway asked the service for this bucket (an
+	// acquire) and waits for the answer until then (0: none). The other requests of the
+	// bucket, on every worker, wait for that answer instead of asking again.
+	AcquireUntilUs int64
+	// Waiting is the cost of the requests of this gateway that wait for that answer: the
+	// next acquire asks the service to cover it (wire.Delta.Want).
+	Waiting int64
 }
 
 // Pending is what a bucket's decisions consumed since its last report.
@@ -85,6 +97,10 @@ type Env struct {
 	// the service: refused if the service last said the bucket cannot give the cost,
 	// admitted degraded (the gateway's own state) otherwise.
 	AcquireFailed bool
+	// ColdAllowance is what the bucket may admit outside a lease before the service has
+	// charged it (ColdAllowance): a request of a bucket without a usable lease that fits
+	// in it is decided here instead of waiting for an acquire.
+	ColdAllowance int64
 }
 
 // Decision is the outcome of Decide for one bucket.
@@ -93,6 +109,9 @@ type Decision struct {
 	// Acquire: the lease cannot cover the cost, but the global bucket may: the request
 	// should wait for the service (a FlagAcquire delta) instead of being refused.
 	Acquire bool
+	// Cold: admitted on the cold-start allowance (outside any lease, as Over); the
+	// bucket's report, due at the next sync, brings its lease (the background acquire).
+	Cold bool
 	// Leased and Over split the admitted cost as added to Record.Pending; Returned is
 	// lease dropped by this decision (expired). Undo needs them.
 	Leased, Over, Returned int64
@@ -209,10 +228,21 @@ func DecideIn(dst algo.State, r *Record, p algo.Params, now, cost int64, env Env
 		return d
 	}
 	// The lease is short, or there is none (a cold start: never synced, or the lease
-	// ended): the request asks the service (an acquire), which decides it against what the
-	// bucket holds beyond every outstanding lease and brings a lease back. A cold gateway
-	// never admits on its own, so gateways going cold on one bucket at once cannot
-	// together admit more than it holds (RATIONALE.md §2).
+	// ended). Within the cold-start allowance the request is admitted here, outside the
+	// lease, and reported at the next sync, whose reply brings a lease: the allowance
+	// bounds what the fleet admits before the service has charged it (RATIONALE.md §3).
+	// Beyond it the request asks the service (an acquire), which decides it against what
+	// the bucket holds beyond every outstanding lease and brings a lease back.
+	if coldRoom(r, env.ColdAllowance, cost) {
+		r.Cold += cost
+		r.Pending.Over += cost
+		r.GlobalRemaining -= cost
+		d.Over = cost
+		d.Cold = true
+		urgent(r, &d)
+		admit(dst, r, p, now, cost, &d)
+		return d
+	}
 	d.Acquire = true
 	return d
 }
@@ -224,6 +254,34 @@ func ParamsTag(p algo.Params) uint32 {
 		h = (h ^ v) * 1099511628211
 	}
 	return uint32(h^h>>32) | 1
+}
+
+// coldRoom reports whether a request of cost fits in r's cold-start allowance: what the
+// gateway admitted on it and the service has not charged yet stays within allowance, and
+// the service did not last say that the bucket holds less than that (a bucket it never
+// heard of, or one whose last reply left room, less what was admitted outside a lease
+// since).
+func coldRoom(r *Record, allowance, cost int64) bool {
+	if allowance <= 0 || r.Cold+r.ColdCut+cost > allowance {
+		return false
+	}
+	return !r.Synced() || r.GlobalRemaining >= cost
+}
+
+// ColdFraction: the whole fleet may admit 1/ColdFraction of a bucket's capacity on
+// cold-start allowances before the service has charged it, the documented cold-start
+// bound of limit + 5 % (RATIONALE.md §3).
+const ColdFraction = 20
+
+// ColdAllowance is a gateway's cold-start allowance for a bucket of parameters p in a
+// fleet of nodes gateways: floor(capacity / (20·nodes)), so that every gateway spending
+// its allowance at once admits at most 5 % of the capacity beyond what the service
+// reserved. It is 0 for capacities under 20·nodes: those requests wait for an acquire.
+// With atLeast (a rule's cold_start "admit": one request's cost) it is never below that,
+// trading the bound for never waiting.
+func ColdAllowance(p algo.Params, nodes, atLeast int64) int64 {
+	a := p.Capacity() / (ColdFraction * max(nodes, 1))
+	return max(a, atLeast)
 }
 
 // RefillUs is how long bucket p takes, from now, to give back n permits at its steady
@@ -299,6 +357,10 @@ func Undo(r Record, p algo.Params, now, cost int64, d *Decision) Record {
 	r.LeaseLeft += d.Leased
 	r.Pending.Leased = max(0, r.Pending.Leased-d.Leased)
 	r.Pending.Over = max(0, r.Pending.Over-d.Over)
+	if d.Cold {
+		r.Cold = max(0, r.Cold-d.Over)
+		r.GlobalRemaining += d.Over
+	}
 	r.Local = algo.Refund(p, r.Local, now, cost)
 	return r
 }
@@ -409,6 +471,8 @@ func Cut(r Record, p algo.Params, now int64, seq uint32, d *wire.Delta) Record {
 	}
 	r.Pending = Pending{}
 	r.Urgent = false
+	r.ColdCut += r.Cold
+	r.Cold = 0
 	if seq == 0 {
 		seq = 1
 	}
@@ -423,6 +487,8 @@ func Uncut(r Record, d *wire.Delta, seq uint32) Record {
 		return r
 	}
 	r.CutSeq = 0
+	r.Cold += r.ColdCut
+	r.ColdCut = 0
 	r.Pending.Leased += int64(d.Leased)
 	r.Pending.Over += int64(d.Over)
 	r.Pending.Rejected += int64(d.Rejected)
@@ -462,6 +528,7 @@ func ApplyReply(r Record, s *wire.State, sent *wire.Delta, seq uint32, now int64
 // lease (sent.Held) when it was cut, into r, and clears the cut.
 func (r *Record) applyLease(s *wire.State, sent *wire.Delta, now int64) {
 	r.CutSeq = 0
+	r.ColdCut = 0 // charged: the service counts it in what it answers
 	held := int64(sent.Held)
 	acquired := max(0, r.LeaseLeft-held+r.Pending.Leased) // granted by acquires since the cut
 	lost := held - min(held, int64(s.Held))
@@ -649,12 +716,15 @@ func (r *Record) LastSeen() int64 { return max(r.SyncedUs, r.AnnouncedUs, r.Used
 //	41..45 LeaseLeft, 45..49 GlobalRemaining (int32, saturated; a bucket holds at most
 //	       algo.MaxBurst, below 2^31)
 //	49..53 ServerMs, 53..57 LeaseEpoch, 57..61 CutSeq, 61..65 ParamsTag (uint32)
-//	65..   uvarints LowWater, Pending.Leased, Over, Returned, Rejected, Early; then the
-//	       algorithm state (the rest of the value)
+//	65..   uvarints LowWater, Pending.Leased, Over, Returned, Rejected, Early, Cold,
+//	       ColdCut, AcquireUntilUs as whole milliseconds after base's millisecond plus
+//	       one (0: none, or already past base), Waiting; then the algorithm state (the
+//	       rest of the value)
 //
-// Versions 4 (the same without ParamsTag, a 61-byte header) and 3 (also with 32-bit
-// relative times, ±24 days, and a 55-byte header) still decode, with ParamsTag 0, so
-// records written before an upgrade keep their leases and pending counts.
+// Versions 4 (no ParamsTag, a 61-byte header, and only the first six uvarints) and 3
+// (also with 32-bit relative times, ±24 days, and a 55-byte header) still decode, with
+// ParamsTag 0 and the cold-start fields 0, so records written before an upgrade keep
+// their leases and pending counts.
 const (
 	recordVersion = 5
 	headerSize    = 65
@@ -684,7 +754,7 @@ var (
 
 // MaxRecordSize bounds the encoded size for the fixed-size algorithms (counts below
 // 2^35, so five bytes a uvarint).
-const MaxRecordSize = headerSize + 6*5 + algo.MaxStateSize
+const MaxRecordSize = headerSize + 10*5 + algo.MaxStateSize
 
 // ErrRecord reports an undecodable record.
 var ErrRecord = errors.New("lease: malformed record")
@@ -729,7 +799,11 @@ func AppendRecord(dst []byte, r *Record) []byte {
 	binary.LittleEndian.PutUint32(h[l.cutSeq:], r.CutSeq)
 	binary.LittleEndian.PutUint32(h[l.paramsTag:], r.ParamsTag)
 	dst = append(dst, h[:]...)
-	for _, v := range [...]int64{r.LowWater, r.Pending.Leased, r.Pending.Over, r.Pending.Returned, r.Pending.Rejected, r.Pending.Early} {
+	var acq int64
+	if r.AcquireUntilUs != 0 {
+		acq = max(ceilDiv(r.AcquireUntilUs, 1000)-floorDiv(base, 1000)+1, 0)
+	}
+	for _, v := range [...]int64{r.LowWater, r.Pending.Leased, r.Pending.Over, r.Pending.Returned, r.Pending.Rejected, r.Pending.Early, r.Cold, r.ColdCut, acq, r.Waiting} {
 		dst = binary.AppendUvarint(dst, uint64(max(v, 0)))
 	}
 	return append(dst, r.Local...)
@@ -738,19 +812,20 @@ func AppendRecord(dst []byte, r *Record) []byte {
 // DecodeRecord decodes data into r, reusing r.Local's capacity.
 func DecodeRecord(data []byte, r *Record) error {
 	var l *recordLayout
+	nvals := 10
 	switch {
 	case len(data) >= headerSize && data[0] == recordVersion:
 		l = &layout5
 	case len(data) >= headerSize4 && data[0] == recordVersion4:
-		l = &layout4
+		l, nvals = &layout4, 6
 	case len(data) >= headerSize3 && data[0] == recordVersion3:
-		l = &layout3
+		l, nvals = &layout3, 6
 	default:
 		return ErrRecord
 	}
-	var vals [6]int64
+	var vals [10]int64
 	i := l.header
-	for n := range vals {
+	for n := range vals[:nvals] {
 		v, k := binary.Uvarint(data[i:])
 		if k <= 0 || v > 1<<62 {
 			return ErrRecord
@@ -787,6 +862,11 @@ func DecodeRecord(data []byte, r *Record) error {
 	r.Urgent = f&flagUrgent != 0
 	r.LowWater = vals[0]
 	r.Pending = Pending{Leased: vals[1], Over: vals[2], Returned: vals[3], Rejected: vals[4], Early: vals[5], Degraded: f&flagDegraded != 0}
+	r.Cold, r.ColdCut, r.Waiting = vals[6], vals[7], vals[9]
+	r.AcquireUntilUs = 0
+	if vals[8] > 0 {
+		r.AcquireUntilUs = (floorDiv(base, 1000) + vals[8] - 1) * 1000
+	}
 	r.Local = append(r.Local[:0], data[i:]...)
 	return nil
 }

@@ -131,7 +131,7 @@ func TestRecordMonthReplyKept(t *testing.T) {
 // appendRecordV3 writes r in version 3 of the layout (32-bit relative milliseconds), as
 // gateways did before the 40-bit times.
 func appendRecordV3(r *Record) []byte {
-	b := AppendRecord(nil, r)
+	b := appendRecordV4(r)
 	h := make([]byte, headerSize3, headerSize3+len(b))
 	h[0], h[1], h[2] = recordVersion3, b[1], b[2]
 	copy(h[3:11], b[3:11])
@@ -143,7 +143,52 @@ func appendRecordV3(r *Record) []byte {
 		binary.LittleEndian.PutUint32(h[11+i*4:], uint32(int32(v)))
 	}
 	copy(h[35:55], b[41:61])
-	return append(h, b[headerSize:]...)
+	return append(h, b[headerSize4:]...)
+}
+
+// appendRecordV4 writes r in version 4 of the layout (no ParamsTag, no cold-start
+// counts, no acquire in flight), as gateways did before either.
+func appendRecordV4(r *Record) []byte {
+	b := AppendRecord(nil, r)
+	out := append([]byte(nil), b[:headerSize4]...)
+	out[0] = recordVersion4
+	i := headerSize
+	for range 6 {
+		_, k := binary.Uvarint(b[i:])
+		out = append(out, b[i:i+k]...)
+		i += k
+	}
+	for range 4 {
+		_, k := binary.Uvarint(b[i:])
+		i += k
+	}
+	return append(out, b[i:]...)
+}
+
+// TestRecordColdFieldsRoundTrip: the cold-start counts and the acquire in flight survive
+// the shared-data encoding, and a version 4 record decodes without them.
+func TestRecordColdFieldsRoundTrip(t *testing.T) {
+	const now = 1_700_000_000_000_000
+	r := Record{UsedUs: now, SyncedUs: now - 5*msUs, Cold: 3, ColdCut: 2, AcquireUntilUs: now + 250*msUs, Waiting: 7,
+		Pending: Pending{Over: 5}, Local: algo.Take(algo.Params{Kind: algo.GCRA, Limit: 10, WindowUs: 1_000_000, Burst: 10}, nil, now, 1)}
+	var got Record
+	if err := DecodeRecord(AppendRecord(nil, &r), &got); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, r) {
+		t.Errorf("decoded\n%+v\nwant\n%+v", got, r)
+	}
+	// An acquire whose end is before the record's base is over: it reads as none.
+	old := r
+	old.AcquireUntilUs = now - 1*msUs
+	if err := DecodeRecord(AppendRecord(nil, &old), &got); err != nil || got.AcquireUntilUs != 0 {
+		t.Errorf("a past acquire decoded as %d (err %v)", got.AcquireUntilUs, err)
+	}
+	v4 := r
+	v4.Cold, v4.ColdCut, v4.AcquireUntilUs, v4.Waiting = 0, 0, 0, 0
+	if err := DecodeRecord(appendRecordV4(&v4), &got); err != nil || !reflect.DeepEqual(got, v4) {
+		t.Errorf("version 4: decoded\n%+v\nwant\n%+v (err %v)", got, v4, err)
+	}
 }
 
 // TestRecordVersion3Decodes: records written in version 3 decode with every field, so
@@ -157,7 +202,7 @@ func TestRecordVersion3Decodes(t *testing.T) {
 		Pending: Pending{Leased: 4, Over: 2, Rejected: 1, Degraded: true}, Urgent: true,
 	}
 	v3 := appendRecordV3(&r)
-	if len(v3) != len(AppendRecord(nil, &r))-(headerSize-headerSize3) {
+	if len(v3) != len(appendRecordV4(&r))-(headerSize4-headerSize3) {
 		t.Fatalf("version 3 record of %d bytes", len(v3))
 	}
 	var got Record
@@ -185,8 +230,7 @@ func TestRecordVersion4Decodes(t *testing.T) {
 		LowWater: 3, SyncedUs: now - 5*msUs, ServerMs: 77, UsedUs: now, CutSeq: 5, ParamsTag: ParamsTag(p),
 		Pending: Pending{Leased: 4, Rejected: 1},
 	}
-	b := AppendRecord(nil, &r)
-	v4 := append(append([]byte{recordVersion4}, b[1:headerSize4]...), b[headerSize:]...)
+	v4 := appendRecordV4(&r)
 	var got Record
 	if err := DecodeRecord(v4, &got); err != nil {
 		t.Fatalf("decode: %v", err)

@@ -50,6 +50,12 @@ type SyncConfig struct {
 	// that stays calm for PenaltyMaxUs after its cooldown ends starts over at level 0.
 	PenaltyBaseUs int64
 	PenaltyMaxUs  int64
+	// Nodes is the fleet size the service counts when it applies the delta (Reply.Nodes;
+	// 0 or 1: no fleet). It caps a gateway's first lease of a bucket (FirstLeaseShare): a
+	// cold start's demand sample (a burst over the shortest interval) would otherwise
+	// hand the first gateways half the bucket each, and the others' first requests would
+	// find it reserved (RATIONALE.md §2, "Grants").
+	Nodes int64
 }
 
 // DefaultSyncConfig is the service's default configuration.
@@ -69,6 +75,7 @@ const (
 	maxHeld       = 1<<32 - 1 // wire fields are uint32
 	maxDemand     = 1 << 32   // permits counted per epoch
 	maxShareDen   = 1 << 20
+	maxNodes      = 1 << 20 // the service's fleet count stops far below (FleetMaxNodes)
 )
 
 // Normalized returns c with out-of-range values replaced so the integer bounds hold.
@@ -102,8 +109,18 @@ func (c SyncConfig) Normalized() SyncConfig {
 	if c.PenaltyMaxUs < c.PenaltyBaseUs {
 		c.PenaltyMaxUs = c.PenaltyBaseUs
 	}
+	c.Nodes = min(max(c.Nodes, 0), maxNodes)
 	return c
 }
+
+// FirstLeaseShare: a gateway's first lease of a bucket (it holds none, and its demand
+// sample spans less than MinElapsedMs: a burst, such as a cold start's first requests,
+// which says nothing of its share) is at most capacity/(FirstLeaseShare·Nodes), so first
+// leases the fleet's gateways cannot use reserve at most a quarter of the bucket
+// (RATIONALE.md §3, "Cold starts"). Where the cap is 0 (a small bucket on a large fleet)
+// an acquire gets no lease beyond its cost and its Want, and a report none: the next
+// acquire (Want) or a report over a real interval sizes the lease.
+const FirstLeaseShare = 4
 
 // Leases is the service's bookkeeping of the leases of one bucket, whatever the number
 // of gateways: what is outstanding, by the epoch in which it was granted or last
@@ -434,8 +451,10 @@ func Sync(b *Bucket, pen *Penalty, d *wire.Delta, now int64, cfg SyncConfig) Syn
 	total := min((b.Leases.DemandCur+b.Leases.DemandPrev)*1_000_000/spanMs, maxRate)
 
 	// 6. Grant: the gateway's demand over the horizon, at most its share of the
-	// bucket's demand times the capacity (and 1/MaxShare of it), and at most half of
-	// what is unreserved (all of it when that is a single permit).
+	// bucket's demand times the capacity (and 1/MaxShare of it; a gateway holding no
+	// lease, its share of the fleet), and at most half of what is unreserved (all of it
+	// when that is a single permit). An acquire's Want, the cost of the requests waiting
+	// for it, is covered first, from all that is unreserved.
 	if !penalized && d.Flags&(wire.FlagStrict|FlagNoLease) == 0 && (d.Flags&wire.FlagAcquire == 0 || r.Allowed) {
 		capa := p.Capacity()
 		dn, den := min(rate, total), max(total, 1)
@@ -445,13 +464,39 @@ func Sync(b *Bucket, pen *Penalty, d *wire.Delta, now int64, cfg SyncConfig) Syn
 		}
 		share := capa * dn / den
 		target := min((rate*cfg.HorizonMs+999_999)/1_000_000, share, (capa+cfg.MaxShare-1)/cfg.MaxShare)
-		if rate > 0 && target < 1 {
+		acquire := d.Flags&wire.FlagAcquire != 0
+		first := int64(-1) // the cap of a first lease (-1: none)
+		if cfg.Nodes > 1 && r.Held == 0 && int64(d.ElapsedMs) < cfg.MinElapsedMs {
+			first = capa / (FirstLeaseShare * cfg.Nodes)
+			target = min(target, first)
+		} else if cfg.Nodes > 1 && b.Leases.DemandCur+b.Leases.DemandPrev < capa {
+			// A young bucket: the fleet asked it for less than its capacity over two
+			// epochs, so the gateway's rate (over its last interval) against the
+			// bucket's (over the epochs) compares a burst with a bucket barely used and
+			// says nothing of the gateway's share: leases sized by it reserve the bucket
+			// for the gateways that reported first, and the others' requests find it
+			// reserved while it holds permits nobody uses. Beyond the acquire's Want, a
+			// lease stays within a quarter of the fleet share, rounded up.
+			target = min(target, (capa+FirstLeaseShare*cfg.Nodes-1)/(FirstLeaseShare*cfg.Nodes))
+		}
+		if rate > 0 && target < 1 && first != 0 {
 			target = 1
 		}
-		avail := algo.Available(p, st, now) - b.Leases.Outstanding()
+		var want int64
+		if acquire {
+			want = int64(d.Want)
+		}
+		if want > 0 {
+			// The gateway says what waits: that, not a guess from a burst's demand sample
+			// (its next report sizes the lease by demand).
+			target = r.Held + want
+		}
+		free := algo.Available(p, st, now) - b.Leases.Outstanding()
+		avail := free
 		if avail > 1 {
 			avail /= 2
 		}
+		avail = max(avail, min(want, free))
 		g := min(target-r.Held, avail, maxHeld-r.Held)
 		if g > 0 {
 			r.Grant = g

@@ -181,6 +181,10 @@ type Rule struct {
 	// have not ended yet (filter only: a request holds a slot from admission to the end
 	// of its stream). A rule may have it without windows (ConcurrencyOnly).
 	MaxInFlight int64
+	// ColdStart is what a gateway does with a request of a key it holds no lease for:
+	// decide it within the cold-start allowance (default), wait for the service, or
+	// admit one request regardless (parse_coldstart.go).
+	ColdStart ColdStart
 
 	overrideIdx *globSet // built by Parse; nil: linear scan
 }

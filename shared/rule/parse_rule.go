@@ -137,7 +137,7 @@ func parseRules(path string, v gjson.Result, tiers []Tier, tiersOK bool) ([]Rule
 func parseRule(path string, v gjson.Result, tiers []Tier, tiersOK bool, r *Rule) error {
 	o, err := parseObject(path, v, "id", "version", "match", "key", "algorithm", "limit", "window", "calendar", "burst",
 		"windows", "cost", "costs", "cost_from", "max_delay", "tiers", "overrides", "fail", "shadow", "strict", "descriptors",
-		"missing_key", "degraded_limit", "rollout_percent", "max_in_flight")
+		"missing_key", "degraded_limit", "rollout_percent", "max_in_flight", "cold_start")
 	if err != nil {
 		return err
 	}
@@ -234,6 +234,9 @@ func parseRule(path string, v gjson.Result, tiers []Tier, tiersOK bool, r *Rule)
 	errs.add(parseMaxDelay(o, r, algoOK))
 	errs.add(parseRuleLevers(o, r, algoOK))
 	errs.add(parseInFlight(o, r))
+	if err := parseColdStart(o, r); err != nil {
+		errs.add(err)
+	}
 	return errs.err()
 }
 

@@ -70,7 +70,11 @@ func AppendDelta(dst []byte, d *Delta) []byte {
 	dst = append(dst, d.Algo)
 	dst = binary.AppendUvarint(dst, uint64(d.Limit))
 	dst = binary.AppendUvarint(dst, uint64(d.WindowMs))
-	return binary.AppendUvarint(dst, uint64(d.Burst))
+	dst = binary.AppendUvarint(dst, uint64(d.Burst))
+	if d.Flags&FlagWant != 0 {
+		dst = binary.AppendUvarint(dst, uint64(d.Want))
+	}
+	return dst
 }
 
 // AppendBatchHeader appends the part of a Batch before its deltas, for a batch of n
@@ -221,6 +225,9 @@ func (r *reader) batch(b *Batch) error {
 			Limit:     r.u32("limit"),
 			WindowMs:  r.u32("window_ms"),
 			Burst:     r.u32("burst"),
+		}
+		if d.Flags&FlagWant != 0 {
+			d.Want = r.u32("want")
 		}
 		if r.err != nil {
 			return r.err

@@ -29,6 +29,9 @@ func DeltaSize(d *Delta) int {
 	for _, v := range [...]uint32{d.Leased, d.Over, d.Returned, d.Held, d.Rejected, d.Early, d.Epoch, d.ElapsedMs, d.Limit, d.WindowMs, d.Burst} {
 		n += uvarintLen(uint64(v))
 	}
+	if d.Flags&FlagWant != 0 {
+		n += uvarintLen(uint64(d.Want))
+	}
 	return n
 }
 

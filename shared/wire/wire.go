@@ -17,7 +17,7 @@
 //	Batch: u8 Version, str Node, uv Seq, uv RulesVersion, str RulesTag, uv count, count × Delta
 //	Delta: str Key, str Rule, str Tier, u8 Window, u8 Flags, uv Leased, uv Over,
 //	       uv Returned, uv Held, uv Rejected, uv Early, uv Epoch, uv ElapsedMs,
-//	       u8 Algo, uv Limit, uv WindowMs, uv Burst
+//	       u8 Algo, uv Limit, uv WindowMs, uv Burst[, uv Want when Flags has FlagWant]
 //	Reply: u8 Version, uv RulesVersion, str RulesTag, sv ServerTimeUs, uv Nodes,
 //	       uv count, count × State
 //	State: str Key, str Rule, u8 Window, u8 flags, sv Remaining, uv Lease, uv Held,
@@ -56,7 +56,9 @@ const (
 	// what the bucket holds beyond every outstanding lease; the reply's State.Allowed says
 	// whether they were taken. A strict delta never gets a lease.
 	FlagStrict uint8 = 1 << iota
-	_                // reserved (bit 1)
+	// FlagWant says the delta carries Want after Burst (an acquire asking for the demand
+	// that waits for it). Services before it refuse the bit as unknown.
+	FlagWant
 	// FlagDegraded says Over includes permits admitted while the gateway could not reach
 	// the service (fail-open). They are charged only up to what the global bucket holds:
 	// that over-admission already happened during the outage, and charging it as debt
@@ -66,7 +68,7 @@ const (
 	// FlagStrict) together with a lease for the gateway.
 	FlagAcquire
 
-	deltaFlags = FlagStrict | FlagDegraded | FlagAcquire
+	deltaFlags = FlagStrict | FlagWant | FlagDegraded | FlagAcquire
 )
 
 // State flags.
@@ -127,6 +129,10 @@ type Delta struct {
 	Limit    uint32
 	WindowMs uint32
 	Burst    uint32
+	// Want (with FlagWant, on an acquire) is the cost of the gateway's requests that
+	// wait for the acquire beyond Over: the service's grant covers it if the bucket holds
+	// it unreserved, before the share rules size the rest (RATIONALE.md §2).
+	Want uint32
 }
 
 // Reply is the service's answer to a Batch.
@@ -134,7 +140,7 @@ type Reply struct {
 	RulesVersion uint64 // current rules version at the service
 	RulesTag     string // and its identity
 	ServerTimeUs int64  // Redis TIME when the batch was applied (informational only)
-	Nodes        uint32 // gateways seen syncing recently (fleet size, for cold slices)
+	Nodes        uint32 // gateways seen syncing recently (fleet size: cold-start allowances, first leases)
 	States       []State
 }
 

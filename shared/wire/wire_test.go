@@ -75,7 +75,7 @@ func TestBatchRoundTrip(t *testing.T) {
 				Window: 255, Flags: deltaFlags, Leased: math.MaxUint32, Over: math.MaxUint32, Returned: math.MaxUint32,
 				Held: math.MaxUint32, Rejected: math.MaxUint32, Early: math.MaxUint32, Epoch: math.MaxUint32,
 				ElapsedMs: math.MaxUint32, Algo: 255, Limit: math.MaxUint32,
-				WindowMs: math.MaxUint32, Burst: math.MaxUint32,
+				WindowMs: math.MaxUint32, Burst: math.MaxUint32, Want: math.MaxUint32,
 			}},
 		}},
 		{"max deltas", sampleBatch(MaxDeltas)},

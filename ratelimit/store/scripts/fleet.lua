@@ -1,5 +1,5 @@
 -- fleet.lua: records the gateways one service instance heard from in the fleet set and
--- answers the set's size (Reply.Nodes, which sizes every gateway's cold slices). Known
+-- answers the set's size (Reply.Nodes, which sizes cold-start allowances and first leases). Known
 -- members are refreshed; a gateway not yet in the set joins only while the set is below
 -- its cap and this second's joins are below the join rate, so node ids a client invents
 -- can neither inflate the size at once nor beyond the cap.

@@ -27,14 +27,15 @@
 -- ARGV[8] min_elapsed_ms  ARGV[9] valid_margin_ms  ARGV[10] penalty_base_us
 -- ARGV[11] penalty_max_us
 -- ARGV[12] now_us: TESTS ONLY, overrides TIME when non-empty (production sends '')
--- ARGV[13+3(i-1) ..] delta i: bucket key, penalty key, then the delta's numbers packed
+-- ARGV[13] nodes: the fleet size the service counts (0 or 1: no fleet)
+-- ARGV[14+3(i-1) ..] delta i: bucket key, penalty key, then the delta's numbers packed
 --               little-endian as DELTA below (Go store.packDelta): kind u8, flags u8
---               (1 strict, 4 degraded, 8 acquire, 128 no lease: set by the service
---               only), leased, over, returned, held, rejected, early, epoch, elapsed_ms,
---               limit (u32 each), window_us (double), burst, capacity (u32). One string
---               instead of fourteen arguments: Redis makes an object of every argument
---               and the script a number of every string, which cost more than the
---               delta's arithmetic.
+--               (1 strict, 2 want, 4 degraded, 8 acquire, 128 no lease: set by the
+--               service only), leased, over, returned, held, rejected, early, epoch,
+--               elapsed_ms, limit (u32 each), window_us (double), burst, capacity, want
+--               (u32). One string instead of fifteen arguments: Redis makes an object of
+--               every argument and the script a number of every string, which cost more
+--               than the delta's arithmetic.
 --
 -- Returns {now_us, results}: results packs, per delta i, sixteen little-endian doubles
 -- (RESULT below, Go store.parseResults): replay, allowed, remaining, grant, held, epoch,
@@ -49,6 +50,7 @@ local dfield, seq, dttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local epoch_ms, horizon_ms, max_share = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local renew_ms, min_elapsed, margin_ms = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local pen_base, pen_max = tonumber(ARGV[10]), tonumber(ARGV[11])
+local nodes = tonumber(ARGV[13])
 local now
 if ARGV[12] ~= '' then
   now = tonumber(ARGV[12])
@@ -57,7 +59,7 @@ else
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local U32 = 4294967296
-local DELTA = '<BBI4I4I4I4I4I4I4I4I4dI4I4'
+local DELTA = '<BBI4I4I4I4I4I4I4I4I4dI4I4I4'
 local RESULT = '<dddddddddddddddd'
 -- the idempotency record's lease fields per delta: grant, held, epoch, valid_us, low
 local SAVED = '<I4I4I4dI4'
@@ -172,7 +174,7 @@ local NARG = 3
 
 local function apply(a)
   local bkey, pkey = ARGV[a], ARGV[a + 1]
-  local kind, flags, leased, over, returned, held_in, rejected, early, depoch, elapsed, limit, window_us, burst, capacity =
+  local kind, flags, leased, over, returned, held_in, rejected, early, depoch, elapsed, limit, window_us, burst, capacity, want_in =
     struct.unpack(DELTA, ARGV[a + 2])
   local A = ALGOS[kind]
   local strict_only = flags % 2 == 1
@@ -363,13 +365,30 @@ local function apply(a)
     end
     local share = idiv(capacity * dn, den)
     local target = math.min(idiv(rate * horizon_ms + 999999, 1000000), share, idiv(capacity + max_share - 1, max_share))
-    if rate > 0 and target < 1 then
+    local first = -1 -- the cap of a first lease (Go FirstLeaseShare)
+    if nodes > 1 and held == 0 and elapsed < min_elapsed then
+      first = idiv(capacity, 4 * nodes) -- FirstLeaseShare
+      target = math.min(target, first)
+    elseif nodes > 1 and dcur + dprev < capacity then
+      -- a young bucket: demand below the capacity over two epochs (Go Sync)
+      target = math.min(target, idiv(capacity + 4 * nodes - 1, 4 * nodes))
+    end
+    if rate > 0 and target < 1 and first ~= 0 then
       target = 1
     end
-    local avail = A.available(p, st, now) - (cur + prev)
+    local want = 0
+    if acquire then
+      want = want_in
+    end
+    if want > 0 then
+      target = held + want
+    end
+    local free = A.available(p, st, now) - (cur + prev)
+    local avail = free
     if avail > 1 then
       avail = idiv(avail, 2)
     end
+    avail = math.max(avail, math.min(want, free))
     local g = math.min(target - held, avail, 4294967295 - held)
     if g > 0 then
       grant = g
@@ -433,7 +452,7 @@ end
 -- The idempotency record is "<seq>;<now>;" and SAVED per delta (binary). Records
 -- written before the fields were packed, "<seq>:<now>:<fields, comma-separated>", are
 -- still read, so a replay across an upgrade answers what was granted.
-local n = (#ARGV - 12) / NARG
+local n = (#ARGV - 13) / NARG
 if dfield ~= '' then
   local rec = redis.call('HGET', KEYS[1], dfield)
   if rec then
@@ -476,7 +495,7 @@ end
 
 local res, saved = {}, {}
 for i = 1, n do
-  res[i], saved[i] = apply(13 + NARG * (i - 1))
+  res[i], saved[i] = apply(14 + NARG * (i - 1))
 end
 if dfield ~= '' then
   redis.call('HSET', KEYS[1], dfield, seq .. ';' .. istr(now) .. ';' .. table.concat(saved))
