@@ -503,6 +503,9 @@ func (s *Stream) decided(now int64, states []wire.State) Action {
 				op.charged = true // by the service: decide and undo skip it
 				continue
 			}
+			if shapes(op, ws) {
+				continue // waits for its slot: decided below, with the lease, as without sync
+			}
 			if refusal == nil {
 				refusal = op
 				op.dec = refusedBy(now, ws)
