@@ -191,7 +191,10 @@ func (p *Plugin) decide(now int64, ops []bucketOp, commit, acquireFailed bool) v
 					if v.shadow == nil {
 						v.shadow = op
 					}
-				} else if v.reject == nil {
+				} else if v.reject == nil || (!v.failClosed && op.dec.RetryAfterUs > v.reject.dec.RetryAfterUs) {
+					// Of the buckets that refuse, the one that admits last answers: its
+					// Retry-After is when every bucket admits again, and the headers and
+					// the body speak of it.
 					v.reject = op
 				}
 			}
@@ -298,8 +301,13 @@ func (p *Plugin) shape(now int64, op *bucketOp, env lease.Env) {
 		// after it (lease.ChargeTo counts the debt's refill from now instead).
 		op.next.RetryUs = max(op.s.rec.RetryUs, now+wait+lease.RefillUs(op.params, now, op.a.Cost))
 	}
+	// The reset counts the permit just taken (as every admission's does).
+	reset := lease.ResetAt(&op.next, op.params, now)
+	if d.Degraded {
+		reset = algo.ResetAt(op.params, op.next.Local, now)
+	}
 	*d = lease.Decision{
-		Allowed: true, Degraded: d.Degraded, ResetUs: d.ResetUs,
+		Allowed: true, Degraded: d.Degraded, ResetUs: reset,
 		Leased: op.next.Pending.Leased - before.Leased, Over: op.next.Pending.Over - before.Over,
 		Urgent: op.next.Urgent && !op.s.rec.Urgent,
 	}
@@ -312,7 +320,7 @@ func (p *Plugin) shape(now int64, op *bucketOp, env lease.Env) {
 // recorded as lease.Decide records one (announced retry time, reported for penalties).
 func (p *Plugin) refuseBehindQueue(now int64, op *bucketOp, wait int64) {
 	rec := op.s.rec
-	d := lease.Decision{Rejected: 1, RetryAfterUs: wait, ResetUs: op.dec.ResetUs}
+	d := lease.Decision{Rejected: 1, RetryAfterUs: wait, ResetUs: lease.ResetAt(&rec, op.params, now)}
 	if now < rec.AnnouncedUs {
 		d.Early = 1
 	}
