@@ -105,6 +105,7 @@ const (
 	callSync   callKind = iota
 	callRules           // a rule-set fetch
 	callStrict          // a paused request's strict checks and acquires
+	callProbe           // is the service alive while a sync waits (syncer.probe)
 )
 
 type call struct {
@@ -247,6 +248,8 @@ func (p *Plugin) OnTick() {
 		p.sync.lastTickUs = now
 		p.loadSharedRules()
 		p.sync.tick(now)
+	} else {
+		p.sync.probe(now)
 	}
 	if len(p.streams) > 0 && !p.sync.healthy(now) {
 		for _, s := range p.streams { // paused requests only
@@ -276,6 +279,8 @@ func (p *Plugin) OnHTTPCallResponse(token uint32, headers [][2]string, body []by
 		if s, ok := p.streams[c.stream]; ok {
 			s.onCheckResponse(now, headers, body)
 		}
+	case callProbe:
+		p.sync.onProbe(now, token, headers)
 	}
 }
 
