@@ -294,3 +294,45 @@ func TestShapingWithSyncPacedLikeWithout(t *testing.T) {
 		})
 	}
 }
+
+// Shaping one key on several gateways at once (a known limit, RATIONALE.md §3
+// "Shaping"): each gateway spaces its own held requests by its own queue, and the
+// service keeps at most one capacity of debt, so it cannot space them across gateways:
+// a key shaped on N gateways gets up to N times its rate while all of them hold its
+// requests. Each gateway here offers twice the rate for 2 s (10/s, burst 1, max_delay
+// 2s): one gateway admits 40 in 4 s (the rule allows 41), two 80, four 160. The test
+// holds that bound (N times one gateway's) so that it is measured on every run, and
+// fails if it gets worse.
+func TestShapingFleetBound(t *testing.T) {
+	single := 0
+	for _, gws := range []int{1, 2, 4} {
+		f := newFleet(t, gws, 1, `[{"id":"api","algorithm":"gcra","limit":10,"window":"1s","burst":1,"max_delay":"2s"}]`)
+		f.tick(100)
+		var streams []*nativehost.Stream
+		start := f.now
+		for f.now < start+4_000_000 {
+			if (f.now-start)%50_000 == 0 && f.now < start+2_000_000 {
+				for g := range f.gws {
+					streams = append(streams, f.gws[g].Request(0, [][2]string{{":method", "GET"}, {":path", "/api"}, {":authority", "a"}, {"x-api-key", "k"}}, nil))
+				}
+				f.deliver()
+			}
+			f.tick(5)
+		}
+		admitted := 0
+		for _, s := range streams {
+			if s.Admitted() {
+				admitted++
+			}
+		}
+		t.Logf("%d gateways: %d requests over 2 s, %d admitted within 4 s (one perfect bucket: 41)", gws, len(streams), admitted)
+		if gws == 1 {
+			single = admitted
+			if admitted > 41 {
+				t.Fatalf("one gateway admitted %d, more than the bucket's 41", admitted)
+			}
+		} else if admitted > gws*single {
+			t.Fatalf("%d gateways admitted %d, more than %d times one gateway's %d", gws, admitted, gws, single)
+		}
+	}
+}

@@ -248,9 +248,9 @@ func (p *Plugin) OnTick() {
 		p.sync.lastTickUs = now
 		p.loadSharedRules()
 		p.sync.tick(now)
-	} else {
-		p.sync.probe(now)
 	}
+	// On every tick: a loaded host's ticks come late, each of them then an interval's.
+	p.sync.probe(now)
 	if len(p.streams) > 0 && !p.sync.healthy(now) {
 		for _, s := range p.streams { // paused requests only
 			s.settle(now)

@@ -445,8 +445,7 @@ func (s *syncer) sendHedge() {
 	p.m.inc(p.m.syncSent)
 }
 
-// probe runs on the ticks between two sync intervals (three of four): while the batch
-// in flight has waited a quarter interval, the leader asks the service's /healthz
+// probe runs on every tick: while the batch in flight has waited a quarter interval, the leader asks the service's /healthz
 // (answered without Redis) every half interval. An answer is a sign of life (answered),
 // so a sync that is slow — Redis busy, the service loaded — does not make the gateway
 // degraded: only a failed sync, one that timed out (the callout's timeout_ms), or a
