@@ -152,9 +152,10 @@ func startArrivalTimes(t *testing.T) (*arrivalTimes, string) {
 // service does. A rule of 10 a second, burst 1, max_delay 2s, and 30 concurrent first
 // requests of a new key, five runs each way on one gateway (1 worker): 21 reach the
 // upstream (1 at once, 20 held for their slots), give or take the refill while the
-// burst arrives, 100 ms apart. Before shaping decided with the lease, the burst's
-// requests that waited for the first one's acquire were refused by the service, and 1
-// to 20 went through (nine runs: 1, 1, 1, 1, 2, 9, 16, 20, 20).
+// burst arrives, 100 ms apart (the median gap within 20 ms: the machine's scheduling).
+// Before shaping decided with the lease, the burst's requests that waited for the first
+// one's acquire were refused by the service, and 1 to 20 went through (nine runs: 1, 1,
+// 1, 1, 2, 9, 16, 20, 20).
 func TestShapingWithSync(t *testing.T) {
 	e := sharedEnv(t)
 	up, upURL := startArrivalTimes(t)
@@ -217,8 +218,11 @@ func TestShapingWithSync(t *testing.T) {
 			if len(at) < 20 || len(at) > 21+extra {
 				t.Errorf("run %d, %s: %d reached the upstream, want 21 (± 1) to %d", run, mode, len(at), 21+extra)
 			}
-			if median < 95*time.Millisecond || median > 105*time.Millisecond {
-				t.Errorf("run %d, %s: median gap %v between admitted requests, want 100 ms (one permit) within one tick", run, mode, median)
+			// The gaps are exact to a tick in virtual time (filter/nativehost
+			// TestShapingWithSyncLikeWithout); here the shared machine's scheduling adds
+			// its own, to both gateways alike.
+			if median < 80*time.Millisecond || median > 120*time.Millisecond {
+				t.Errorf("run %d, %s: median gap %v between admitted requests, want 100 ms (one permit)", run, mode, median)
 			}
 		}
 	}
