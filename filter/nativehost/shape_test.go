@@ -1,6 +1,7 @@
 package nativehost_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/tollgate-rl/tollgate/filter/nativehost"
@@ -159,5 +160,179 @@ func TestShapingMatchesNGINX(t *testing.T) {
 				t.Errorf("%d at once, %d held, %d refused; want %d, %d, %d", at, held, refused, tt.now, tt.held, tt.refusedWant)
 			}
 		})
+	}
+}
+
+// shapeBurst sends n concurrent requests of one key to a gateway (one worker) with a
+// rule (gcra or token_bucket) of 10 a second, burst 1, max_delay 2s — with a sync service (the fleet's
+// in-memory one, every callout answered once all n are in) or without — and then ticks
+// every 5 ms for 2.5 s. It returns when each admitted request went on, from the first
+// admission, in order.
+func shapeBurst(t *testing.T, algorithm string, n int, withSync bool) []int64 {
+	return shapeArrivals(t, algorithm, n, 0, withSync)
+}
+
+// shapeArrivals is shapeBurst with the requests arriving gapMs apart (0: all at once,
+// before any callout is answered), the clock ticking every 5 ms meanwhile.
+func shapeArrivals(t *testing.T, algorithm string, n, gapMs int, withSync bool) []int64 {
+	t.Helper()
+	rules := `[{"id":"api","algorithm":"` + algorithm + `","limit":10,"window":"1s","burst":1,"max_delay":"2s"}]`
+	f := newFleet(t, 1, 1, rules)
+	if !withSync {
+		h, err := nativehost.New(nativehost.Config{
+			Clock:        func() int64 { return f.now },
+			PluginConfig: []byte(`{"key":{"source":"header","name":"x-api-key"},"retry_jitter_ms":0,"rules":` + rules + `}`),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.gws = []*nativehost.Host{h}
+	}
+	f.tick(100)
+	h := f.gws[0]
+	streams := make([]*nativehost.Stream, 0, n)
+	start := f.now
+	at := map[int]int64{}
+	seen := func() {
+		for i, s := range streams {
+			if _, ok := at[i]; !ok && s.Admitted() {
+				at[i] = f.now - start
+			}
+		}
+	}
+	next := f.now
+	for len(streams) < n {
+		if f.now >= next {
+			streams = append(streams, h.Request(0, [][2]string{{":method", "GET"}, {":path", "/api"}, {":authority", "a"}, {"x-api-key", "k"}}, nil))
+			next += int64(gapMs) * 1000
+			if gapMs == 0 {
+				continue
+			}
+			f.deliver()
+		}
+		seen()
+		f.tick(5)
+	}
+	f.deliver() // the acquires, answered in the order they were sent
+	seen()
+	for end := f.now + 2_500_000; f.now < end; {
+		f.tick(5)
+		seen()
+	}
+	var out []int64
+	for _, us := range at {
+		out = append(out, us)
+	}
+	slices.Sort(out)
+	for i, s := range streams {
+		if !s.Decided {
+			t.Fatalf("request %d undecided after 2.5 s (paused %v)", i, s.Paused)
+		}
+	}
+	return out
+}
+
+// Shaping with a sync service admits and spaces a burst as shaping without one does:
+// 30 concurrent first requests of a new key against 10 a second, burst 1, max_delay 2s.
+// The first goes at once; the next 20 wait for their slots, 100 ms apart; the rest are
+// refused. With sync the first request waits for its acquire and so do the others that
+// arrive meanwhile: the service refuses those (the bucket holds one permit), and each
+// such refusal whose permit comes within max_delay is a wait for its slot, decided on
+// the gateway as without sync, not a 429.
+func TestShapingWithSyncLikeWithout(t *testing.T) {
+	for _, algorithm := range []string{"gcra", "token_bucket"} {
+		t.Run(algorithm, func(t *testing.T) {
+			without := shapeBurst(t, algorithm, 30, false)
+			with := shapeBurst(t, algorithm, 30, true)
+			if len(without) != 21 {
+				t.Fatalf("without sync: %d admitted, want 21 (1 at once, 20 held)", len(without))
+			}
+			sameShaping(t, with, without)
+		})
+	}
+}
+
+// sameShaping requires the admissions with sync to match those without: as many, give
+// or take one, and every gap between consecutive ones within one shaping tick.
+func sameShaping(t *testing.T, with, without []int64) {
+	t.Helper()
+	t.Logf("admitted without sync %d, with sync %d", len(without), len(with))
+	if d := len(with) - len(without); d < -1 || d > 1 {
+		t.Fatalf("with sync: %d admitted (at %v ms), without %d: want within 1", len(with), ms(with), len(without))
+	}
+	for i := 1; i < min(len(with), len(without)); i++ {
+		gw, gwo := with[i]-with[i-1], without[i]-without[i-1]
+		if d := gw - gwo; d < -5_000 || d > 5_000 {
+			t.Errorf("gap %d with sync %d ms, without %d ms: want within one tick (5 ms)\nwith:    %v\nwithout: %v",
+				i, gw/1000, gwo/1000, ms(with), ms(without))
+			break
+		}
+	}
+}
+
+func ms(us []int64) []int64 {
+	out := make([]int64, len(us))
+	for i, v := range us {
+		out[i] = v / 1000
+	}
+	return out
+}
+
+// The same with requests arriving 50 ms apart, twice the rule's rate, for 2 s: each
+// waits for the slot behind the previous one (100 ms apart) while the sync reports the
+// permits taken ahead and its replies come back, so what the service says must keep
+// the slots the gateway handed out.
+func TestShapingWithSyncPacedLikeWithout(t *testing.T) {
+	for _, algorithm := range []string{"gcra", "token_bucket"} {
+		t.Run(algorithm, func(t *testing.T) {
+			without := shapeArrivals(t, algorithm, 40, 50, false)
+			with := shapeArrivals(t, algorithm, 40, 50, true)
+			if len(without) != 40 {
+				t.Fatalf("without sync: %d admitted, want all 40 (the last waits 1.95 s)", len(without))
+			}
+			sameShaping(t, with, without)
+		})
+	}
+}
+
+// Shaping one key on several gateways at once (a known limit, RATIONALE.md §3
+// "Shaping"): each gateway spaces its own held requests by its own queue, and the
+// service keeps at most one capacity of debt, so it cannot space them across gateways:
+// a key shaped on N gateways gets up to N times its rate while all of them hold its
+// requests. Each gateway here offers twice the rate for 2 s (10/s, burst 1, max_delay
+// 2s): one gateway admits 40 in 4 s (the rule allows 41), two 80, four 160. The test
+// holds that bound (N times one gateway's) so that it is measured on every run, and
+// fails if it gets worse.
+func TestShapingFleetBound(t *testing.T) {
+	single := 0
+	for _, gws := range []int{1, 2, 4} {
+		f := newFleet(t, gws, 1, `[{"id":"api","algorithm":"gcra","limit":10,"window":"1s","burst":1,"max_delay":"2s"}]`)
+		f.tick(100)
+		var streams []*nativehost.Stream
+		start := f.now
+		for f.now < start+4_000_000 {
+			if (f.now-start)%50_000 == 0 && f.now < start+2_000_000 {
+				for g := range f.gws {
+					streams = append(streams, f.gws[g].Request(0, [][2]string{{":method", "GET"}, {":path", "/api"}, {":authority", "a"}, {"x-api-key", "k"}}, nil))
+				}
+				f.deliver()
+			}
+			f.tick(5)
+		}
+		admitted := 0
+		for _, s := range streams {
+			if s.Admitted() {
+				admitted++
+			}
+		}
+		t.Logf("%d gateways: %d requests over 2 s, %d admitted within 4 s (one perfect bucket: 41)", gws, len(streams), admitted)
+		if gws == 1 {
+			single = admitted
+			if admitted > 41 {
+				t.Fatalf("one gateway admitted %d, more than the bucket's 41", admitted)
+			}
+		} else if admitted > gws*single {
+			t.Fatalf("%d gateways admitted %d, more than %d times one gateway's %d", gws, admitted, gws, single)
+		}
 	}
 }

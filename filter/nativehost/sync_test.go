@@ -255,7 +255,14 @@ func TestUnansweredSyncHedgedThenDegraded(t *testing.T) {
 			}
 			sentAt := f.now
 			tick()
-			hedge := h.TakeCallouts()
+			// The same batch again, and a probe of the service (unanswered here: lost, or
+			// the service hangs).
+			var hedge []*nativehost.Callout
+			for _, c := range h.TakeCallouts() {
+				if c.Header(":path") != "/healthz" {
+					hedge = append(hedge, c)
+				}
+			}
 			if len(hedge) != 1 || string(hedge[0].Body) != string(first[0].Body) {
 				t.Fatalf("at the next tick: %d callouts, want the same batch once more", len(hedge))
 			}
@@ -471,5 +478,99 @@ func TestHotKeyAcquiresOncePerInterval(t *testing.T) {
 	}
 	if acquires > 60 {
 		t.Errorf("%d acquires in 3 s, want at most about one per 100 ms interval (30) and a few more", acquires)
+	}
+}
+
+// A sync that is slow — its reply takes 240 ms, within the callout's timeout (250 ms),
+// while the service answers everything else (a busy Redis, a loaded host) — is not a
+// failure: the leader asks the service's /healthz while the sync waits, and the answers
+// keep the gateway healthy (no degraded answer, the breaker gauge stays 0). The same
+// sync unanswered by a service that answers nothing (hung) makes every worker degraded
+// within two intervals and a quarter, as before; syncs that fail (500) or time out (the
+// host's 504) open the breaker after breaker_failures (3) of them, probes answered or
+// not.
+func TestSlowSyncIsNotAFailure(t *testing.T) {
+	for _, mode := range []string{"slow", "hung", "failing", "timing out"} {
+		t.Run(mode, func(t *testing.T) {
+			f := newFleet(t, 1, 2, `[{"id":"api","limit":100000,"window":"1m"}]`)
+			h := f.gws[0]
+			f.tick(100)
+			f.send(0, 0, "k")
+			var held []*nativehost.Callout // the slow sync and its hedge
+			var sentAt int64
+			syncs := 0
+			// answer answers the waiting callouts as the mode's service does.
+			answer := func() {
+				for _, c := range h.TakeCallouts() {
+					path := c.Header(":path")
+					switch {
+					case mode == "hung":
+						// nothing answers (the callouts would time out after 250 ms)
+					case path == "/healthz" || path == "/v1/check":
+						status, body := f.svc.Handle(path, c.Body, f.now)
+						h.Respond(c, [][2]string{{":status", strconv.Itoa(status)}}, body)
+					case mode == "failing":
+						syncs++
+						h.Respond(c, [][2]string{{":status", "500"}}, []byte("internal error"))
+					case mode == "timing out":
+						syncs++
+						h.Fail(c, true)
+					default:
+						if held == nil {
+							sentAt = f.now
+						}
+						held = append(held, c) // answered below
+					}
+				}
+			}
+			degradedAt := int64(-1)
+			start := f.now
+			for step := 1; step <= 40; step++ { // 1 s in 25 ms ticks
+				f.now += 25_000
+				for w := range h.Workers() {
+					h.Tick(w)
+				}
+				answer()
+				if held != nil && f.now-sentAt >= 240_000 {
+					for _, c := range held {
+						status, body := f.svc.Handle("/v1/sync", c.Body, f.now)
+						h.Respond(c, [][2]string{{":status", strconv.Itoa(status)}}, body)
+					}
+					held = nil
+					answer()
+				}
+				for w := range h.Workers() {
+					s := h.Request(w, [][2]string{{":method", "GET"}, {":path", "/api"}, {":authority", "a"}, {"x-api-key", "k"}}, nil)
+					answer()
+					if s.Header("x-ratelimit-policy") == "degraded" && degradedAt < 0 {
+						degradedAt = f.now - start
+					}
+				}
+			}
+			t.Logf("%s: first degraded answer at %.0f ms (negative: none); syncs failed %d, sync_failed %d", mode, float64(degradedAt)/1000, syncs, h.Metric("tollgate.sync_failed"))
+			switch mode {
+			case "slow":
+				if degradedAt >= 0 {
+					t.Fatalf("a sync answered after 240 ms, the service answering probes meanwhile: degraded answer at %d ms", degradedAt/1000)
+				}
+				if n := h.Metric("tollgate.breaker_state"); n != 0 {
+					t.Fatalf("breaker_state %d after a slow sync", n)
+				}
+				if n := h.Metric("tollgate.sync_failed"); n != 0 {
+					t.Fatalf("sync_failed %d: a slow sync is not a failure", n)
+				}
+			case "hung":
+				if degradedAt < 0 || degradedAt > 100_000+225_000 {
+					t.Fatalf("hung service: first degraded answer at %d ms, want within 2.25 intervals of the first unanswered sync (sent at 100 ms)", degradedAt/1000)
+				}
+			default:
+				if degradedAt < 0 {
+					t.Fatalf("%s syncs (%d): never degraded", mode, syncs)
+				}
+				if syncs < 3 {
+					t.Fatalf("degraded after %d failed syncs, want breaker_failures (3)", syncs)
+				}
+			}
+		})
 	}
 }

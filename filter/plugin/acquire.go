@@ -212,7 +212,7 @@ func (s *Stream) retryAcquire(now int64) (Action, bool) {
 			p.forgetWaiter(s)
 			if st.rounds >= maxAcquireRounds {
 				p.unwait(now, st.ops)
-				return s.answer(now, s.stillShort(v), st.ops, nil), true
+				return s.answer(now, s.stillShort(now, v), st.ops, nil), true
 			}
 			act := s.ask(now)
 			return act, act != Pause
@@ -230,10 +230,10 @@ func (s *Stream) retryAcquire(now int64) (Action, bool) {
 
 // stillShort refuses softly (one interval) a request whose bucket is still short after
 // maxAcquireRounds acquires.
-func (s *Stream) stillShort(v verdict) verdict {
+func (s *Stream) stillShort(now int64, v verdict) verdict {
 	for i := range s.paused.ops {
 		if op := &s.paused.ops[i]; op.dec.Acquire && !op.shadow {
-			op.dec = lease.Decision{Rejected: 1, RetryAfterUs: s.p.cfg.Sync.IntervalMs * 1000, ResetUs: op.s.rec.ResetUs}
+			op.dec = lease.Decision{Rejected: 1, RetryAfterUs: s.p.cfg.Sync.IntervalMs * 1000, ResetUs: lease.ResetAt(&op.s.rec, op.params, now)}
 			v.reject = op
 			break
 		}

@@ -3,6 +3,7 @@ package plugin
 import (
 	"github.com/tollgate-rl/tollgate/shared/algo"
 	"github.com/tollgate-rl/tollgate/shared/header"
+	"github.com/tollgate-rl/tollgate/shared/lease"
 	"github.com/tollgate-rl/tollgate/shared/rule"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
@@ -14,8 +15,10 @@ func (p *Plugin) retryAfter(us int64) int64 {
 }
 
 // views describes every enforcing window of the request for the headers. Strict rules'
-// windows come from the service's reply states.
-func (p *Plugin) views(now int64, ops []bucketOp, strict []wire.State) []header.Window {
+// windows come from the service's reply states. refusing, when set, is the bucket that
+// refused the request: the headers describe its window (header.Window.Refused), the one
+// whose retry time Retry-After and the 429 body give.
+func (p *Plugin) views(now int64, ops []bucketOp, strict []wire.State, refusing *bucketOp) []header.Window {
 	v := p.viewBuf[:0]
 	for i := range ops {
 		op := &ops[i]
@@ -34,6 +37,7 @@ func (p *Plugin) views(now int64, ops []bucketOp, strict []wire.State) []header.
 			WindowSeconds:  w,
 			ResetUnix:      ceilSec(op.dec.ResetUs),
 			ResetInSeconds: ceilSec(op.dec.ResetUs - now),
+			Refused:        op == refusing,
 		})
 		withPolicy(&v[len(v)-1], op.a.Rule.ID, op.params)
 	}
@@ -44,7 +48,7 @@ func (p *Plugin) views(now int64, ops []bucketOp, strict []wire.State) []header.
 			continue // acquires' buckets are among ops
 		}
 		prm := r.Windows[st.Window]
-		reset := now + int64(st.ResetInMs)*1000
+		reset := stateResetAt(now, st, prm)
 		q, w := quota(prm)
 		v = append(v, header.Window{
 			Fixed:          p.texts.ofRule(p.cfg.Config, r, int(st.Window)),
@@ -53,11 +57,22 @@ func (p *Plugin) views(now int64, ops []bucketOp, strict []wire.State) []header.
 			WindowSeconds:  w,
 			ResetUnix:      ceilSec(reset),
 			ResetInSeconds: ceilSec(reset - now),
+			Refused:        refusing != nil && refusing.a.Rule == r && refusing.w == int(st.Window) && !st.Allowed(),
 		})
 		withPolicy(&v[len(v)-1], r.ID, prm)
 	}
 	p.viewBuf = v
 	return v
+}
+
+// stateResetAt is the reset a service's state says for a bucket of parameters prm that
+// the gateway keeps no record of (a strict rule's): a fixed or calendar window's end on
+// the gateway's clock (lease.WindowEnd), else the state's duration from now.
+func stateResetAt(now int64, st *wire.State, prm algo.Params) int64 {
+	if end, ok := lease.WindowEnd(prm, now); ok {
+		return end
+	}
+	return now + int64(st.ResetInMs)*1000
 }
 
 // quota is what a window advertises (header.Quota): its limit per window, or with a

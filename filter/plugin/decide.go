@@ -237,7 +237,10 @@ func (p *Plugin) decide(now int64, ops []bucketOp, commit, acquireFailed bool) v
 					if v.shadow == nil {
 						v.shadow = op
 					}
-				} else if v.reject == nil {
+				} else if v.reject == nil || (!v.failClosed && op.dec.RetryAfterUs > v.reject.dec.RetryAfterUs) {
+					// Of the buckets that refuse, the one that admits last answers: its
+					// Retry-After is when every bucket admits again, and the headers and
+					// the body speak of it.
 					v.reject = op
 				}
 			}
@@ -303,22 +306,81 @@ func (p *Plugin) decide(now int64, ops []bucketOp, commit, acquireFailed bool) v
 // max_delay (NGINX limit_req with burst and delay): the permit is taken now, ahead of its
 // time, as debt the refill repays (lease.ChargeTo: the lease first, then reported beyond
 // it), so the next request's permit comes one permit's time later. A penalty's refusal
-// is not shaped (the caller is being slowed on purpose), nor one that waits for the
-// service (an acquire).
+// is not shaped (the caller is being slowed on purpose).
+//
+// With a sync service the slot comes from the lease and the gateway's own queue, not from
+// the service alone (RATIONALE.md §3 "Shaping"): the record's local state holds every
+// permit this gateway took, those taken ahead included, so its retry time is when this
+// gateway's queue has room for one more. A request waits behind that queue even when a
+// lease or an acquire would admit it at once (it would jump the queue: the held
+// requests' permits are taken from the same refill), and behind the service's retry
+// time when the service says the bucket is spent (other gateways' consumption). The
+// service caps a bucket's debt at one capacity, so it cannot keep a long queue for the
+// gateway: the gateway keeps it.
 func (p *Plugin) shape(now int64, op *bucketOp, env lease.Env) {
 	d := &op.dec
-	if d.Allowed || d.Acquire || d.Penalized || d.RetryAfterUs > op.a.Rule.MaxDelayUs {
+	if d.Penalized {
+		return
+	}
+	wait := d.RetryAfterUs
+	free := d.Allowed || d.Acquire // the lease, or the service, would decide it now
+	synced := env.Sync && env.Healthy && !env.AcquireFailed
+	if synced {
+		wait = algo.RetryAfter(op.params, op.s.rec.Local, now, op.a.Cost)
+		if !free {
+			// The service's retry time, moved by the permits taken ahead since (below):
+			// not lease.Decide's wait, which counts a permit's refill from now.
+			wait = max(wait, op.s.rec.RetryUs-now)
+		} else if wait == 0 {
+			return
+		}
+	} else if free {
+		return
+	}
+	if wait > op.a.Rule.MaxDelayUs {
+		if free {
+			p.refuseBehindQueue(now, op, wait)
+		}
 		return
 	}
 	before := op.s.rec.Pending
 	op.next = lease.ChargeTo(op.nextBuf, op.s.rec, op.params, now, op.a.Cost, env)
-	wait := d.RetryAfterUs
+	if synced {
+		// The permit taken is the one at now+wait: the next one comes a permit's refill
+		// after it (lease.ChargeTo counts the debt's refill from now instead).
+		op.next.RetryUs = max(op.s.rec.RetryUs, now+wait+lease.RefillUs(op.params, now, op.a.Cost))
+	}
+	// The reset counts the permit just taken (as every admission's does).
+	reset := lease.ResetAt(&op.next, op.params, now)
+	if d.Degraded {
+		reset = algo.ResetAt(op.params, op.next.Local, now)
+	}
 	*d = lease.Decision{
-		Allowed: true, Degraded: d.Degraded, ResetUs: d.ResetUs,
+		Allowed: true, Degraded: d.Degraded, ResetUs: reset,
 		Leased: op.next.Pending.Leased - before.Leased, Over: op.next.Pending.Over - before.Over,
 		Urgent: op.next.Urgent && !op.s.rec.Urgent,
 	}
 	op.delayUs = max(wait, 1)
+}
+
+// refuseBehindQueue refuses a request that the lease (or an acquire) would admit but
+// whose slot behind the gateway's own held requests is further than max_delay: as
+// without sync, it is told to come back when its permit comes. The refusal is
+// recorded as lease.Decide records one (announced retry time, reported for penalties).
+func (p *Plugin) refuseBehindQueue(now int64, op *bucketOp, wait int64) {
+	rec := op.s.rec
+	d := lease.Decision{Rejected: 1, RetryAfterUs: wait, ResetUs: lease.ResetAt(&rec, op.params, now)}
+	if now < rec.AnnouncedUs {
+		d.Early = 1
+	}
+	rec.AnnouncedUs = max(rec.AnnouncedUs, now+wait)
+	rec.UsedUs = now
+	rec.Pending.Rejected++
+	rec.Pending.Early += d.Early
+	if !rec.Urgent {
+		rec.Urgent, d.Urgent = true, true
+	}
+	op.next, op.dec = rec, d
 }
 
 // storeRejection persists a rejecting bucket's bookkeeping (the announced Retry-After

@@ -108,6 +108,7 @@ const (
 	callSync   callKind = iota
 	callRules           // a rule-set fetch
 	callStrict          // a paused request's strict checks and acquires
+	callProbe           // is the service alive while a sync waits (syncer.probe)
 )
 
 type call struct {
@@ -254,6 +255,8 @@ func (p *Plugin) OnTick() {
 		p.loadSharedRules()
 		p.sync.tick(now)
 	}
+	// On every tick: a loaded host's ticks come late, each of them then an interval's.
+	p.sync.probe(now)
 	if len(p.streams) > 0 && !p.sync.healthy(now) {
 		for _, s := range p.streams { // paused requests only
 			s.settle(now)
@@ -282,6 +285,8 @@ func (p *Plugin) OnHTTPCallResponse(token uint32, headers [][2]string, body []by
 		if s, ok := p.streams[c.stream]; ok {
 			s.onCheckResponse(now, headers, body)
 		}
+	case callProbe:
+		p.sync.onProbe(now, token, headers)
 	}
 	if len(p.waiters) > 0 && c.kind != callRules {
 		// An acquire's or a sync's answer may have brought the lease they wait for.

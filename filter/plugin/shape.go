@@ -1,11 +1,30 @@
 package plugin
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/tollgate-rl/tollgate/shared/wire"
+)
 
 // Shaping (a rule's max_delay): a request whose permit comes within the delay is held
 // (Pause) until then and let through, instead of refused. Proxy-wasm has no per-stream
 // timer: held requests are released by the root context's tick, which runs every
 // shapeTickMs while any is held and at its usual period otherwise.
+
+// shapes reports whether the service's refusal of op's acquire is, for a rule with
+// max_delay, a wait for the request's slot rather than a refusal: the service refused
+// because the bucket has no permit now (a burst's other requests took them, or the
+// leases of other gateways hold them), and the permit comes within max_delay. Such a
+// request is decided on the gateway like any request whose lease is short: it takes its
+// permit ahead of time, behind those taken before it (Plugin.shape), and waits for it.
+// Without this, the requests of a burst that wait for the same acquire would all be
+// refused — shaping only ever saw the requests that came after the answer. A penalty
+// is never shaped (the caller is slowed on purpose), nor a shadow rule (it never waits).
+func shapes(op *bucketOp, st *wire.State) bool {
+	r := op.a.Rule
+	return r.MaxDelayUs > 0 && !op.shadow && st.PenaltyInMs == 0 &&
+		st.Flags&wire.StateRefused == 0 && int64(st.RetryInMs)*1000 <= r.MaxDelayUs
+}
 
 // shapeTickMs is the tick period while requests are held: a request goes on at most this
 // late after its permit's time.

@@ -196,7 +196,7 @@ func (s *Stream) answer(now int64, v verdict, ops []bucketOp, states []wire.Stat
 		retry := max(p.sync.state.OpenUntilUs-now, p.cfg.Sync.IntervalMs*1000)
 		secs := p.retryAfter(retry)
 		s.hb.Reset()
-		s.hb.Refused(p.views(now, ops, states), true, secs, v.reject.a.Rule.ID)
+		s.hb.Refused(p.views(now, ops, states, nil), true, secs, v.reject.a.Rule.ID) // the rule's fail mode refused, not its window
 		if s.grpc {
 			s.replyGRPC(503, "tollgate_unavailable", header.GRPCUnavailable, p.grpcUnavailable(v.reject.a.Rule.ID, secs))
 			return Pause
@@ -212,7 +212,7 @@ func (s *Stream) answer(now int64, v verdict, ops []bucketOp, states []wire.Stat
 		}
 		secs := p.retryAfter(op.dec.RetryAfterUs)
 		s.hb.Reset()
-		s.hb.Refused(p.views(now, ops, states), v.degraded, secs, op.a.Rule.ID)
+		s.hb.Refused(p.views(now, ops, states, op), v.degraded, secs, op.a.Rule.ID)
 		if s.grpc {
 			s.replyGRPC(429, "tollgate_rate_limited", header.GRPCResourceExhausted, p.grpc429(op.a.Rule.ID, secs))
 			return Pause
@@ -225,7 +225,7 @@ func (s *Stream) answer(now int64, v verdict, ops []bucketOp, states []wire.Stat
 		p.m.inc(p.m.degraded)
 	}
 	s.hb.Reset()
-	s.hb.Limits(p.views(now, ops, states), v.degraded)
+	s.hb.Limits(p.views(now, ops, states, nil), v.degraded)
 	if v.shadow != nil {
 		p.m.inc(p.m.shadowRejected)
 		s.hb.Rule(header.XShadow, v.shadow.a.Rule.ID)
@@ -562,16 +562,21 @@ func (s *Stream) decided(now int64, states []wire.State) Action {
 				op.charged = true // by the service: decide and undo skip it
 				continue
 			}
-			if refusal == nil {
+			if shapes(op, ws) {
+				continue // waits for its slot: decided below, with the lease, as without sync
+			}
+			op.dec = refusedBy(now, ws, op.params, &op.s.rec)
+			if refusal == nil || op.dec.RetryAfterUs > refusal.dec.RetryAfterUs {
 				refusal = op
-				op.dec = refusedBy(now, ws)
 			}
 			continue
 		}
-		if !ws.Allowed() && refusal == nil && !p.cfg.Shadowed(c.strict) {
+		if !ws.Allowed() && !p.cfg.Shadowed(c.strict) {
 			a := c.strict
-			refusal = &bucketOp{a: a, w: c.w, params: a.Windows[c.w%len(a.Windows)]}
-			refusal.dec = refusedBy(now, ws)
+			prm := a.Windows[c.w%len(a.Windows)]
+			if d := refusedBy(now, ws, prm, nil); refusal == nil || d.RetryAfterUs > refusal.dec.RetryAfterUs {
+				refusal = &bucketOp{a: a, w: c.w, params: prm, dec: d}
+			}
 		}
 	}
 	if refusal != nil {
@@ -587,17 +592,26 @@ func (s *Stream) decided(now int64, states []wire.State) Action {
 		if st.rounds < maxAcquireRounds {
 			return s.ask(now)
 		}
-		v = s.stillShort(v)
+		v = s.stillShort(now, v)
 	}
 	return s.answer(now, v, st.ops, states)
 }
 
-// refusedBy is the decision a refusing state stands for.
-func refusedBy(now int64, st *wire.State) lease.Decision {
+// refusedBy is the decision a refusing state of a bucket of parameters prm stands for;
+// rec is the bucket's record with the state applied (nil: a strict rule's, which has
+// none). Its reset and retry times come from where every answer's do (lease.ResetAt,
+// lease.WindowEnd).
+func refusedBy(now int64, st *wire.State, prm algo.Params, rec *lease.Record) lease.Decision {
 	d := lease.Decision{
-		Rejected: 1, RetryAfterUs: int64(st.RetryInMs) * 1000, ResetUs: now + int64(st.ResetInMs)*1000,
+		Rejected: 1, RetryAfterUs: int64(st.RetryInMs) * 1000, ResetUs: stateResetAt(now, st, prm),
 		PenaltyLevel: st.PenaltyLevel, Penalized: st.PenaltyInMs > 0, PenaltyLeftUs: int64(st.PenaltyInMs) * 1000,
 		Remaining: max(0, st.Remaining),
+	}
+	if rec != nil {
+		d.ResetUs = lease.ResetAt(rec, prm, now)
+	}
+	if end, ok := lease.WindowEnd(prm, now); ok {
+		d.RetryAfterUs = min(d.RetryAfterUs, end-now)
 	}
 	if d.Penalized && d.PenaltyLeftUs > d.RetryAfterUs {
 		d.RetryAfterUs = d.PenaltyLeftUs
@@ -675,7 +689,7 @@ func (p *Plugin) acquired(now int64, op *bucketOp, st *wire.State, c *checkRef) 
 		rec.LeaseUntilUs = min(rec.LeaseUntilUs, now+p.cfg.Sync.LeaseTTLMs*1000)
 		if st.Allowed() {
 			rec = lease.Acquired(rec, op.params, now, op.a.Cost)
-			op.dec = lease.Decision{Allowed: true, Remaining: max(0, rec.LeaseLeft+max(0, rec.GlobalRemaining)), ResetUs: rec.ResetUs}
+			op.dec = lease.Decision{Allowed: true, Remaining: max(0, rec.LeaseLeft+max(0, rec.GlobalRemaining)), ResetUs: lease.ResetAt(&rec, op.params, now)}
 		} else if announced := now + int64(st.RetryInMs)*1000; announced > rec.AnnouncedUs {
 			rec.AnnouncedUs = announced
 		}

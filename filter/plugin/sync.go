@@ -37,11 +37,14 @@ type syncer struct {
 	sentUs   int64 // when this worker sent the batch in flight (the RTT histogram's start)
 	// hedge is a second callout carrying the batch in flight, sent when the first is
 	// still unanswered at the next tick (0: none); the first answer of the two counts.
-	hedge    uint32
-	batch    wire.Batch // the batch in flight (or to resend)
-	ids      []string   // bucket id of each delta of batch
-	carry    []uint32   // urgent slots a full batch left for the next one
-	scanNext uint64     // next slot of the staleness scan
+	hedge uint32
+	// probeToken is the liveness probe in flight (0: none), sent probeUs (see probe).
+	probeToken uint32
+	probeUs    int64
+	batch      wire.Batch // the batch in flight (or to resend)
+	ids        []string   // bucket id of each delta of batch
+	carry      []uint32   // urgent slots a full batch left for the next one
+	scanNext   uint64     // next slot of the staleness scan
 
 	unhealthy bool // what this worker last added to the breaker_state gauge
 	buf       []byte
@@ -100,14 +103,17 @@ func (s *syncer) healthy(now int64) bool {
 	return s.healthyNow(now)
 }
 
-// healthyNow: once the last success is two intervals old, a failed sync or a sync still
-// unanswered an interval and a quarter after it was sent makes the gateway degraded — a
-// service that stops answering, whether it refuses connections or hangs, is noticed
-// within about two intervals (RATIONALE.md §3: 250 ms at the default 100 ms). A single
-// lost callout does not: the batch is resent on a second callout at the next tick (a
-// hedge), whose answer comes before the quarter interval is over. breaker_failures
-// failures in a row make it degraded too, and so does no success for ten intervals and
-// the timeout (no worker syncs).
+// healthyNow: once the service's last answer is two intervals old, a failed sync or a
+// sync still unanswered an interval and a quarter after it was sent makes the gateway
+// degraded — a service that stops answering, whether it refuses connections or hangs,
+// is noticed within about two intervals (RATIONALE.md §3: 250 ms at the default 100
+// ms). The service's answers are the syncs', the acquires' and checks', and those of the
+// probes the leader sends while a sync is slow (syncer.probe): a sync that is slow but
+// whose service answers is not a reason. A single lost callout is not either: the batch
+// is resent on a second callout at the next tick (a hedge), whose answer comes before
+// the quarter interval is over. breaker_failures failed or timed-out syncs in a row make
+// it degraded too, and so does no answer for ten intervals and the timeout (no worker
+// syncs).
 func (s *syncer) healthyNow(now int64) bool {
 	iv, to := s.intervalUs(), s.cfg().TimeoutMs*1000
 	return s.state.healthy(now, 2*iv, iv+iv/4, 10*iv+to, uint32(max(1, s.cfg().BreakerFailures)))
@@ -246,7 +252,7 @@ func (s *syncer) lead(now int64) bool {
 // takeOver starts leading: a batch the previous leader left unacknowledged is resent
 // unchanged; the staleness scan starts over, so every bucket is seen within its bound.
 func (s *syncer) takeOver() {
-	s.inflight, s.hedge = false, 0
+	s.inflight, s.hedge, s.probeToken = false, 0, 0
 	s.batch.Deltas = s.batch.Deltas[:0]
 	s.ids = s.ids[:0]
 	if !s.state.Unacked {
@@ -445,9 +451,43 @@ func (s *syncer) sendHedge() {
 	p.m.inc(p.m.syncSent)
 }
 
-// answered records that the service just answered a check or an acquire: it is alive,
-// so a sync reply that is merely slow does not make the gateway degraded while other
-// callouts are answered (a hung service answers none).
+// probe runs on every tick: while the batch in flight has waited a quarter interval, the leader asks the service's /healthz
+// (answered without Redis) every half interval. An answer is a sign of life (answered),
+// so a sync that is slow — Redis busy, the service loaded — does not make the gateway
+// degraded: only a failed sync, one that timed out (the callout's timeout_ms), or a
+// service that answers nothing at all for two intervals does (healthyNow). A hung
+// service answers no probe, and one that is down refuses it, so either is still counted
+// down within two intervals and a quarter of its last answer. A healthy sync is answered
+// long before a quarter interval, and then no probe is sent.
+func (s *syncer) probe(now int64) {
+	iv := s.intervalUs()
+	if !s.inflight || s.probeToken != 0 || now-s.sentUs < iv/4 || now-s.probeUs < iv/2 || s.term == 0 {
+		return
+	}
+	cfg := s.cfg()
+	hdr := append(s.p.hdrBuf[:0], [2]string{":method", "GET"}, [2]string{":path", "/healthz"}, [2]string{":authority", cfg.Authority})
+	s.p.hdrBuf = hdr
+	token, err := s.p.host.HTTPCall(cfg.Cluster, hdr, nil, uint32(cfg.TimeoutMs))
+	if err != nil {
+		return
+	}
+	s.probeToken, s.probeUs = token, now
+	s.p.calls[token] = call{kind: callProbe}
+}
+
+// onProbe takes a probe's answer: a 200 is the service's, so it is alive.
+func (s *syncer) onProbe(now int64, token uint32, headers [][2]string) {
+	if token == s.probeToken {
+		s.probeToken = 0
+	}
+	if headerValue(headers, ":status") == "200" {
+		s.answered(now)
+	}
+}
+
+// answered records that the service just answered a check, an acquire or a probe: it
+// is alive, so a sync reply that is merely slow does not make the gateway degraded while
+// other callouts are answered (a hung service answers none).
 func (s *syncer) answered(now int64) {
 	if now-s.state.LastOkUs < s.intervalUs()/2 {
 		return // recent enough: spare the shared write

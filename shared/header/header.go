@@ -19,7 +19,6 @@
 package header
 
 import (
-	"math"
 	"strconv"
 	"unsafe"
 )
@@ -68,14 +67,17 @@ type Window struct {
 	// (x-ratelimit-reset).
 	ResetUnix int64
 	// ResetInSeconds is the same moment as a delay from now, rounded up (the t
-	// parameter). AppendRefused caps it at Retry-After.
+	// parameter on an answer without Retry-After).
 	ResetInSeconds int64
+	// Refused marks the window that refused the request: a refusal's headers describe
+	// it, whatever the others hold (see MostRestrictive).
+	Refused bool
 }
 
-// MostRestrictive returns the index of the window closest to refusing: the lowest
-// Remaining, then the one that takes longest to reset (it is the one that will still
-// bind after the others refill), then the lowest Limit, then the first. It returns -1
-// for no windows.
+// MostRestrictive returns the index of the window closest to refusing: the one marked
+// Refused, else the lowest Remaining, then the one that takes longest to reset (it is
+// the one that will still bind after the others refill), then the lowest Limit, then
+// the first. It returns -1 for no windows.
 func MostRestrictive(views []Window) int {
 	best := -1
 	for i := range views {
@@ -87,6 +89,9 @@ func MostRestrictive(views []Window) int {
 }
 
 func moreRestrictive(a, b *Window) bool {
+	if a.Refused != b.Refused {
+		return a.Refused
+	}
 	if a.Remaining != b.Remaining {
 		return a.Remaining < b.Remaining
 	}
@@ -119,10 +124,14 @@ func Append(dst [][2]string, views []Window, degraded bool) [][2]string {
 
 // AppendRefused appends the headers of a refusal (a 429, or a fail-closed 503): those
 // of Append, retry-after (seconds, at least 1; see RetryAfterSeconds) and, when ruleID
-// is not empty, x-ratelimit-rule naming the rule that refused. The ratelimit field's t
-// is capped at retryAfterSeconds, because the draft (section 6) says Retry-After SHOULD
-// NOT point earlier than t, and a token bucket is full again long after it admits the
-// next request.
+// is not empty, x-ratelimit-rule naming the rule that refused. The headers describe the
+// window marked Refused (else the most restrictive). The ratelimit field's t is
+// Retry-After's value: the draft (section 6, Server Behavior) says that when a response
+// carries both, t SHOULD reference the same point in time as Retry-After, which takes
+// precedence. On an answer without Retry-After, t is the window's reset (when it is
+// full again, or its window ends), the moment x-ratelimit-reset names. A refusal's
+// x-ratelimit-reset still names the window's reset: a token bucket is full again long
+// after it admits the next request.
 func AppendRefused(dst [][2]string, views []Window, degraded bool, retryAfterSeconds int64, ruleID string) [][2]string {
 	var b Builder
 	b.Refused(views, degraded, retryAfterSeconds, ruleID)
@@ -205,7 +214,7 @@ func (b *Builder) number(name string, v int64) {
 
 // Limits adds the headers of Append.
 func (b *Builder) Limits(views []Window, degraded bool) {
-	b.limits(views, degraded, math.MaxInt64)
+	b.limits(views, degraded, -1)
 }
 
 // Refused adds the headers of AppendRefused.
@@ -238,7 +247,9 @@ func (b *Builder) Rule(name, ruleID string) {
 	b.close()
 }
 
-func (b *Builder) limits(views []Window, degraded bool, maxT int64) {
+// limits adds the headers every answer carries; retryAfter is a refusal's Retry-After
+// in seconds (-1: not a refusal), which the ratelimit field's t then gives.
+func (b *Builder) limits(views []Window, degraded bool, retryAfter int64) {
 	m := MostRestrictive(views)
 	if m < 0 {
 		if degraded {
@@ -284,7 +295,11 @@ func (b *Builder) limits(views []Window, degraded bool, maxT int64) {
 		b.buf = append(b.buf, ";r="...)
 		b.buf = strconv.AppendInt(b.buf, max(w.Remaining, 0), 10)
 		b.buf = append(b.buf, ";t="...)
-		b.buf = strconv.AppendInt(b.buf, min(max(w.ResetInSeconds, 0), maxT), 10)
+		t := max(w.ResetInSeconds, 0)
+		if retryAfter >= 0 {
+			t = retryAfter
+		}
+		b.buf = strconv.AppendInt(b.buf, t, 10)
 		b.close()
 	}
 }

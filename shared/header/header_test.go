@@ -112,9 +112,9 @@ func TestAppendNoWindows(t *testing.T) {
 	}
 }
 
-// Property: on a refusal, t never points later than Retry-After (draft section 6), and
+// Property: on a refusal, t names the moment Retry-After names (draft section 6), and
 // Retry-After is at least 1.
-func TestAppendRefusedRetryAfterNotBeforeT(t *testing.T) {
+func TestAppendRefusedTIsRetryAfter(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	for range 2_000 {
 		views := make([]Window, 1+rng.IntN(4))
@@ -137,7 +137,7 @@ func TestAppendRefusedRetryAfterNotBeforeT(t *testing.T) {
 				tt = v.i
 			}
 		}
-		if ra < 1 || tt < 0 || ra < tt {
+		if ra < 1 || tt != ra {
 			t.Fatalf("retry %d, views %+v: Retry-After %d, t %d", retry, views, ra, tt)
 		}
 	}
@@ -156,6 +156,9 @@ func TestMostRestrictive(t *testing.T) {
 		{"tie: longest reset", []Window{{Remaining: 0, ResetInSeconds: 1}, {Remaining: 0, ResetInSeconds: 3600}}, 1},
 		{"tie: lowest limit", []Window{{Remaining: 0, ResetInSeconds: 5, Limit: 10}, {Remaining: 0, ResetInSeconds: 5, Limit: 5}}, 1},
 		{"full tie: first", []Window{{Remaining: 2, Limit: 5}, {Remaining: 2, Limit: 5}}, 0},
+		// A refusal describes the window that refused, even when another one is in debt
+		// or resets later (the refusing one admits last: its Retry-After is the answer's).
+		{"refused first", []Window{{Remaining: -3, ResetInSeconds: 3600}, {Remaining: 0, ResetInSeconds: 5, Refused: true}}, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -161,7 +161,7 @@ func DecideIn(dst algo.State, r *Record, p algo.Params, now, cost int64, env Env
 			wait = algo.RetryAfter(p, r.Local, now, cost)
 		}
 		d.RetryAfterUs = max(d.PenaltyLeftUs, wait)
-		d.ResetUs = max(r.ResetUs, r.PenaltyUntilUs)
+		d.ResetUs = max(ResetAt(r, p, now), r.PenaltyUntilUs)
 		reject(r, now, &d, env.Sync)
 		return d
 	}
@@ -190,7 +190,7 @@ func DecideIn(dst algo.State, r *Record, p algo.Params, now, cost int64, env Env
 	}
 	if env.AcquireFailed && r.Synced() && r.GlobalRemaining < cost {
 		d.RetryAfterUs = max(r.RetryUs-now, env.IntervalUs)
-		d.ResetUs = r.ResetUs
+		d.ResetUs = ResetAt(r, p, now)
 		reject(r, now, &d, true)
 		return d
 	}
@@ -223,7 +223,10 @@ func DecideIn(dst algo.State, r *Record, p algo.Params, now, cost int64, env Env
 		// spent what it held since: a real refusal. Wait at least until the steady rate
 		// refills the deficit (the retry time predates what was spent since).
 		d.RetryAfterUs = max(r.RetryUs-now, RefillUs(p, now, cost-max(r.GlobalRemaining, 0)))
-		d.ResetUs = r.ResetUs
+		if end, ok := WindowEnd(p, now); ok {
+			d.RetryAfterUs = min(d.RetryAfterUs, end-now) // the window's end, exact
+		}
+		d.ResetUs = ResetAt(r, p, now)
 		reject(r, now, &d, true)
 		return d
 	}
@@ -304,7 +307,7 @@ func admit(dst algo.State, r *Record, p algo.Params, now, cost int64, d *Decisio
 	d.Allowed = true
 	r.Local = algo.TakeTo(dst, p, r.Local, now, cost)
 	d.Remaining = max(0, r.LeaseLeft+max(0, r.GlobalRemaining))
-	d.ResetUs = max(r.ResetUs, now)
+	d.ResetUs = ResetAt(r, p, now)
 }
 
 func decideLocal(dst algo.State, r *Record, p algo.Params, now, cost int64, d *Decision) {
