@@ -98,7 +98,7 @@ type Env struct {
 	// admitted degraded (the gateway's own state) otherwise.
 	AcquireFailed bool
 	// ColdAllowance is what the bucket may admit outside a lease before the service has
-	// charged it (ColdAllowance): a request of a bucket without a usable lease that fits
+	// charged it (ColdAllowance): a request of a bucket without a lease period that fits
 	// in it is decided here instead of waiting for an acquire.
 	ColdAllowance int64
 }
