@@ -68,8 +68,10 @@ func TestSkewDoesNotMatter(t *testing.T) {
 
 // TestOverAdmission: clients at 10 × their limit over several gateways and workers, with
 // progressive penalties off so that only the leases and acquires bound them: the fleet
-// admits at most one permit more than one perfect bucket over any window (measured: 1),
-// whatever the fleet, the latency or the losses.
+// admits at most two permits more than one perfect bucket over any window (measured:
+// 0–2), whatever the fleet, the latency or the losses. The cold-start allowances add
+// nothing here: a valid lease that runs dry acquires instead of spending them
+// (RATIONALE.md §2, step 5), and the keys' first requests find their buckets full.
 func TestOverAdmission(t *testing.T) {
 	cases := []struct {
 		name string

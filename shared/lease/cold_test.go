@@ -43,8 +43,8 @@ func TestColdAllowance(t *testing.T) {
 // TestDecideCold follows one gateway's record through a cold start: requests within the
 // allowance are admitted outside any lease (Over), the one beyond it acquires, the cut
 // and the reply of the batch that carries them give the allowance back only once the
-// service has charged them, and a record whose last reply left no room never admits
-// cold.
+// service has charged them, a record whose last reply left no room never admits cold,
+// and neither does one whose valid lease ran dry.
 func TestDecideCold(t *testing.T) {
 	const now = 1_700_000_000_000_000
 	p := algo.Params{Kind: algo.TokenBucket, Limit: 100, WindowUs: 3_600_000_000, Burst: 100}
@@ -102,6 +102,17 @@ func TestDecideCold(t *testing.T) {
 	if d := DecideIn(nil, &spent, p, now+2_000_000, 1, env); d.Allowed || !d.Acquire {
 		t.Fatalf("spent bucket, retry passed: %+v, want an acquire", d)
 	}
+	// A valid lease that ran dry under demand acquires, though the last reply left room:
+	// the allowance is for a bucket without a lease period, or every gateway of a hot key
+	// would spend it at the bucket's last permits, each time. Once the lease has ended
+	// (a key that comes back), the allowance applies again.
+	dry := Record{SyncedUs: now, GlobalRemaining: 10, LeaseUntilUs: now + 5_000_000, LeaseEpoch: 1}
+	if d := DecideIn(nil, &dry, p, now+10, 1, env); d.Allowed || !d.Acquire {
+		t.Fatalf("valid lease ran dry: %+v, want an acquire", d)
+	}
+	if d := DecideIn(nil, &dry, p, now+5_000_000, 1, env); !d.Allowed || !d.Cold {
+		t.Fatalf("lease ended: %+v, want a cold admission", d)
+	}
 	// No allowance (a rule that waits, or a small bucket on a large fleet): acquire.
 	var fresh Record
 	if d := DecideIn(nil, &fresh, p, now, 1, Env{Sync: true, Healthy: true}); !d.Acquire {
@@ -141,6 +152,10 @@ func TestFirstLease(t *testing.T) {
 		{"want: from all that is free", 4, delta(wire.FlagAcquire, 1, 30, 5), 80, 0, 19},
 		{"young bucket: a quarter of the fleet share, rounded up", 16, delta(0, 10, 0, 1000), 0, 0, 2},
 		{"busy bucket: by demand, half of what is free", 16, delta(0, 10, 0, 1000), 0, 200, 45},
+		// A hot key's lease ran dry and its gateway reports within the shortest interval
+		// of its last reply: by demand, not as a first lease (which would be 1 here).
+		{"busy bucket, report 50 ms after the last reply: by demand", 16, delta(0, 10, 0, 50), 0, 200, 45},
+		{"busy bucket, never answered: a first lease", 16, delta(0, 10, 0, 0), 0, 200, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

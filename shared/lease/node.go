@@ -98,7 +98,7 @@ type Env struct {
 	// admitted degraded (the gateway's own state) otherwise.
 	AcquireFailed bool
 	// ColdAllowance is what the bucket may admit outside a lease before the service has
-	// charged it (ColdAllowance): a request of a bucket without a usable lease that fits
+	// charged it (ColdAllowance): a request of a bucket without a lease period that fits
 	// in it is decided here instead of waiting for an acquire.
 	ColdAllowance int64
 }
@@ -230,13 +230,14 @@ func DecideIn(dst algo.State, r *Record, p algo.Params, now, cost int64, env Env
 		reject(r, now, &d, true)
 		return d
 	}
-	// The lease is short, or there is none (a cold start: never synced, or the lease
-	// ended). Within the cold-start allowance the request is admitted here, outside the
-	// lease, and reported at the next sync, whose reply brings a lease: the allowance
-	// bounds what the fleet admits before the service has charged it (RATIONALE.md §3).
-	// Beyond it the request asks the service (an acquire), which decides it against what
-	// the bucket holds beyond every outstanding lease and brings a lease back.
-	if coldRoom(r, env.ColdAllowance, cost) {
+	// The lease is short, or there is none. Without a lease period (a cold start: never
+	// synced, or the lease ended) and within the cold-start allowance the request is
+	// admitted here, outside the lease, and reported at the next sync, whose reply brings
+	// a lease: the allowance bounds what the fleet admits before the service has charged
+	// it (RATIONALE.md §3). Beyond it, and for a valid lease that ran dry, the request
+	// asks the service (an acquire), which decides it against what the bucket holds
+	// beyond every outstanding lease and brings a lease back.
+	if coldRoom(r, now, env.ColdAllowance, cost) {
 		r.Cold += cost
 		r.Pending.Over += cost
 		r.GlobalRemaining -= cost
@@ -259,16 +260,20 @@ func ParamsTag(p algo.Params) uint32 {
 	return uint32(h^h>>32) | 1
 }
 
-// coldRoom reports whether a request of cost fits in r's cold-start allowance: what the
-// gateway admitted on it and the service has not charged yet stays within allowance, and
-// the service did not last say that the bucket holds less than that (a bucket it never
-// heard of, or one whose last reply left room, less what was admitted outside a lease
-// since).
-func coldRoom(r *Record, allowance, cost int64) bool {
+// coldRoom reports whether a request of cost fits in r's cold-start allowance: the
+// bucket holds no lease period (the gateway never heard of it, or its lease ended: a
+// key that starts or comes back, not one whose valid lease ran dry under demand, which
+// acquires), what the gateway admitted on the allowance and the service has not charged
+// yet stays within allowance, and the service did not last say that the bucket holds
+// less than that (a bucket it never heard of, or one whose last reply left room, less
+// what was admitted outside a lease since). A hot key whose leases run dry at the
+// bucket's last permits would otherwise spend every gateway's allowance beyond the
+// limit each time, not once per cold start (RATIONALE.md §3).
+func coldRoom(r *Record, now, allowance, cost int64) bool {
 	if allowance <= 0 || r.Cold+r.ColdCut+cost > allowance {
 		return false
 	}
-	return !r.Synced() || r.GlobalRemaining >= cost
+	return !r.Synced() || (now >= r.LeaseUntilUs && r.GlobalRemaining >= cost)
 }
 
 // ColdFraction: the whole fleet may admit 1/ColdFraction of a bucket's capacity on

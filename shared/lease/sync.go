@@ -113,9 +113,9 @@ func (c SyncConfig) Normalized() SyncConfig {
 	return c
 }
 
-// FirstLeaseShare: a gateway's first lease of a bucket (it holds none, and its demand
-// sample spans less than MinElapsedMs: a burst, such as a cold start's first requests,
-// which says nothing of its share) is at most capacity/(FirstLeaseShare·Nodes), so first
+// FirstLeaseShare: a gateway's first lease of a bucket (it holds none and never applied
+// a reply for it, ElapsedMs 0: its demand sample is a cold start's first requests, which
+// says nothing of its share) is at most capacity/(FirstLeaseShare·Nodes), so first
 // leases the fleet's gateways cannot use reserve at most a quarter of the bucket
 // (RATIONALE.md §3, "Cold starts"). Where the cap is 0 (a small bucket on a large fleet)
 // an acquire gets no lease beyond its cost and its Want, and a report none: the next
@@ -466,7 +466,12 @@ func Sync(b *Bucket, pen *Penalty, d *wire.Delta, now int64, cfg SyncConfig) Syn
 		target := min((rate*cfg.HorizonMs+999_999)/1_000_000, share, (capa+cfg.MaxShare-1)/cfg.MaxShare)
 		acquire := d.Flags&wire.FlagAcquire != 0
 		first := int64(-1) // the cap of a first lease (-1: none)
-		if cfg.Nodes > 1 && r.Held == 0 && int64(d.ElapsedMs) < cfg.MinElapsedMs {
+		// Only a gateway that never heard of the bucket: a hot key's gateway whose lease
+		// ran dry also reports within MinElapsedMs of its last reply, and capping those
+		// leases too handed a gcra bucket of burst 20 over four gateways a permit per
+		// round trip (the adversarial simulation admitted 95 % of what a perfect bucket
+		// would, against 98.8 % so).
+		if cfg.Nodes > 1 && r.Held == 0 && d.ElapsedMs == 0 {
 			first = capa / (FirstLeaseShare * cfg.Nodes)
 			target = min(target, first)
 		} else if cfg.Nodes > 1 && b.Leases.DemandCur+b.Leases.DemandPrev < capa {

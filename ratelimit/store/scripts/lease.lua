@@ -366,7 +366,7 @@ local function apply(a)
     local share = idiv(capacity * dn, den)
     local target = math.min(idiv(rate * horizon_ms + 999999, 1000000), share, idiv(capacity + max_share - 1, max_share))
     local first = -1 -- the cap of a first lease (Go FirstLeaseShare)
-    if nodes > 1 and held == 0 and elapsed < min_elapsed then
+    if nodes > 1 and held == 0 and elapsed == 0 then -- never answered for this bucket
       first = idiv(capacity, 4 * nodes) -- FirstLeaseShare
       target = math.min(target, first)
     elseif nodes > 1 and dcur + dprev < capacity then
