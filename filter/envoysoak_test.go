@@ -69,6 +69,7 @@ type soakSample struct {
 	requests int
 	rss      int64
 	vmMem    map[string]uint64 // per VM (tollgate_test.vm_<id>.memory_bytes)
+	vmLive   map[string]uint64 // per VM, the live heap after its last forced collection
 }
 
 func envoySoak(t *testing.T, rel string, wasm []byte, backend, sync string, n int) {
@@ -112,9 +113,11 @@ func envoySoak(t *testing.T, rel string, wasm []byte, backend, sync string, n in
 		if err != nil {
 			t.Fatal(err)
 		}
-		sm := soakSample{requests: chunk, rss: p.RSS, vmMem: map[string]uint64{}}
+		sm := soakSample{requests: chunk, rss: p.RSS, vmMem: map[string]uint64{}, vmLive: map[string]uint64{}}
 		for k, v := range stats() {
-			if strings.HasPrefix(k, "wasmcustom.tollgate_test.vm_") {
+			if vm, ok := strings.CutSuffix(k, ".heap_live_bytes"); ok && strings.HasPrefix(k, "wasmcustom.tollgate_test.vm_") {
+				sm.vmLive[vm] = v
+			} else if strings.HasPrefix(k, "wasmcustom.tollgate_test.vm_") && strings.HasSuffix(k, ".memory_bytes") {
 				sm.vmMem[k] = v
 			}
 		}
@@ -179,7 +182,12 @@ func envoySoak(t *testing.T, rel string, wasm []byte, backend, sync string, n in
 		for _, s := range samples {
 			ser = append(ser, strconv.FormatUint(s.vmMem[k]>>10, 10))
 		}
-		t.Logf("%s (KiB) after each tenth: %s", strings.TrimPrefix(k, "wasmcustom.tollgate_test."), strings.Join(ser, " "))
+		var live []string
+		for _, s := range samples {
+			live = append(live, strconv.FormatUint(s.vmLive[strings.TrimSuffix(k, ".memory_bytes")]>>10, 10))
+		}
+		t.Logf("%s (KiB) after each tenth: %s; live heap after the last forced collection: %s", strings.TrimPrefix(k, "wasmcustom.tollgate_test."),
+			strings.Join(ser, " "), strings.Join(live, " "))
 		if a, b := settled.vmMem[k], last.vmMem[k]; a == 0 || b > a+soakVMGrowth {
 			t.Errorf("%s: %d bytes after %d requests, %d at the end: want at most %d more", k, a, settled.requests, b, soakVMGrowth)
 		}

@@ -13,7 +13,7 @@ import (
 
 // gcMetrics reads the runtime's count of completed garbage collections and the memory
 // it has mapped (in a wasm module, the linear memory it has grown to).
-var gcMetrics = []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/memory/classes/total:bytes"}}
+var gcMetrics = []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/memory/classes/total:bytes"}, {Name: "/gc/heap/live:bytes"}}
 
 // garbage keeps the last allocation of testGC(2) reachable until the next one, so the
 // allocator cannot skip it.
@@ -48,8 +48,10 @@ func testGC(force uint32) uint32 {
 // probeForceEvery it forces a collection (testGC(1)), the same rhythm as the soak on
 // the project's host. What happened is published as Envoy stats, summed over the VMs:
 // counters tollgate_test.gc_cycles (collections completed) and tollgate_test.gc_forced,
-// and one gauge per VM, tollgate_test.vm_<id>.memory_bytes (the memory the runtime has
-// mapped, which a wasm module's linear memory only grows with).
+// and gauges per VM: tollgate_test.vm_<id>.memory_bytes (the memory the runtime has
+// mapped, which a wasm module's linear memory only grows with) and
+// tollgate_test.vm_<id>.heap_live_bytes (the live heap right after the last forced
+// collection: what the module keeps, without the garbage's peaks).
 const (
 	probeGarbageEvery = 2_000
 	probeForceEvery   = 20_000
@@ -60,7 +62,7 @@ var probe struct {
 	cycles             uint32
 	defined            bool
 	cyclesID, forcedID uint32
-	memoryID           uint32
+	memoryID, liveID   uint32
 }
 
 // probeRequest runs as each request's headers are read (main.go's RequestHeaders).
@@ -70,7 +72,9 @@ func probeRequest() {
 		probe.defined = true
 		probe.cyclesID, _ = h.DefineMetric(abi.MetricCounter, "tollgate_test.gc_cycles")
 		probe.forcedID, _ = h.DefineMetric(abi.MetricCounter, "tollgate_test.gc_forced")
-		probe.memoryID, _ = h.DefineMetric(abi.MetricGauge, "tollgate_test.vm_"+strconv.FormatUint(uint64(rand.Uint32()), 16)+".memory_bytes")
+		vm := "tollgate_test.vm_" + strconv.FormatUint(uint64(rand.Uint32()), 16)
+		probe.memoryID, _ = h.DefineMetric(abi.MetricGauge, vm+".memory_bytes")
+		probe.liveID, _ = h.DefineMetric(abi.MetricGauge, vm+".heap_live_bytes")
 		probe.cycles = testGC(0)
 	}
 	probe.requests++
@@ -80,6 +84,7 @@ func probeRequest() {
 	if probe.requests%probeForceEvery == 0 {
 		testGC(1)
 		_ = h.IncrementMetric(probe.forcedID, 1)
+		_ = h.RecordMetric(probe.liveID, gcMetrics[2].Value.Uint64())
 	} else {
 		testGC(2)
 	}

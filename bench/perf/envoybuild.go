@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -41,7 +42,14 @@ var EnvoyBuildVariants = []BuildVariant{
 	{Name: "without Thread", Flags: []string{"-no-thread"}},
 	{Name: "with Pack, line tables dropped", Rev: PackRevision},
 	{Name: "with Pack, line tables kept", Rev: PackRevision, Flags: []string{"-keep-lines"}},
+	// The shipped build again, in an Envoy of its own: how far two Envoys running the same
+	// module differ in these measurements on this machine (ControlVariant).
+	{Name: "shipped, a second Envoy (A/A control)"},
 }
+
+// ControlVariant is the index of the A/A control in EnvoyBuildVariants: the shipped
+// build measured twice.
+const ControlVariant = 4
 
 // Build builds the variant.
 func (v BuildVariant) Build() ([]byte, error) {
@@ -93,17 +101,17 @@ func GzipSize(wasm []byte) int {
 // EnvoyBuildOptions say how MeasureEnvoyBuild runs.
 type EnvoyBuildOptions struct {
 	Release string        // the Envoy release (envoyproc.Newest)
-	Starts  int           // starts of each variant, in turns (3)
+	Starts  int           // starts of each variant, in turns (4)
 	Rate    float64       // requests/s, the same for every variant (400)
 	Warmup  time.Duration // at Rate before measuring, so V8's optimizing tier has run (3 s)
 	Chunk   time.Duration // one measured chunk at Rate (2 s)
-	Cycles  int           // chunks per variant, the variants in turns (15)
+	Cycles  int           // chunks per variant, the variants in turns (30)
 	Conns   int           // keep-alive connections (4)
 }
 
 func (o EnvoyBuildOptions) withDefaults() EnvoyBuildOptions {
 	if o.Starts == 0 {
-		o.Starts = 3
+		o.Starts = 4
 	}
 	if o.Rate == 0 {
 		o.Rate = 400
@@ -115,7 +123,7 @@ func (o EnvoyBuildOptions) withDefaults() EnvoyBuildOptions {
 		o.Chunk = 2 * time.Second
 	}
 	if o.Cycles == 0 {
-		o.Cycles = 15
+		o.Cycles = 30
 	}
 	if o.Conns == 0 {
 		o.Conns = 4
@@ -400,13 +408,25 @@ func (c EnvoyBuildCost) Gain(s BuildStep) (cpu, startup, startCPU float64) {
 	return 1 - PairedCPU(w, wo), 1 - float64(ws)/float64(os), 1 - float64(wsc)/float64(osc)
 }
 
-// Pays says whether the step saves at least StepPays of the CPU per request, or of the
-// start-up in both its time and its CPU (on a shared machine the start-up's wall time
-// moves with other work; its CPU does not, and a step that saves only one of them has
-// not shown it saves the start-up).
+// Noise is how far the A/A control (the shipped build in a second Envoy) lands from the
+// shipped build in CPU per request (paired), start-up and start-up CPU: a difference
+// between two variants no larger than this has not been measured.
+func (c EnvoyBuildCost) Noise() (cpu, startup, startCPU float64) {
+	if len(c.Rows) <= ControlVariant {
+		return 0, 0, 0
+	}
+	cpu, startup, startCPU = c.Gain(BuildStep{With: ControlVariant, Without: 0})
+	return math.Abs(cpu), math.Abs(startup), math.Abs(startCPU)
+}
+
+// Pays says whether the step saves at least StepPays, and more than the A/A control's
+// Noise, of the CPU per request, or of the start-up in both its time and its CPU (on a
+// shared machine the start-up's wall time moves with other work; its CPU does not, and
+// a step that saves only one of them has not shown it saves the start-up).
 func (c EnvoyBuildCost) Pays(s BuildStep) bool {
 	cpu, st, stCPU := c.Gain(s)
-	return cpu >= StepPays || (st >= StepPays && stCPU >= StepPays)
+	ncpu, nst, nstCPU := c.Noise()
+	return (cpu >= StepPays && cpu > ncpu) || (st >= StepPays && st > nst && stCPU >= StepPays && stCPU > nstCPU)
 }
 
 func medianOf[T time.Duration | int64](xs []T) T {

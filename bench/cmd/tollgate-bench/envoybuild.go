@@ -129,8 +129,11 @@ func (r *report) writeEnvoyBuild(w io.Writer) {
 		fmtF(perf.PairedCPU(c.Baseline, shipped), 3) + " / – / – / –"})
 	table(w, []string{"variant", "module", "gzip", "CPU/request µs", "filter µs", "start-up ms", "start-up CPU ms", "memory/VM", "VMs",
 		"vs shipped: CPU/request, start-up, start-up CPU, gzip"}, rows)
-	fmt.Fprintf(w, "A step is kept only where it saves at least %.0f %% of Envoy's CPU per request, or of the start-up\n", 100*perf.StepPays)
-	fmt.Fprintln(w, "in both its time and its CPU:")
+	ncpu, nst, nstc := c.Noise()
+	fmt.Fprintf(w, "The A/A control, the shipped build in a second Envoy, lands %s from it in CPU per request,\n", pctAbs(ncpu))
+	fmt.Fprintf(w, "%s in start-up and %s in start-up CPU: differences up to those are this machine's noise.\n", pctAbs(nst), pctAbs(nstc))
+	fmt.Fprintf(w, "A step is kept only where it saves at least %.0f %%, and more than that noise, of Envoy's CPU per\n", 100*perf.StepPays)
+	fmt.Fprintln(w, "request, or of the start-up in both its time and its CPU:")
 	fmt.Fprintln(w)
 	var steps [][]string
 	for _, s := range perf.EnvoyBuildSteps {
@@ -148,6 +151,8 @@ func (r *report) writeEnvoyBuild(w io.Writer) {
 }
 
 func pctSigned(f float64) string { return fmt.Sprintf("%+.1f %%", 100*f) }
+
+func pctAbs(f float64) string { return fmt.Sprintf("%.1f %%", 100*f) }
 
 func spreadUs(xs []time.Duration) string {
 	lo, hi := minMax(xs)
