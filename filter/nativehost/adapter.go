@@ -155,6 +155,7 @@ func (a adapter) AppendProperty(dst []byte, path ...string) ([]byte, error) {
 
 func (a adapter) SetTickPeriod(ms uint32) error {
 	a.w.tickMs = ms
+	a.w.tickSets++
 	return nil
 }
 

@@ -78,6 +78,9 @@ type Worker struct {
 	streams map[uint32]*Stream
 	nextID  uint32
 	tickMs  uint32
+	// tickSets counts the plugin's calls to set the tick period (Envoy restarts the timer
+	// at each, so a test can bound them).
+	tickSets int
 	// gen counts the restarts of this worker's VM (Restart): a new VM gets a new seed.
 	gen uint64
 	// sharedBuf holds the last shared-data value read (see adapter.SharedGet).
@@ -342,6 +345,9 @@ func (h *Host) Tick(w int) {
 
 // TickPeriodMs is the period worker w asked for (0: none).
 func (h *Host) TickPeriodMs(w int) uint32 { return h.workers[w].tickMs }
+
+// TickPeriodSets is how many times worker w's plugin set its tick period.
+func (h *Host) TickPeriodSets(w int) int { return h.workers[w].tickSets }
 
 // Callouts returns the callouts waiting for an answer, in the order they were made.
 func (h *Host) Callouts() []*Callout {

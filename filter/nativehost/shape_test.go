@@ -99,6 +99,7 @@ func TestShapingHeldRequestReset(t *testing.T) {
 	}
 	h.Reset(a)
 	h.Reset(b)
+	h.Tick(0) // the tick slows itself down (plugin.setTick says why)
 	if p := h.TickPeriodMs(0); p != 0 {
 		t.Errorf("tick period %d ms with nothing held, want 0", p)
 	}
@@ -118,6 +119,45 @@ func TestShapingHeldRequestReset(t *testing.T) {
 	h.Tick(0)
 	if !c.Admitted() {
 		t.Fatal("not released after its permit's time")
+	}
+}
+
+// TestTickPeriodSetOncePerTick: Envoy restarts the tick timer whenever a plugin sets its
+// period, so a plugin that set it on every request held and let go would never tick
+// under steady traffic, and the requests that wait for a tick would wait for ever. Here
+// 100 requests are held and reset one after the other with no tick between them (a
+// worker busier than one request per tick period): the period is set once (to the fast
+// tick), and goes back to none only at the tick.
+func TestTickPeriodSetOncePerTick(t *testing.T) {
+	now := int64(1_700_000_000_000_000)
+	h, err := nativehost.New(nativehost.Config{
+		Clock: func() int64 { return now },
+		PluginConfig: []byte(`{"key":{"source":"header","name":"x-api-key"},"retry_jitter_ms":0,"rules":[{"id":"api",
+			"limit":10,"window":"1s","burst":1,"max_delay":"1s"}]}`),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := h.TickPeriodSets(0)
+	for i := 0; i < 100; i++ {
+		now += 10_000 // 10 ms apart, 100 ms a permit: held, until the queue passes max_delay
+		s := h.Request(0, [][2]string{{":method", "GET"}, {":path", "/"}, {":authority", "a"}, {"x-api-key", "k"}}, nil)
+		if s.Paused {
+			h.Reset(s)
+		}
+		if i == 0 {
+			continue
+		}
+		if p := h.TickPeriodMs(0); p != 5 {
+			t.Fatalf("request %d: tick period %d ms, want 5 until the next tick", i, p)
+		}
+	}
+	if n := h.TickPeriodSets(0) - base; n != 1 {
+		t.Errorf("tick period set %d times over 100 held requests without a tick, want 1", n)
+	}
+	h.Tick(0)
+	if p := h.TickPeriodMs(0); p != 0 {
+		t.Errorf("tick period %d ms after a tick with nothing held, want 0", p)
 	}
 }
 

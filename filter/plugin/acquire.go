@@ -122,9 +122,7 @@ func (s *Stream) waitForAcquire(now int64) Action {
 	p.m.inc(p.m.acquiresShared)
 	p.streams[s.id] = s
 	p.waiters = append(p.waiters, s)
-	if len(p.waiters) == 1 && len(p.delayed) == 0 {
-		p.setTick(shapeTickMs)
-	}
+	p.setTick(shapeTickMs)
 	return Pause
 }
 
@@ -132,9 +130,6 @@ func (s *Stream) waitForAcquire(now int64) Action {
 func (p *Plugin) forgetWaiter(s *Stream) {
 	if i := slices.Index(p.waiters, s); i >= 0 {
 		p.waiters = slices.Delete(p.waiters, i, i+1)
-	}
-	if len(p.waiters) == 0 && len(p.delayed) == 0 {
-		p.setTick(p.baseTickMs())
 	}
 }
 

@@ -72,6 +72,8 @@ type Plugin struct {
 	// waiters holds the paused streams that wait for an acquire another request of this
 	// gateway (on any worker) asked (acquire.go).
 	waiters []*Stream
+	// tickMs is the tick period last asked of the host (setTick).
+	tickMs uint32
 	// listsHaveCIDR is set when an allow/deny entry is an address range.
 	listsHaveCIDR bool
 	// node is the gateway id sent with every batch (RATIONALE.md §6): the configured
@@ -172,20 +174,12 @@ func (p *Plugin) OnPluginStart(data []byte) bool {
 	// A rule set fetched from the service by another worker (or before a restart of this
 	// VM) is newer than the plugin configuration: enforce it.
 	p.loadSharedRules()
-	if p.cfg.syncEnabled() {
-		// Ticks come four times per sync interval: the sync runs on every fourth, and
-		// the others only look at the shared health, so that a request paused for the
-		// service when it stops answering is answered within a quarter interval of the
-		// moment the gateway counts it down (RATIONALE.md §3), not at its callout timeout.
-		if err := p.host.SetTickPeriod(uint32(max(s.IntervalMs/4, 1))); err != nil {
-			p.host.Log(LogError, "tollgate: set tick period: "+err.Error())
-		}
-	} else if p.cfg.inFlight {
-		// Slots in flight need the beat that keeps them this VM's (inflight).
-		if err := p.host.SetTickPeriod(beatEveryUs / 1000); err != nil {
-			p.host.Log(LogError, "tollgate: set tick period: "+err.Error())
-		}
-	}
+	// With sync, ticks come four times per sync interval: the sync runs on every fourth,
+	// and the others only look at the shared health, so that a request paused for the
+	// service when it stops answering is answered within a quarter interval of the moment
+	// the gateway counts it down (RATIONALE.md §3), not at its callout timeout. Without
+	// sync, slots in flight need the beat that keeps them this VM's (inflight).
+	p.setTick(p.baseTickMs())
 	p.host.Log(LogInfo, "tollgate: started with "+strconv.Itoa(len(p.cfg.Rules))+" rules, version "+strconv.FormatUint(p.rulesVersion, 10))
 	return true
 }
@@ -243,6 +237,7 @@ func (p *Plugin) OnTick() {
 	if len(p.waiters) > 0 {
 		p.wakeWaiters(now)
 	}
+	p.settleTick()
 	p.inflightTick(now)
 	if !p.cfg.syncEnabled() {
 		p.loadSharedRules()

@@ -36,9 +36,7 @@ func (s *Stream) delay(releaseUs int64) Action {
 	p.m.inc(p.m.delayed)
 	s.releaseUs = releaseUs
 	p.delayed = append(p.delayed, s)
-	if len(p.delayed) == 1 && len(p.waiters) == 0 {
-		p.setTick(shapeTickMs)
-	}
+	p.setTick(shapeTickMs)
 	return Pause
 }
 
@@ -60,9 +58,6 @@ func (p *Plugin) releaseDue(now int64) {
 	}
 	clear(p.delayed[len(kept):])
 	p.delayed = kept
-	if len(p.delayed) == 0 && len(p.waiters) == 0 {
-		p.setTick(p.baseTickMs())
-	}
 	_ = p.host.SetEffectiveContext(p.host.RootID())
 }
 
@@ -72,22 +67,42 @@ func (p *Plugin) forgetDelayed(s *Stream) {
 		p.delayed = slices.Delete(p.delayed, i, i+1)
 	}
 	s.releaseUs = 0
-	if len(p.delayed) == 0 && len(p.waiters) == 0 {
-		p.setTick(p.baseTickMs())
-	}
 }
 
 // baseTickMs is the tick period without held requests: four per sync interval (see
-// OnPluginStart), none without sync.
+// OnPluginStart); without sync, the beat of requests in flight when a rule counts them,
+// else none.
 func (p *Plugin) baseTickMs() uint32 {
-	if !p.cfg.syncEnabled() {
-		return 0
+	switch {
+	case p.cfg.syncEnabled():
+		return uint32(max(p.cfg.Sync.IntervalMs/4, 1))
+	case p.cfg.inFlight:
+		return beatEveryUs / 1000
 	}
-	return uint32(max(p.cfg.Sync.IntervalMs/4, 1))
+	return 0
 }
 
+// setTick asks the host for a tick period of ms, only when it differs from the one asked
+// last. Envoy restarts the timer on every proxy_set_tick_period_milliseconds call (it
+// disables the timer and creates a new one: source/extensions/common/wasm/wasm.cc), so
+// a period set again and again faster than it elapses never ticks. Hence the period
+// only speeds up from a request's callback (a request held or waiting) and slows down
+// only from the tick itself (settleTick): the timer restarts at most once per tick, and
+// a held request waits at most one fast tick.
 func (p *Plugin) setTick(ms uint32) {
+	if ms == p.tickMs {
+		return
+	}
+	p.tickMs = ms
 	if err := p.host.SetTickPeriod(ms); err != nil {
 		p.host.Log(LogError, "tollgate: set tick period: "+err.Error())
+	}
+}
+
+// settleTick returns the tick to its base period once nothing is held or waits; only
+// OnTick calls it (setTick says why).
+func (p *Plugin) settleTick() {
+	if len(p.delayed) == 0 && len(p.waiters) == 0 {
+		p.setTick(p.baseTickMs())
 	}
 }
