@@ -91,9 +91,16 @@ func envoySoak(t *testing.T, rel string, wasm []byte, backend, sync string, n in
 	paths := []string{"/orders", "/search?q=x", "/users/7", "/login"}
 	// GET only: /login's rule (POST, strict: a synchronous check per request, failing
 	// closed) stays out, so every answer is a decision from the buckets and their leases.
+	// 4,000 keys within their limits, and every 50th request one key far over its
+	// limit (/search: 30 a minute), so that refusals, with their headers and penalties,
+	// meet collections too.
 	req := func(i int) *http.Request {
-		r, _ := http.NewRequest(http.MethodGet, paths[i%len(paths)], nil)
-		r.Header.Set("x-api-key", rel+"-k"+strconv.Itoa(i*7919%4000))
+		path, key := paths[i%len(paths)], rel+"-k"+strconv.Itoa(i*7919%4000)
+		if i%50 == 0 {
+			path, key = "/search?q=hot", rel+"-hot"
+		}
+		r, _ := http.NewRequest(http.MethodGet, path, nil)
+		r.Header.Set("x-api-key", key)
 		return r
 	}
 	status := map[int]int{}
