@@ -98,7 +98,7 @@ func TestServiceReplicaKilled(t *testing.T) {
 	hot, acct := tr.hot, tr.acct
 	ht, at := harness.Count(hot, n), harness.Count(acct, n)
 	var acctCounted int64
-	acctErr := harness.Poll(10*time.Second, 100*time.Millisecond, func() (bool, error) {
+	acctErr := harness.Poll(acctFlushWait, 100*time.Millisecond, func() (bool, error) {
 		b, _, err := admin.Bucket(acctKey, "acct", 0)
 		if err != nil || b == nil {
 			return false, err

@@ -34,6 +34,15 @@ func (p *Plugin) acquireWaitUs() int64 {
 // CAS contention beyond maxCASAttempts lets the request ask itself (an acquire more,
 // never a request less).
 func (p *Plugin) claimAcquire(now int64, op *bucketOp) (lead bool, want int64) {
+	if op.a.Rule.MaxDelayUs > 0 {
+		// A shaped rule's requests each ask for themselves: the answer of a refused
+		// acquire within max_delay is a wait for the slot this request takes ahead
+		// (Stream.decided), which a request waiting for another's answer would not take,
+		// and a burst through one gateway was then refused beyond its first permits
+		// (e2e TestShapingWithSync: 13–19 of 21).
+		op.leads = true
+		return true, 0
+	}
 	for attempt := 0; attempt < maxCASAttempts; attempt++ {
 		if err := p.table.load(op.id, now, &op.s); err != nil {
 			break
