@@ -114,7 +114,7 @@ func envoySoak(t *testing.T, rel string, wasm []byte, backend, sync string, n in
 			status[k] += v
 		}
 		if err != nil {
-			t.Fatalf("after %d requests: %v\n%s", prev, err, e.LogTail(20))
+			t.Fatalf("after %d requests: %v\nthe filter's stats: %s\n%s", prev, err, filterStats(stats()), e.LogTail(20))
 		}
 		p, err := perf.ReadProc(e.Pid())
 		if err != nil {
@@ -199,4 +199,17 @@ func envoySoak(t *testing.T, rel string, wasm []byte, backend, sync string, n in
 			t.Errorf("%s: %d bytes after %d requests, %d at the end: want at most %d more", k, a, settled.requests, b, soakVMGrowth)
 		}
 	}
+}
+
+// filterStats lists the filter's own stats (wasmcustom.tollgate.*), for a failure's
+// message: what the VMs were doing when a request went unanswered.
+func filterStats(all map[string]uint64) string {
+	var out []string
+	for k, v := range all {
+		if name, ok := strings.CutPrefix(k, "wasmcustom."); ok && v != 0 {
+			out = append(out, name+"="+strconv.FormatUint(v, 10))
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, " ")
 }

@@ -93,3 +93,74 @@ func probeRequest() {
 	probe.cycles = c
 	_ = h.RecordMetric(probe.memoryID, gcMetrics[1].Value.Uint64())
 }
+
+// The request-path trace: what the plugin asked of the host for held requests, as
+// counters (tollgate_test.trace.*, summed over the VMs), so that a request the soak
+// finds unanswered can be placed — still held by the plugin (held_at_done counts
+// requests Envoy ended while the plugin still held them), or let go by the plugin and
+// not continued by the host.
+const (
+	probeCalloutSent = iota
+	probeCalloutAnswered
+	probeTicked
+	probeReplied
+	probeResumed
+	probeHeld       // the request's headers callback returned Pause without a reply
+	probeHeldAtDone // ended while held: neither resumed nor answered
+	probeLetGo      // a held request resumed or answered later
+	probeKinds
+)
+
+var probeNames = [probeKinds]string{"callouts_sent", "callouts_answered", "ticks", "replies", "resumes", "held", "held_at_done", "let_go"}
+
+var trace struct {
+	ids            [probeKinds]uint32
+	defined        bool
+	cur            uint32 // the context the plugin's host calls apply to
+	replies        int    // local replies sent so far
+	repliesAtStart int
+	held           map[uint32]bool // streams held and not yet let go
+}
+
+func probeCallback(kind int) {
+	h := abi.Host{}
+	if !trace.defined {
+		trace.defined = true
+		trace.held = map[uint32]bool{}
+		for k, name := range probeNames {
+			trace.ids[k], _ = h.DefineMetric(abi.MetricCounter, "tollgate_test.trace."+name)
+		}
+	}
+	_ = h.IncrementMetric(trace.ids[kind], 1)
+	if kind == probeReplied {
+		trace.replies++
+	}
+	if (kind == probeReplied || kind == probeResumed) && trace.held[trace.cur] {
+		delete(trace.held, trace.cur)
+		_ = h.IncrementMetric(trace.ids[probeLetGo], 1)
+	}
+}
+
+func probeContext(id uint32) { trace.cur = id }
+
+// probeHeadersStart and probeHeadersDone run around a request's headers callback:
+// paused tells whether it held the request (a reply sent within it also returns Pause).
+func probeHeadersStart(id uint32) {
+	trace.cur = id
+	trace.repliesAtStart = trace.replies
+}
+
+func probeHeadersDone(id uint32, paused bool) {
+	if !paused || trace.replies != trace.repliesAtStart {
+		return
+	}
+	probeCallback(probeHeld)
+	trace.held[id] = true
+}
+
+func probeDone(id uint32) {
+	if trace.held[id] {
+		delete(trace.held, id)
+		probeCallback(probeHeldAtDone)
+	}
+}

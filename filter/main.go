@@ -24,10 +24,30 @@ type root struct{ *plugin.Plugin }
 
 func (r root) NewStream(id uint32) abi.Stream { return stream{r.Plugin.NewStream(id)} }
 
+// OnHTTPCallResponse and OnTick pass through (probeCallback counts them in the soak's
+// test build).
+func (r root) OnHTTPCallResponse(token uint32, headers [][2]string, body []byte) {
+	probeCallback(probeCalloutAnswered)
+	r.Plugin.OnHTTPCallResponse(token, headers, body)
+}
+
+func (r root) OnTick() {
+	probeCallback(probeTicked)
+	r.Plugin.OnTick()
+}
+
 type stream struct{ *plugin.Stream }
 
 func (s stream) OnRequestHeaders(n int, eos bool) abi.Action {
-	return abi.Action(s.Stream.OnRequestHeaders(n, eos))
+	probeHeadersStart(s.ID())
+	act := abi.Action(s.Stream.OnRequestHeaders(n, eos))
+	probeHeadersDone(s.ID(), act == abi.Pause)
+	return act
+}
+
+func (s stream) OnDone() {
+	probeDone(s.ID())
+	s.Stream.OnDone()
 }
 
 func (s stream) OnResponseHeaders(n int, eos bool) abi.Action {
@@ -65,6 +85,7 @@ func (h *host) AddResponseHeaders(pairs [][2]string) error {
 }
 
 func (h *host) SendLocalReply(status uint32, details string, body []byte, headers [][2]string, grpcStatus int32) error {
+	probeCallback(probeReplied)
 	return h.Host.SendLocalReply(status, details, body, headers, grpcStatus)
 }
 
@@ -93,6 +114,7 @@ func (h *host) AppendProperty(dst []byte, path ...string) ([]byte, error) {
 }
 
 func (h *host) HTTPCall(cluster string, headers [][2]string, body []byte, timeoutMs uint32) (uint32, error) {
+	probeCallback(probeCalloutSent)
 	return h.DispatchHTTPCall(cluster, headers, body, nil, timeoutMs)
 }
 
@@ -105,7 +127,15 @@ func (h *host) ResponseBody(start, max int) ([]byte, error) {
 	return h.ReadBody(abi.BufferResponseBody, uint32(start), uint32(max))
 }
 
-func (h *host) ResumeRequest() error { return h.ResumeHTTPRequest() }
+func (h *host) ResumeRequest() error {
+	probeCallback(probeResumed)
+	return h.ResumeHTTPRequest()
+}
+
+func (h *host) SetEffectiveContext(id uint32) error {
+	probeContext(id)
+	return h.Host.SetEffectiveContext(id)
+}
 
 func (h *host) RootID() uint32 { return abi.RootContextID() }
 

@@ -24,6 +24,8 @@ type fleet struct {
 	// refuse, when set, is the status the service answers every call with (a rotated
 	// secret: 401).
 	refuse int
+	// lose, when set, picks callouts whose answer the host never delivers.
+	lose func(*nativehost.Callout) bool
 }
 
 func newFleet(t *testing.T, gateways, workers int, rules string) *fleet {
@@ -68,6 +70,9 @@ func (f *fleet) deliver() {
 		for _, h := range f.gws {
 			for _, c := range h.TakeCallouts() {
 				more = true
+				if f.lose != nil && f.lose(c) {
+					continue
+				}
 				if f.down {
 					h.Fail(c, false)
 					continue

@@ -128,6 +128,7 @@ func (s *Stream) waitForAcquire(now int64) Action {
 	if s.paused.waitSinceUs == 0 {
 		s.paused.waitSinceUs = now
 	}
+	s.paused.askedUs = 0 // no callout of its own is out
 	p.m.inc(p.m.acquiresShared)
 	p.streams[s.id] = s
 	p.waiters = append(p.waiters, s)

@@ -14,7 +14,7 @@ type metrics struct {
 
 	allowed, rejected, shadowRejected, denied, bypassed uint32
 	casExhausted, degraded, failClosed, strictChecks    uint32
-	acquires, checkFailed                               uint32
+	acquires, checkFailed, checksLost                   uint32
 	// acquiresShared counts requests that waited for an acquire another request of the
 	// gateway asked; coldAdmitted, requests admitted on a cold-start allowance.
 	acquiresShared, coldAdmitted                         uint32
@@ -103,6 +103,7 @@ func newMetrics(h Host) *metrics {
 	m.acquiresShared = def(Counter, "acquires_shared")
 	m.coldAdmitted = def(Counter, "requests_cold_admitted")
 	m.checkFailed = def(Counter, "checks_failed")
+	m.checksLost = def(Counter, "checks_lost")
 	m.urgentDropped = def(Counter, "urgent_dropped")
 	m.deltasRuleGone = def(Counter, "deltas_rule_gone")
 	m.deltasRefused = def(Counter, "deltas_refused")

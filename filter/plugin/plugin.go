@@ -257,6 +257,47 @@ func (p *Plugin) OnTick() {
 			s.settle(now)
 		}
 	}
+	if len(p.streams) > 0 {
+		p.settleLost(now)
+	}
+}
+
+// settleLost answers, without the service, every paused request whose callout has had
+// no answer for lostCalloutUs. The host answers each callout by its timeout (a failed
+// call included), so this is for an answer the host never delivers: the request must
+// not hang on it (checks_lost counts them; the answer is degraded, as for a failed
+// check).
+func (p *Plugin) settleLost(now int64) {
+	lostUs := p.lostCalloutUs()
+	settled := false
+	for _, s := range p.streams {
+		if st := s.paused; st != nil && !st.settled && st.askedUs > 0 && now-st.askedUs > lostUs {
+			p.m.inc(p.m.checksLost)
+			p.forgetCalls(s.id)
+			s.settle(now)
+			settled = true
+		}
+	}
+	if settled {
+		_ = p.host.SetEffectiveContext(p.host.RootID())
+	}
+}
+
+// forgetCalls drops the callouts stream id is owed: their answers will not come, or
+// will find it settled.
+func (p *Plugin) forgetCalls(id uint32) {
+	for token, c := range p.calls {
+		if c.kind == callStrict && c.stream == id {
+			delete(p.calls, token)
+		}
+	}
+}
+
+// lostCalloutUs is how long past a callout's start its answer counts as lost: its
+// timeout, and as long again (or a sync interval, if longer) for a loaded host's late
+// timer.
+func (p *Plugin) lostCalloutUs() int64 {
+	return (2*p.cfg.Sync.TimeoutMs + max(p.cfg.Sync.IntervalMs, 0)) * 1000
 }
 
 // OnHTTPCallResponse routes a callout's answer. headers is empty when the call failed or

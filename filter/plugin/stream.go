@@ -60,6 +60,8 @@ type pausedState struct {
 	// for another request's acquire (0: it does not wait).
 	rounds      uint8
 	waitSinceUs int64
+	// askedUs is when the callout the request waits for went out (0: none is out).
+	askedUs int64
 }
 
 // A paused request's decision counts its acquires among the buckets that admitted it.
@@ -295,6 +297,9 @@ func (s *Stream) OnResponseHeaders(int, bool) Action {
 // OnLog is a no-op: Tollgate logs through metrics.
 func (s *Stream) OnLog() {}
 
+// ID is the stream's context id.
+func (s *Stream) ID() uint32 { return s.id }
+
 // OnDone gives back the request's slots, forgets the stream and keeps it for a later
 // request. Envoy calls it when the stream is destroyed, whatever ended it: the response
 // completed, a local reply (the router's timeout included), or a reset by either side.
@@ -311,6 +316,10 @@ func (s *Stream) OnDone() {
 	}
 	if s.paused != nil {
 		delete(p.streams, s.id)
+		if s.paused.askedUs > 0 {
+			// The host cancels the callouts of a stream it ends: no answer will come.
+			p.forgetCalls(s.id)
+		}
 		if !s.paused.settled {
 			p.forgetWaiter(s)
 			p.releaseAcquire(p.host.NowUs(), s.paused.ops) // reset while it waited
@@ -422,6 +431,7 @@ func (s *Stream) ask(now int64) Action {
 			p.calls[token] = call{kind: callStrict, stream: s.id}
 			p.streams[s.id] = s
 			st.body = body
+			st.askedUs = now
 			return Pause
 		}
 	}
@@ -518,9 +528,11 @@ func (s *Stream) onCheckResponse(now int64, headers [][2]string, body []byte) {
 		s.paused.resends++
 		if token, err := p.host.HTTPCall(p.cfg.Sync.Cluster, p.callHeaders("/v1/check"), s.paused.body, uint32(p.cfg.Sync.TimeoutMs)); err == nil {
 			p.calls[token] = call{kind: callStrict, stream: s.id}
+			s.paused.askedUs = now
 			return
 		}
 	}
+	s.paused.askedUs = 0
 	var reply wire.Reply
 	var act Action
 	if headerValue(headers, ":status") != "200" || wire.DecodeReply(body, &reply) != nil || len(reply.States) != len(s.paused.checks) {
