@@ -70,7 +70,9 @@ func (tw *twin) apply(t *testing.T, s *Store, b *wire.Batch, refused []bool, now
 				pen = &lease.Penalty{}
 				tw.pens[pk] = pen
 			}
-			out[i] = lease.Sync(bu, pen, d, now, cfg)
+			c := cfg
+			c.Claimant = lease.NodeTag(b.Node)
+			out[i] = lease.Sync(bu, pen, d, now, c)
 			rec.results = append(rec.results, out[i])
 		}
 		tw.idem[id] = rec
@@ -156,7 +158,7 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 		keys, tiers = keys[:2], tiers[:1]
 	}
 	var lastGrants int // calendar: grants in a period's last epoch
-	var replays, grants, reclaims, refusals, penalties, overshoots, clamps, excesses, renewals, acquired, refusedDeltas, stepsBack int
+	var replays, grants, reclaims, refusals, penalties, overshoots, clamps, excesses, renewals, acquired, refusedDeltas, stepsBack, fleetPenalties int
 
 	for step := 0; step < 160; step++ {
 		var b wire.Batch
@@ -283,6 +285,7 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 			reclaims += b2i(r.Reclaimed > 0)
 			refusals += b2i(!r.Allowed)
 			penalties += b2i(r.Level > 0 && !r.Replay)
+			fleetPenalties += b2i(r.Level > 0 && !r.Replay && fleetSize > 1) // corroborated by two nodes
 			overshoots += b2i(r.Overshoot > 0)
 			clamps += b2i(r.Clamped > 0)
 			excesses += b2i(r.Excess > 0)
@@ -304,7 +307,7 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 	}
 	// The sequence must have exercised every branch worth comparing.
 	for name, n := range map[string]int{"replays": replays, "grants": grants, "reclaims": reclaims, "strict refusals": refusals,
-		"penalties": penalties, "overshoots": overshoots, "clamped debts": clamps, "excess reports": excesses, "renewals": renewals, "acquires with a lease": acquired, "refused deltas": refusedDeltas,
+		penalties": penalties, "penalties in a fleet": fleetPenalties, "overshoots": overshoots, "clamped debts": clamps, "excess reports": excesses, "renewals": renewals, "acquires with a lease": acquired, "refused deltas": refusedDeltas,
 		"clock steps back across an epoch": stepsBack} {
 		if n == 0 {
 			t.Errorf("no %s in the random sequence: the comparison did not cover them", name)

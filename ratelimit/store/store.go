@@ -438,6 +438,7 @@ func (s *Store) Apply(ctx context.Context, b *wire.Batch, o Options) (*Outcome, 
 		now = strconv.FormatInt(s.nowUs(), 10)
 	}
 	seq := strconv.FormatUint(b.Seq, 10)
+	tag := lease.NodeTag(b.Node) // whose early claims these are (penalties)
 	calls := make([]call, len(groups))
 	for g, grp := range groups {
 		var keys []string
@@ -458,7 +459,7 @@ func (s *Store) Apply(ctx context.Context, b *wire.Batch, o Options) (*Outcome, 
 			if o.NoLease {
 				flags |= lease.FlagNoLease
 			}
-			args = append(args, BucketKey(skeys[i], d.Rule, d.Tier, d.Window), PenaltyKey(skeys[i]), packDelta(d, flags))
+			args = append(args, BucketKey(skeys[i], d.Rule, d.Tier, d.Window), PenaltyKey(skeys[i]), packDelta(d, flags, tag))
 		}
 		calls[g] = call{keys: keys, args: args}
 	}
@@ -748,8 +749,9 @@ func isRedisError(err error) bool {
 
 // packDelta encodes a delta's numbers as the script's DELTA format: kind and flags
 // (u8), leased, over, returned, held, rejected, early, epoch, elapsed_ms, limit (u32),
-// window_us (float64, exact below 2^53), burst, capacity and want (u32), little-endian.
-func packDelta(d *wire.Delta, flags uint8) string {
+// window_us (float64, exact below 2^53), burst, capacity and want (u32), and the node's
+// tag (u32, lease.NodeTag), little-endian.
+func packDelta(d *wire.Delta, flags uint8, tag uint32) string {
 	p := lease.ParamsOf(d)
 	b := make([]byte, 0, deltaSize)
 	b = append(b, d.Algo, flags)
@@ -760,11 +762,12 @@ func packDelta(d *wire.Delta, flags uint8) string {
 	b = binary.LittleEndian.AppendUint32(b, d.Burst)
 	b = binary.LittleEndian.AppendUint32(b, uint32(min(max(p.Capacity(), 0), math.MaxUint32)))
 	b = binary.LittleEndian.AppendUint32(b, d.Want)
+	b = binary.LittleEndian.AppendUint32(b, tag)
 	return string(b)
 }
 
 // deltaSize is the length of packDelta's encoding.
-const deltaSize = 2 + 9*4 + 8 + 3*4
+const deltaSize = 2 + 9*4 + 8 + 4*4
 
 // resultFields is the number of reply values per delta, each a little-endian float64
 // (the script's RESULT format).

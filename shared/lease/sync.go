@@ -56,6 +56,11 @@ type SyncConfig struct {
 	// hand the first gateways half the bucket each, and the others' first requests would
 	// find it reserved (RATIONALE.md §2, "Grants").
 	Nodes int64
+	// Claimant is the tag (NodeTag) of the gateway whose delta this is. With a fleet
+	// (Nodes > 1) a key's penalty level never exceeds the number of distinct gateways
+	// that claimed early requests for it, less one: one gateway's word alone, a forged
+	// report included, cannot penalize a key (RATIONALE.md §3, "What one gateway can do").
+	Claimant uint32
 }
 
 // DefaultSyncConfig is the service's default configuration.
@@ -154,7 +159,45 @@ type Bucket struct {
 type Penalty struct {
 	Level   int64 // "l"
 	UntilUs int64 // "u": cooldown end
-	LastUs  int64 // "t": when the level last grew
+	LastUs  int64 // "t": when the level last grew (at level 0: the last early claim)
+	// Nodes ("n") is the tags of the gateways that claimed early requests for the key
+	// since the record started, 8 hex digits each, at most maxClaimants of them.
+	Nodes string
+}
+
+// maxClaimants bounds Penalty.Nodes: beyond it the level is bounded by the cooldown
+// cap (PenaltyMaxUs) long before, at the default settings.
+const maxClaimants = 16
+
+// NodeTag is the tag a gateway's node id is known by in penalty records (FNV-1a, 32
+// bits): a collision merges two gateways' claims, which only makes the bound tighter.
+func NodeTag(node string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(node); i++ {
+		h ^= uint32(node[i])
+		h *= 16777619
+	}
+	return h
+}
+
+// claim records the early claim of the gateway tagged tag at now and returns how many
+// distinct gateways claimed early for the key.
+func (p *Penalty) claim(tag uint32, now int64) int64 {
+	t := strconv.FormatUint(uint64(tag)|1<<32, 16)[1:] // 8 hex digits
+	found := false
+	for i := 0; i+8 <= len(p.Nodes); i += 8 {
+		if p.Nodes[i:i+8] == t {
+			found = true
+			break
+		}
+	}
+	if !found && len(p.Nodes) < 8*maxClaimants {
+		p.Nodes += t
+	}
+	if p.Level == 0 {
+		p.LastUs = now
+	}
+	return int64(len(p.Nodes) / 8)
 }
 
 // SyncResult is what the script returns for one delta. Durations are from now.
@@ -403,14 +446,20 @@ func Sync(b *Bucket, pen *Penalty, d *wire.Delta, now int64, cfg SyncConfig) Syn
 	// while the bucket is spent here, once what this report says was consumed is charged.
 	// Leases still out do not count: a gateway whose lease ran dry while others hold
 	// unused permits refused a caller who is within the limit, not early.
+	// With a fleet, a claim steps the level only while the level is below the number of
+	// distinct gateways that claimed, less one: an early request is the gateway's word
+	// (only it told the caller its Retry-After), and one gateway's word alone, a forged
+	// report included, does not penalize a key that other gateways serve.
 	decayPenalty(pen, now, cfg)
-	if d.Early > 0 && algo.Available(p, st, now) < 1 &&
-		(pen.Level == 0 || now-pen.LastUs >= cfg.PenaltyBaseUs) {
-		if penaltyCooldown(pen.Level, cfg) < cfg.PenaltyMaxUs && pen.Level < maxPenaltyLvl {
-			pen.Level++
+	if d.Early > 0 && algo.Available(p, st, now) < 1 {
+		claimants := pen.claim(cfg.Claimant, now)
+		if (cfg.Nodes <= 1 || pen.Level < claimants-1) && (pen.Level == 0 || now-pen.LastUs >= cfg.PenaltyBaseUs) {
+			if penaltyCooldown(pen.Level, cfg) < cfg.PenaltyMaxUs && pen.Level < maxPenaltyLvl {
+				pen.Level++
+			}
+			pen.UntilUs = max(pen.UntilUs, now+penaltyCooldown(pen.Level, cfg))
+			pen.LastUs = now
 		}
-		pen.UntilUs = max(pen.UntilUs, now+penaltyCooldown(pen.Level, cfg))
-		pen.LastUs = now
 	}
 	penalized := pen.UntilUs > now
 	if strict && over > 0 {
@@ -555,9 +604,11 @@ func TTLUs(b *Bucket, d *wire.Delta, now int64, cfg SyncConfig) int64 {
 	return max(2*p.WindowUs, algo.ResetAt(p, eff, now)-now+p.WindowUs, 2*cfg.EpochMs*1000)
 }
 
-// decayPenalty forgives a key that stayed calm for PenaltyMaxUs after its cooldown.
+// decayPenalty forgives a key that stayed calm for PenaltyMaxUs after its cooldown,
+// and forgets the claimants of a key at level 0 PenaltyMaxUs after the last claim.
 func decayPenalty(pen *Penalty, now int64, cfg SyncConfig) {
-	if pen.Level > 0 && now-pen.UntilUs >= cfg.PenaltyMaxUs {
+	if (pen.Level > 0 && now-pen.UntilUs >= cfg.PenaltyMaxUs) ||
+		(pen.Level == 0 && pen.Nodes != "" && now-pen.LastUs >= cfg.PenaltyMaxUs) {
 		*pen = Penalty{}
 	}
 }
@@ -623,17 +674,21 @@ func ParseValue(v []byte) Bucket {
 	return b
 }
 
-// Fields encodes the penalty record as its hash fields (empty when level 0 and no
-// cooldown: the script deletes the key then).
+// Fields encodes the penalty record as its hash fields (empty when level 0, no
+// cooldown and no claimant: the script deletes the key then).
 func (p *Penalty) Fields() map[string]string {
-	if p.Level == 0 && p.UntilUs == 0 {
+	if p.Level == 0 && p.UntilUs == 0 && p.Nodes == "" {
 		return map[string]string{}
 	}
-	return map[string]string{
+	f := map[string]string{
 		"l": strconv.FormatInt(p.Level, 10),
 		"u": strconv.FormatInt(p.UntilUs, 10),
 		"t": strconv.FormatInt(p.LastUs, 10),
 	}
+	if p.Nodes != "" {
+		f["n"] = p.Nodes
+	}
+	return f
 }
 
 // ParsePenalty decodes a penalty hash; missing fields are zero.
@@ -642,5 +697,5 @@ func ParsePenalty(fields map[string]string) Penalty {
 		n, _ := strconv.ParseInt(fields[k], 10, 64)
 		return n
 	}
-	return Penalty{Level: get("l"), UntilUs: get("u"), LastUs: get("t")}
+	return Penalty{Level: get("l"), UntilUs: get("u"), LastUs: get("t"), Nodes: fields["n"]}
 }

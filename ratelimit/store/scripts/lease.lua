@@ -19,7 +19,8 @@
 --   bucket   tg:{<caller key>}:<rule id>:<window index>[:<tier>]
 --            a string: [0x21 uv epoch, cur, prev, demand_cur, demand_prev] then the
 --            algorithm state
---   penalty  tg:{<caller key>}:p   hash: l level, u cooldown end (µs), t last step (µs)
+--   penalty  tg:{<caller key>}:p   hash: l level, u cooldown end (µs), t last step (µs;
+--            at level 0 the last early claim), n tags of the nodes that claimed early
 --
 -- ARGV[1] idempotency field ('' for none)   ARGV[2] seq (decimal uint64)
 -- ARGV[3] idempotency record TTL (ms)
@@ -32,8 +33,8 @@
 --               little-endian as DELTA below (Go store.packDelta): kind u8, flags u8
 --               (1 strict, 2 want, 4 degraded, 8 acquire, 128 no lease: set by the
 --               service only), leased, over, returned, held, rejected, early, epoch,
---               elapsed_ms, limit (u32 each), window_us (double), burst, capacity, want
---               (u32). One string instead of fifteen arguments: Redis makes an object of
+--               elapsed_ms, limit (u32 each), window_us (double), burst, capacity, want,
+--               node tag (u32: lease.NodeTag of the batch's node, for penalties). One string instead of fifteen arguments: Redis makes an object of
 --               every argument and the script a number of every string, which cost more
 --               than the delta's arithmetic.
 --
@@ -59,7 +60,7 @@ else
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local U32 = 4294967296
-local DELTA = '<BBI4I4I4I4I4I4I4I4I4dI4I4I4'
+local DELTA = '<BBI4I4I4I4I4I4I4I4I4dI4I4I4I4'
 local RESULT = '<dddddddddddddddd'
 -- the idempotency record's lease fields per delta: grant, held, epoch, valid_us, low
 local SAVED = '<I4I4I4dI4'
@@ -174,7 +175,7 @@ local NARG = 3
 
 local function apply(a)
   local bkey, pkey = ARGV[a], ARGV[a + 1]
-  local kind, flags, leased, over, returned, held_in, rejected, early, depoch, elapsed, limit, window_us, burst, capacity, want_in =
+  local kind, flags, leased, over, returned, held_in, rejected, early, depoch, elapsed, limit, window_us, burst, capacity, want_in, ntag =
     struct.unpack(DELTA, ARGV[a + 2])
   local A = ALGOS[kind]
   local strict_only = flags % 2 == 1
@@ -298,21 +299,41 @@ local function apply(a)
   end
   -- 3. Penalty: decay, then one step per pen_base for early requests, counted only while
   -- the bucket is spent once this report's consumption is charged (Go Sync step 3).
-  local pen = redis.call('HMGET', pkey, 'l', 'u', 't')
+  -- With a fleet (nodes > 1) a claim steps the level only while the level is below the
+  -- number of distinct nodes that claimed early for the key (n, 8 hex digits each, at
+  -- most 16), less one: one node's word alone, a forged report included, cannot
+  -- penalize a key other nodes serve (Go Penalty.claim).
+  local pen = redis.call('HMGET', pkey, 'l', 'u', 't', 'n')
   local plevel, puntil, plast = tonumber(pen[1]) or 0, tonumber(pen[2]) or 0, tonumber(pen[3]) or 0
-  local plevel0, puntil0, plast0 = plevel, puntil, plast
-  if plevel > 0 and now - puntil >= pen_max then
-    plevel, puntil, plast = 0, 0, 0
+  local pnodes = pen[4] or ''
+  local plevel0, puntil0, plast0, pnodes0 = plevel, puntil, plast, pnodes
+  if (plevel > 0 and now - puntil >= pen_max) or (plevel == 0 and pnodes ~= '' and now - plast >= pen_max) then
+    plevel, puntil, plast, pnodes = 0, 0, 0, ''
   end
-  if early > 0 and A.available(p, st, now) < 1 and (plevel == 0 or now - plast >= pen_base) then
-    if cooldown(plevel) < pen_max and plevel < 62 then
-      plevel = plevel + 1
+  if early > 0 and A.available(p, st, now) < 1 then
+    local tag, found = string.format('%08x', ntag), false
+    for i = 1, #pnodes - 7, 8 do
+      if string.sub(pnodes, i, i + 7) == tag then
+        found = true
+        break
+      end
     end
-    local u = now + cooldown(plevel)
-    if u > puntil then
-      puntil = u
+    if not found and #pnodes < 128 then
+      pnodes = pnodes .. tag
     end
-    plast = now
+    if plevel == 0 then
+      plast = now
+    end
+    if (nodes <= 1 or plevel < #pnodes / 8 - 1) and (plevel == 0 or now - plast >= pen_base) then
+      if cooldown(plevel) < pen_max and plevel < 62 then
+        plevel = plevel + 1
+      end
+      local u = now + cooldown(plevel)
+      if u > puntil then
+        puntil = u
+      end
+      plast = now
+    end
   end
   local penalized = puntil > now
   local allowed = 1
@@ -416,12 +437,16 @@ local function apply(a)
   end
   redis.call('SET', bkey, value, 'PX', idiv(ttl + 999, 1000))
 
-  if plevel ~= plevel0 or puntil ~= puntil0 or plast ~= plast0 then
-    if plevel == 0 and puntil == 0 then
+  if plevel ~= plevel0 or puntil ~= puntil0 or plast ~= plast0 or pnodes ~= pnodes0 then
+    if plevel == 0 and puntil == 0 and pnodes == '' then
       redis.call('DEL', pkey)
     else
       redis.call('HSET', pkey, 'l', istr(plevel), 'u', istr(puntil), 't', istr(plast))
-      redis.call('PEXPIRE', pkey, idiv(puntil - now + pen_max + 999, 1000) + 1000)
+      if pnodes ~= '' then
+        redis.call('HSET', pkey, 'n', pnodes)
+      end
+      -- at level 0 a record of claimants lives from its last claim (plast)
+      redis.call('PEXPIRE', pkey, idiv(math.max(puntil, plast) - now + pen_max + 999, 1000) + 1000)
     end
   end
 
