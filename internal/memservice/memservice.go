@@ -126,7 +126,7 @@ func (sv *Service) Apply(b *wire.Batch, now int64, check bool) *wire.Reply {
 		}
 		rec := idemRec{seq: b.Seq, now: now}
 		for _, i := range part {
-			r := sv.sync(&b.Deltas[i], now)
+			r := sv.sync(&b.Deltas[i], b.Node, now)
 			r.Fill(&rep.States[i])
 			rec.results = append(rec.results, r)
 		}
@@ -139,7 +139,7 @@ func (sv *Service) Apply(b *wire.Batch, now int64, check bool) *wire.Reply {
 
 // sync is one delta: load the bucket and penalty records (expired ones read as absent,
 // as Redis would), lease.Sync, write them back with the script's TTLs.
-func (sv *Service) sync(d *wire.Delta, now int64) lease.SyncResult {
+func (sv *Service) sync(d *wire.Delta, node string, now int64) lease.SyncResult {
 	sv.Deltas++
 	if sv.NoPenalty {
 		d.Early = 0
@@ -158,10 +158,11 @@ func (sv *Service) sync(d *wire.Delta, now int64) lease.SyncResult {
 	before := pen
 	cfg := sv.Config
 	cfg.Nodes = sv.nodes
+	cfg.Claimant = lease.NodeTag(node)
 	r := lease.Sync(&e.b, &pen, d, now, cfg)
 	e.expire = now + ceilMs(lease.TTLUs(&e.b, d, now, sv.Config))*1000
 	if pen != before {
-		if pen.Level == 0 && pen.UntilUs == 0 {
+		if pen.Level == 0 && pen.UntilUs == 0 && pen.Nodes == "" {
 			delete(sv.pens, d.Key)
 		} else {
 			if pe == nil {
@@ -169,7 +170,7 @@ func (sv *Service) sync(d *wire.Delta, now int64) lease.SyncResult {
 				sv.pens[d.Key] = pe
 			}
 			pe.p = pen
-			pe.expire = now + (ceilMs(pen.UntilUs-now+sv.Config.PenaltyMaxUs)+1000)*1000
+			pe.expire = now + (ceilMs(max(pen.UntilUs, pen.LastUs)-now+sv.Config.PenaltyMaxUs)+1000)*1000
 		}
 	}
 	sv.Overshoot += r.Overshoot

@@ -38,6 +38,8 @@ type Metrics struct {
 	excess          prometheus.Counter
 	strictDenied    *prometheus.CounterVec // rule
 	early           prometheus.Counter
+	rejectedClamped prometheus.Counter
+	readsDropped    *prometheus.CounterVec
 	penalized       prometheus.Counter
 	errors          *prometheus.CounterVec // kind
 	rulesVersion    prometheus.Gauge
@@ -80,6 +82,8 @@ func NewMetrics() *Metrics {
 	m.excess = prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_report_excess_permits_total", Help: "Reported consumption beyond what the rule could admit over the reported period, not charged."})
 	m.rejections = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_rejections_total", Help: "Requests rejected by gateways (reported in deltas) by rule."}, []string{"rule"})
 	m.strictDenied = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_strict_denied_total", Help: "Strict checks refused by rule."}, []string{"rule"})
+	m.rejectedClamped = prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_rejected_clamped_total", Help: "Refusal counts reported beyond what a gateway can refuse in the period a delta reports (100 a millisecond per bucket, 2^22 a batch), not counted."})
+	m.readsDropped = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_sync_reads_dropped_total", Help: "Deltas that reported nothing (no consumption, refusal, lease or acquire), answered without the bucket's numbers: refused on /v1/sync, admitted at cost 0 on /v1/check."}, []string{"endpoint"})
 	m.early = prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_early_requests_total", Help: "Rejected requests that came back before their Retry-After (penalty signal)."})
 	m.penalized = prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_penalized_answers_total", Help: "Bucket states answered while the caller key was in a penalty cooldown."})
 	m.errors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_errors_total", Help: "Errors by kind (decode, auth, too_large, invalid, redis, policy, timeout, rules_invalid, internal)."}, []string{"kind"})
@@ -93,7 +97,7 @@ func NewMetrics() *Metrics {
 	m.ruleOver = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_rule_overadmitted_permits_total", Help: "Permits admitted beyond what the bucket held, by rule (over-admission within the lease bound)."}, []string{"rule"})
 	m.fleetx = newFleetMetrics(f)
 	for _, c := range []prometheus.Collector{m.ruleAdmitted, m.ruleRefused, m.ruleOver, m.batches, m.deltas, m.keys, m.batchSeconds, m.redisSeconds, m.redisErrors,
-		m.reloads, m.grants, m.granted, m.overshoot, m.replays, m.reclaimed, m.refused, m.paramsCorrected, m.clamped, m.excess, m.rejections, m.strictDenied, m.early,
+		m.reloads, m.grants, m.granted, m.overshoot, m.replays, m.reclaimed, m.refused, m.paramsCorrected, m.clamped, m.excess, m.rejections, m.strictDenied, m.early, m.rejectedClamped, m.readsDropped,
 		m.penalized, m.errors, m.rulesVersion, m.fleet, m.insecure, m.secretReloads, m.fleetJoins,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)

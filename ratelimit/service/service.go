@@ -391,8 +391,25 @@ func (s *Service) handleBatch(endpoint string, check bool) http.HandlerFunc {
 			fail(http.StatusBadRequest, "invalid", why)
 			return
 		}
-		refuse := s.resolver(r.Context())
-		opts := store.Options{Idempotent: !check, NoLease: v1, Refuse: refuse, NoLearn: refuse != nil, StoreKey: s.storeKeyFunc(s.ruleSet(r.Context()))}
+		// What one gateway can do to keys others serve (nodebounds.go): refusal counts
+		// are bounded per batch, and a delta that reports nothing is not answered with
+		// the bucket's numbers.
+		if n := boundRejected(&b); n > 0 {
+			s.m.rejectedClamped.Add(float64(n))
+		}
+		resolve := s.resolver(r.Context())
+		refuse := func(d *wire.Delta) string {
+			if resolve != nil {
+				if why := resolve(d); why != "" {
+					return why
+				}
+			}
+			if isRead(d) {
+				return readRefusal
+			}
+			return ""
+		}
+		opts := store.Options{Idempotent: !check, NoLease: v1, Refuse: refuse, NoLearn: resolve != nil, StoreKey: s.storeKeyFunc(s.ruleSet(r.Context()))}
 		if check {
 			for i := range b.Deltas {
 				if b.Deltas[i].Flags&(wire.FlagStrict|wire.FlagAcquire) == 0 {
@@ -423,6 +440,18 @@ func (s *Service) handleBatch(endpoint string, check bool) http.HandlerFunc {
 			fail(http.StatusServiceUnavailable, "unavailable", err.Error())
 			s.m.error(kind)
 			return
+		}
+		reads := 0
+		for i := range b.Deltas {
+			if out.States[i].Reason == readRefusal {
+				reads++
+			}
+		}
+		if reads > 0 {
+			s.m.readsDropped.WithLabelValues(endpoint).Add(float64(reads))
+			if check {
+				admitReads(&b, out.States)
+			}
 		}
 		s.m.batch(endpoint, &b, out.Results, out.States)
 		s.observeTop(&b, out.Results, out.States)

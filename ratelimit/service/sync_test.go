@@ -171,11 +171,12 @@ func TestSyncIdempotent(t *testing.T) {
 			if got := f.Remaining + int64(f.Lease); got != 900 {
 				t.Fatalf("remaining %d + lease %d, want 1000-100 charged once", f.Remaining, f.Lease)
 			}
-			// Charged once: a third, new batch sees the same bucket.
-			d.Over = 0
+			// Charged once: a third, new batch sees the same bucket (it reports a refusal,
+			// which charges nothing: a delta that reports nothing is not answered).
+			d.Over, d.Rejected = 0, 1
 			third := in.sync(t, "/v1/sync", &wire.Batch{Node: "gw-a", Seq: b.Seq + 1, Deltas: []wire.Delta{d}}).States[0]
-			if third.Remaining != f.Remaining {
-				t.Fatalf("after the replay: remaining %d, want %d", third.Remaining, f.Remaining)
+			if third.Remaining+int64(third.Lease) != f.Remaining {
+				t.Fatalf("after the replay: remaining %d + lease %d, want %d", third.Remaining, third.Lease, f.Remaining)
 			}
 			if first.Nodes < 1 || first.ServerTimeUs == 0 {
 				t.Fatalf("reply without fleet size or server time: %+v", first)
@@ -206,7 +207,9 @@ func TestCheckStrict(t *testing.T) {
 }
 
 // TestPenaltiesGrowAndCap drives the service clock: callers that keep coming back
-// early get a cooldown that doubles per base interval up to the cap.
+// early get a cooldown that doubles per base interval up to the cap. Their retries
+// reach a new gateway each time: with a fleet, the level stays below the number of
+// gateways that claimed early requests (TestAttackPenaltyLockout).
 func TestPenaltiesGrowAndCap(t *testing.T) {
 	in := start(t, opts{})
 	var clock atomic.Int64
@@ -220,7 +223,7 @@ func TestPenaltiesGrowAndCap(t *testing.T) {
 		clock.Add(cfg.PenaltyBaseUs)
 		d := delta(key, "api", algo.TokenBucket, 10, 1000)
 		d.Over, d.Rejected, d.Early = 10, 3, 2 // the gateway spent the bucket, then refused early retries
-		st := in.sync(t, "/v1/sync", &wire.Batch{Node: "gw", Seq: uint64(i), Deltas: []wire.Delta{d}}).States[0]
+		st := in.sync(t, "/v1/sync", &wire.Batch{Node: "gw" + strconv.Itoa(i), Seq: uint64(i), Deltas: []wire.Delta{d}}).States[0]
 		if st.PenaltyLevel < level {
 			t.Fatalf("step %d: level fell %d -> %d", i, level, st.PenaltyLevel)
 		}
@@ -412,8 +415,10 @@ func TestSyncVersion1(t *testing.T) {
 			t.Fatalf("v1 state %+v", st)
 		}
 	}
-	// A current gateway sees the 10 permits charged once.
+	// A current gateway sees the 10 permits charged once (it reports a refusal, which
+	// charges nothing).
 	d := delta(key, "api", algo.FixedWindow, 100, 60_000)
+	d.Rejected = 1
 	st := in.sync(t, "/v1/sync", &wire.Batch{Node: "gw-new", Seq: 1, Deltas: []wire.Delta{d}}).States[0]
 	if got := st.Remaining + int64(st.Lease); got != 90 {
 		t.Fatalf("after the v1 batch: remaining+lease %d, want 90", got)

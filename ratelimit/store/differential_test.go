@@ -307,7 +307,7 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 	}
 	// The sequence must have exercised every branch worth comparing.
 	for name, n := range map[string]int{"replays": replays, "grants": grants, "reclaims": reclaims, "strict refusals": refusals,
-		penalties": penalties, "penalties in a fleet": fleetPenalties, "overshoots": overshoots, "clamped debts": clamps, "excess reports": excesses, "renewals": renewals, "acquires with a lease": acquired, "refused deltas": refusedDeltas,
+		"penalties": penalties, "penalties in a fleet": fleetPenalties, "overshoots": overshoots, "clamped debts": clamps, "excess reports": excesses, "renewals": renewals, "acquires with a lease": acquired, "refused deltas": refusedDeltas,
 		"clock steps back across an epoch": stepsBack} {
 		if n == 0 {
 			t.Errorf("no %s in the random sequence: the comparison did not cover them", name)
