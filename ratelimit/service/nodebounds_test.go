@@ -212,3 +212,86 @@ func TestAttackReads(t *testing.T) {
 		t.Fatalf("available %d after the reads, want 70 (nothing charged)", got)
 	}
 }
+
+// TestAttackForgedDemand: forged demand — refusal counts that claim a huge rate, a lease
+// never reported as held, acquires that say 2^32-1 requests wait — reserves at most one
+// gateway's share of a bucket (ceil(capacity/max_share): 25 of 100 at the tests'
+// max_share 4; before, a forger took a victim's remaining from 100 to 4 with 96
+// outstanding). The victim, through the honest gateway, is then admitted exactly the
+// rest (75 strict checks of one permit, the 76th refused) and charged exactly.
+func TestAttackForgedDemand(t *testing.T) {
+	n := startTwoNodes(t, `{"rules":[{"id":"dem","algorithm":"token_bucket","limit":100,"window":"1h"}]}`)
+	const share = 25 // ceil(100/4)
+	forgedReport := func(key string) wire.Delta {
+		d := delta(key, "dem", algo.TokenBucket, 100, 3_600_000)
+		d.Rejected, d.ElapsedMs = 10_000, 100 // 100,000 refusals a second claimed; no lease reported held
+		return d
+	}
+	forgedAcquire := func(key string) wire.Delta {
+		d := delta(key, "dem", algo.TokenBucket, 100, 3_600_000)
+		d.Flags, d.Over, d.Want, d.ElapsedMs = wire.FlagAcquire|wire.FlagWant, 1, math.MaxUint32, 100
+		return d
+	}
+	for _, tc := range []struct {
+		name     string
+		path     string
+		forge    func(key string) wire.Delta
+		attempts int
+		charged  int64 // what the forgery itself was charged (an acquire's cost)
+	}{
+		{"reports of forged demand", "/v1/sync", forgedReport, 20, 0},
+		{"acquires wanting 2^32-1", "/v1/check", forgedAcquire, 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := uniq("dem")
+			var granted int64
+			for i := 0; i < tc.attempts; i++ {
+				code, _, out := n.in.do(t, http.MethodPost, tc.path, n.atkCred,
+					encode(&wire.Batch{Node: n.atk, Seq: n.seq.Add(1), Deltas: []wire.Delta{tc.forge(key)}}))
+				if code != http.StatusOK {
+					t.Fatalf("forged batch: %d %s", code, out)
+				}
+				var r wire.Reply
+				if err := wire.DecodeReply(out, &r); err != nil {
+					t.Fatal(err)
+				}
+				granted += int64(r.States[0].Lease)
+			}
+			us := n.in.usageOf(t, key)
+			if len(us.Buckets) != 1 {
+				t.Fatalf("usage: %d buckets, want 1", len(us.Buckets))
+			}
+			u := us.Buckets[0]
+			if u.Outstanding > share || granted > share {
+				t.Fatalf("the forger holds %d outstanding (granted %d), want at most its share %d", u.Outstanding, granted, share)
+			}
+			// The victim, through the honest gateway: strict checks of one permit each.
+			admitted := 0
+			for i := 0; i < 100; i++ {
+				c := delta(key, "dem", algo.TokenBucket, 100, 3_600_000)
+				c.Flags, c.Over = wire.FlagStrict, 1
+				code, _, out := n.in.do(t, http.MethodPost, "/v1/check", n.honestCred,
+					encode(&wire.Batch{Node: n.honest, Seq: n.seq.Add(1), Deltas: []wire.Delta{c}}))
+				if code != http.StatusOK {
+					t.Fatalf("honest check: %d %s", code, out)
+				}
+				var r wire.Reply
+				if err := wire.DecodeReply(out, &r); err != nil {
+					t.Fatal(err)
+				}
+				if !r.States[0].Allowed() {
+					break
+				}
+				admitted++
+			}
+			want := int(100 - tc.charged - u.Outstanding)
+			if admitted != want || want < 100-share-int(tc.charged) {
+				t.Fatalf("the victim was admitted %d, want %d (the limit less the forger's %d outstanding and %d charged)", admitted, want, u.Outstanding, tc.charged)
+			}
+			if got := n.in.available(t, key); got != 100-tc.charged-int64(admitted) {
+				t.Fatalf("available %d, want %d: the victim's admissions charged exactly", got, 100-tc.charged-int64(admitted))
+			}
+			t.Logf("forger: %d outstanding after %d attempts; victim admitted %d of 100", u.Outstanding, tc.attempts, admitted)
+		})
+	}
+}

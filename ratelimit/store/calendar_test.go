@@ -45,7 +45,7 @@ func TestCalendarLeasesAcrossBoundary(t *testing.T) {
 			s.nowUs = func() int64 { return clock }
 			cfg := s.cfg.Lease
 			e := cfg.EpochMs * 1000
-			tw := &twin{buckets: map[string]*lease.Bucket{}, pens: map[string]*lease.Penalty{}, idem: map[string]idemRec{}}
+			tw := newTwin()
 			p := algo.CalendarParams(10, tc.per, int64(tc.off))
 			key := fmt.Sprintf("cal-%s-%d", tc.name, time.Now().UnixNano())
 			seqs := map[string]uint64{}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tollgate-rl/tollgate/shared/algo"
 	"github.com/tollgate-rl/tollgate/shared/lease"
 	"github.com/tollgate-rl/tollgate/shared/wire"
@@ -20,13 +22,18 @@ import (
 type twin struct {
 	buckets map[string]*lease.Bucket
 	pens    map[string]*lease.Penalty
-	idem    map[string]idemRec // node|slot|chunk -> last call
+	owns    map[string]*lease.Leases // NodeLeaseKey -> one gateway's leases of a bucket
+	idem    map[string]idemRec       // node|slot|chunk -> last call
 }
 
 type idemRec struct {
 	seq     uint64
 	now     int64
 	results []lease.SyncResult
+}
+
+func newTwin() *twin {
+	return &twin{buckets: map[string]*lease.Bucket{}, pens: map[string]*lease.Penalty{}, owns: map[string]*lease.Leases{}, idem: map[string]idemRec{}}
 }
 
 // apply runs the batch as the store's script calls do: per call, a replay check, then
@@ -72,7 +79,13 @@ func (tw *twin) apply(t *testing.T, s *Store, b *wire.Batch, refused []bool, now
 			}
 			c := cfg
 			c.Claimant = lease.NodeTag(b.Node)
-			out[i] = lease.Sync(bu, pen, d, now, c)
+			ok := NodeLeaseKey(d.Key, d.Rule, d.Tier, d.Window, c.Claimant)
+			own := tw.owns[ok]
+			if own == nil {
+				own = &lease.Leases{}
+				tw.owns[ok] = own
+			}
+			out[i] = lease.SyncNode(bu, pen, own, d, now, c)
 			rec.results = append(rec.results, out[i])
 		}
 		tw.idem[id] = rec
@@ -92,7 +105,7 @@ func TestDifferential(t *testing.T) {
 				var clock int64
 				s, _ := newStore(t, mode, nil)
 				s.nowUs = func() int64 { return clock }
-				differential(t, s, kind, uint64(k)+11, &clock)
+				differential(t, s, kind, uint64(k)+12, &clock)
 			})
 		}
 	}
@@ -107,7 +120,7 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(seed, 42))
 	cfg := s.cfg.Lease
-	tw := &twin{buckets: map[string]*lease.Bucket{}, pens: map[string]*lease.Penalty{}, idem: map[string]idemRec{}}
+	tw := newTwin()
 	prefix := fmt.Sprintf("diff-%s-%d-%d", kind, seed, time.Now().UnixNano()) // fresh keys on every run
 	keys := []string{prefix + "-a", prefix + "-b", prefix + "-we}ird", prefix + "-{c}"}
 	type params struct {
@@ -158,7 +171,7 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 		keys, tiers = keys[:2], tiers[:1]
 	}
 	var lastGrants int // calendar: grants in a period's last epoch
-	var replays, grants, reclaims, refusals, penalties, overshoots, clamps, excesses, renewals, acquired, refusedDeltas, stepsBack, fleetPenalties int
+	var replays, grants, reclaims, refusals, penalties, overshoots, clamps, excesses, renewals, acquired, refusedDeltas, stepsBack, fleetPenalties, atShare int
 
 	for step := 0; step < 160; step++ {
 		var b wire.Batch
@@ -286,6 +299,10 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 			refusals += b2i(!r.Allowed)
 			penalties += b2i(r.Level > 0 && !r.Replay)
 			fleetPenalties += b2i(r.Level > 0 && !r.Replay && fleetSize > 1) // corroborated by two nodes
+			if own := tw.owns[NodeLeaseKey(d.Key, d.Rule, d.Tier, d.Window, lease.NodeTag(b.Node))]; own != nil && fleetSize > 1 {
+				capa := lease.ParamsOf(d).Capacity()
+				atShare += b2i(!r.Replay && own.Outstanding() >= (capa+cfg.MaxShare-1)/cfg.MaxShare) // grants cut to the node's share
+			}
 			overshoots += b2i(r.Overshoot > 0)
 			clamps += b2i(r.Clamped > 0)
 			excesses += b2i(r.Excess > 0)
@@ -307,7 +324,7 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 	}
 	// The sequence must have exercised every branch worth comparing.
 	for name, n := range map[string]int{"replays": replays, "grants": grants, "reclaims": reclaims, "strict refusals": refusals,
-		"penalties": penalties, "penalties in a fleet": fleetPenalties, "overshoots": overshoots, "clamped debts": clamps, "excess reports": excesses, "renewals": renewals, "acquires with a lease": acquired, "refused deltas": refusedDeltas,
+		"penalties": penalties, "penalties in a fleet": fleetPenalties, "node leases at their share": atShare, "overshoots": overshoots, "clamped debts": clamps, "excess reports": excesses, "renewals": renewals, "acquires with a lease": acquired, "refused deltas": refusedDeltas,
 		"clock steps back across an epoch": stepsBack} {
 		if n == 0 {
 			t.Errorf("no %s in the random sequence: the comparison did not cover them", name)
@@ -344,6 +361,16 @@ func compareStored(t *testing.T, s *Store, tw *twin, b *wire.Batch, step int) {
 			}
 			if want := bu.AppendValue(nil); !bytes.Equal(got, want) {
 				t.Fatalf("step %d: key %q differs:\nredis %x\ngo    %x", step, bk, got, want)
+			}
+		}
+		ok := NodeLeaseKey(d.Key, d.Rule, d.Tier, d.Window, lease.NodeTag(b.Node))
+		if own := tw.owns[ok]; own != nil {
+			got, err := s.rdb.Get(ctx, ok).Bytes()
+			if err != nil && err != redis.Nil {
+				t.Fatalf("step %d: GET %q: %v", step, ok, err)
+			}
+			if want := (&lease.Bucket{Leases: *own}).AppendValue(nil); !bytes.Equal(got, want) {
+				t.Fatalf("step %d: node record %q differs:\nredis %x\ngo    %x", step, ok, got, want)
 			}
 		}
 		pk := PenaltyKey(d.Key)

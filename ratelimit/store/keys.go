@@ -37,6 +37,17 @@ func BucketKey(key, rule, tier string, window uint8) string {
 	return k
 }
 
+// NodeLeaseKey is the record of the leases the gateway tagged tag (lease.NodeTag) holds
+// of one bucket (lease.SyncNode's own): the caller's prefix, then "|o:" where every
+// bucket and penalty key has ':' (rule ids may hold ':'), so the names never meet.
+func NodeLeaseKey(key, rule, tier string, window uint8, tag uint32) string {
+	k := KeyPrefix(key) + "|o:" + strconv.FormatUint(uint64(tag)|1<<32, 16)[1:] + ":" + rule + ":" + strconv.Itoa(int(window))
+	if tier != "" {
+		k += ":" + tier
+	}
+	return k
+}
+
 // PenaltyKey is the caller key's progressive-penalty hash.
 func PenaltyKey(key string) string { return KeyPrefix(key) + ":p" }
 

@@ -459,7 +459,8 @@ func (s *Store) Apply(ctx context.Context, b *wire.Batch, o Options) (*Outcome, 
 			if o.NoLease {
 				flags |= lease.FlagNoLease
 			}
-			args = append(args, BucketKey(skeys[i], d.Rule, d.Tier, d.Window), PenaltyKey(skeys[i]), packDelta(d, flags, tag))
+			args = append(args, BucketKey(skeys[i], d.Rule, d.Tier, d.Window), PenaltyKey(skeys[i]), packDelta(d, flags, tag),
+				NodeLeaseKey(skeys[i], d.Rule, d.Tier, d.Window, tag))
 		}
 		calls[g] = call{keys: keys, args: args}
 	}
@@ -665,7 +666,7 @@ func (s *Store) runMerged(ctx context.Context, calls []call) []error {
 // argsPerDelta the number per delta (lease.lua's ARGV).
 const (
 	callHeaderArgs = 13
-	argsPerDelta   = 3
+	argsPerDelta   = 4
 )
 
 // call is one script invocation of a batch.

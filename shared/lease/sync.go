@@ -387,9 +387,21 @@ func pastWindow(e, k uint32, j int64) bool {
 }
 
 // Sync applies delta d to bucket b and the key's penalty record pen at server time now
-// (µs), following RATIONALE.md §2. b and pen are updated in place. It is the reference
-// the Lua script is tested against.
+// (µs), following RATIONALE.md §2, without a record of the sending gateway's own leases
+// (SyncNode with own nil: what one gateway holds is not bounded on its own). b and pen
+// are updated in place.
 func Sync(b *Bucket, pen *Penalty, d *wire.Delta, now int64, cfg SyncConfig) SyncResult {
+	return SyncNode(b, pen, nil, d, now, cfg)
+}
+
+// SyncNode is Sync with own, the record of the sending gateway's own leases of the
+// bucket (the same epochs and slots as b.Leases, for its leases alone; demand unused):
+// a gateway renews no more than it was granted, so a forged Held cannot take over
+// another gateway's lease, and in a fleet (Nodes > 1) its leases outstanding stay within
+// ceil(capacity/MaxShare), so forged demand (Want, Rejected, a Held it does not report)
+// cannot reserve more of a bucket than one lease may (RATIONALE.md §3, "What one
+// gateway can do"). It is the reference the Lua script is tested against.
+func SyncNode(b *Bucket, pen *Penalty, own *Leases, d *wire.Delta, now int64, cfg SyncConfig) SyncResult {
 	cfg = cfg.Normalized()
 	p := ParamsOf(d)
 	win := windowed(p)
@@ -402,6 +414,25 @@ func Sync(b *Bucket, pen *Penalty, d *wire.Delta, now int64, cfg SyncConfig) Syn
 	r.Reclaimed = b.Leases.advance(k, j, win)
 	st := b.State
 	slot := b.Leases.slot(d.Epoch, j, win)
+	var oslot *int64
+	if own != nil {
+		own.advance(k, j, win)
+		oslot = own.slot(d.Epoch, j, win)
+	}
+	owned := func() int64 { // what the gateway's own slot still counts (no record: no bound)
+		if own == nil {
+			return maxHeld
+		}
+		if oslot == nil {
+			return 0
+		}
+		return *oslot
+	}
+	osub := func(x int64) {
+		if oslot != nil {
+			*oslot -= min(x, *oslot)
+		}
+	}
 
 	// 2. Consumption, charged now. What a lease covered stops being outstanding as it
 	// is charged, so it changes nothing for the other gateways. A fixed (or calendar)
@@ -414,6 +445,7 @@ func Sync(b *Bucket, pen *Penalty, d *wire.Delta, now int64, cfg SyncConfig) Syn
 		covered = min(leased, *slot)
 		*slot -= covered
 	}
+	osub(leased)
 	uncovered := leased - covered
 	if (p.Kind == algo.FixedWindow || p.Kind == algo.Calendar) && pastWindow(d.Epoch, k, j) {
 		uncovered = 0
@@ -479,15 +511,20 @@ func Sync(b *Bucket, pen *Penalty, d *wire.Delta, now int64, cfg SyncConfig) Syn
 	// exceed what the bucket holds (its rule's limit was lowered, or consumption beyond
 	// every lease put it into debt), the renewal gives up the difference, so a lowered
 	// limit caps the leases out at each gateway's next report.
+	osub(int64(d.Returned))
 	if slot != nil {
 		*slot -= min(int64(d.Returned), *slot)
-		h := min(int64(d.Held), *slot)
+		h := min(int64(d.Held), *slot, owned()) // no more than this gateway was granted
 		*slot -= h
+		osub(h)
 		if short := b.Leases.Outstanding() + h - max(algo.Available(p, st, now), 0); short > 0 {
 			h -= min(h, short)
 		}
 		r.Held = h
 		b.Leases.Cur += h
+		if own != nil {
+			own.Cur += h
+		}
 	}
 
 	// 5. Demand: the gateway's over the interval it reports, the bucket's over this
@@ -552,9 +589,17 @@ func Sync(b *Bucket, pen *Penalty, d *wire.Delta, now int64, cfg SyncConfig) Syn
 		}
 		avail = max(avail, min(want, free))
 		g := min(target-r.Held, avail, maxHeld-r.Held)
+		if own != nil && cfg.Nodes > 1 {
+			// The gateway's share: a lease is at most capacity/MaxShare, and so is what
+			// one gateway holds in all. A lone gateway harms only its own traffic.
+			g = min(g, (capa+cfg.MaxShare-1)/cfg.MaxShare-own.Outstanding())
+		}
 		if g > 0 {
 			r.Grant = g
 			b.Leases.Cur += g
+			if own != nil {
+				own.Cur += g
+			}
 		}
 	}
 	r.LowWater = min((rate*cfg.RenewMs+999_999)/1_000_000, (r.Held+r.Grant)/2)

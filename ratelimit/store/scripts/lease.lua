@@ -11,7 +11,7 @@
 -- is a replay: nothing is written and the results stored by the first call are answered
 -- again (RATIONALE.md §2). Without ARGV[1], KEYS[1] is the first delta's bucket.
 --
--- The bucket and penalty keys come in ARGV, one pair per delta, not in KEYS: on a Redis
+-- The bucket, penalty and node-lease keys come in ARGV, per delta, not in KEYS: on a Redis
 -- Cluster the keys a command declares must share one slot, and one call carries the
 -- deltas of every slot its node serves (the script's allow-cross-slot-keys flag lets it
 -- touch them; Redis still refuses a key another node serves). The store computes every
@@ -19,6 +19,8 @@
 --   bucket   tg:{<caller key>}:<rule id>:<window index>[:<tier>]
 --            a string: [0x21 uv epoch, cur, prev, demand_cur, demand_prev] then the
 --            algorithm state
+--   node     tg:{<caller key>}|o:<node tag>:<rule id>:<window index>[:<tier>]
+--            a string: the lease header alone, for one node's leases of the bucket
 --   penalty  tg:{<caller key>}:p   hash: l level, u cooldown end (µs), t last step (µs;
 --            at level 0 the last early claim), n tags of the nodes that claimed early
 --
@@ -29,14 +31,15 @@
 -- ARGV[11] penalty_max_us
 -- ARGV[12] now_us: TESTS ONLY, overrides TIME when non-empty (production sends '')
 -- ARGV[13] nodes: the fleet size the service counts (0 or 1: no fleet)
--- ARGV[14+3(i-1) ..] delta i: bucket key, penalty key, then the delta's numbers packed
+-- ARGV[14+4(i-1) ..] delta i: bucket key, penalty key, the delta's numbers packed
 --               little-endian as DELTA below (Go store.packDelta): kind u8, flags u8
 --               (1 strict, 2 want, 4 degraded, 8 acquire, 128 no lease: set by the
 --               service only), leased, over, returned, held, rejected, early, epoch,
 --               elapsed_ms, limit (u32 each), window_us (double), burst, capacity, want,
---               node tag (u32: lease.NodeTag of the batch's node, for penalties). One string instead of fifteen arguments: Redis makes an object of
---               every argument and the script a number of every string, which cost more
---               than the delta's arithmetic.
+--               node tag (u32: lease.NodeTag of the batch's node, for penalties), then
+--               the node-lease key. One string instead of sixteen arguments: Redis makes
+--               an object of every argument and the script a number of every string,
+--               which cost more than the delta's arithmetic.
 --
 -- Returns {now_us, results}: results packs, per delta i, sixteen little-endian doubles
 -- (RESULT below, Go store.parseResults): replay, allowed, remaining, grant, held, epoch,
@@ -171,7 +174,7 @@ local function cooldown(level)
   return c
 end
 
-local NARG = 3
+local NARG = 4
 
 local function apply(a)
   local bkey, pkey = ARGV[a], ARGV[a + 1]
@@ -251,6 +254,37 @@ local function apply(a)
   local function slot_sub(x)
     if slot == 'cur' then cur = cur - x elseif slot == 'prev' then prev = prev - x end
   end
+  -- The node's own record of its leases of this bucket (Go SyncNode's own): the same
+  -- epochs and slots as the bucket's, for this node's leases alone. A node renews only
+  -- what it was granted, and in a fleet its leases outstanding stay within
+  -- capacity/max_share.
+  local okey = ARGV[a + 3]
+  local oe, oc, op = parse_value(redis.call('GET', okey))
+  local oe0, oc0, op0 = oe, oc, op
+  local od = signed(k - oe)
+  if not (od < 0 and (oc ~= 0 or op ~= 0)) then
+    if od == 1 and not (win and j == 0) then
+      op, oc = oc, 0
+    elseif od ~= 0 then
+      oc, op = 0, 0
+    end
+    oe = k
+  end
+  local oslot = nil
+  if depoch ~= 0 then
+    if depoch == oe then
+      oslot = 'cur'
+    elseif depoch == (oe - 1) % U32 and not (win and j == 0) then
+      oslot = 'prev'
+    end
+  end
+  local function oget()
+    if oslot == 'cur' then return oc elseif oslot == 'prev' then return op end
+    return 0
+  end
+  local function osub(x)
+    if oslot == 'cur' then oc = oc - x elseif oslot == 'prev' then op = op - x end
+  end
 
   -- 2. Consumption, charged now (Go Sync step 2).
   local avail0 = A.available(p, st, now) - (cur + prev)
@@ -259,6 +293,7 @@ local function apply(a)
     covered = math.min(leased, slot_get())
     slot_sub(covered)
   end
+  osub(math.min(leased, oget()))
   local uncovered = leased - covered
   if (kind == 4 or kind == 5) and depoch ~= 0 and signed(k - depoch) > j then
     uncovered = 0 -- a lease of an earlier window: counted in that window
@@ -353,16 +388,19 @@ local function apply(a)
 
   -- 4. Returned stops counting; held is renewed as far as the bucket backs it.
   local held = 0
+  osub(math.min(returned, oget()))
   if slot then
     slot_sub(math.min(returned, slot_get()))
-    held = math.min(held_in, slot_get())
+    held = math.min(held_in, slot_get(), oget()) -- no more than this node was granted
     slot_sub(held)
+    osub(held)
     local short = cur + prev + held - math.max(A.available(p, st, now), 0)
     if short > 0 then
       held = held - math.min(held, short)
     end
   end
   cur = cur + held
+  oc = oc + held
 
   -- 5. Demand (milli-permits per second): the gateway's over the reported interval, the
   -- bucket's over this epoch and the previous one.
@@ -411,9 +449,13 @@ local function apply(a)
     end
     avail = math.max(avail, math.min(want, free))
     local g = math.min(target - held, avail, 4294967295 - held)
+    if nodes > 1 then
+      g = math.min(g, idiv(capacity + max_share - 1, max_share) - oc - op) -- the node's share
+    end
     if g > 0 then
       grant = g
       cur = cur + g
+      oc = oc + g
     end
   end
   local low = math.min(idiv(rate * renew_ms + 999999, 1000000), idiv(held + grant, 2))
@@ -436,6 +478,16 @@ local function apply(a)
     ttl = reset_at - now + 2 * e
   end
   redis.call('SET', bkey, value, 'PX', idiv(ttl + 999, 1000))
+  if oe ~= oe0 or oc ~= oc0 or op ~= op0 then
+    if oc == 0 and op == 0 then
+      if oc0 ~= 0 or op0 ~= 0 then
+        redis.call('DEL', okey)
+      end
+    else
+      -- three epochs: past the reclaim of everything it counts
+      redis.call('SET', okey, header(oe, oc, op, 0, 0), 'PX', 3 * epoch_ms)
+    end
+  end
 
   if plevel ~= plevel0 or puntil ~= puntil0 or plast ~= plast0 or pnodes ~= pnodes0 then
     if plevel == 0 and puntil == 0 and pnodes == '' then
