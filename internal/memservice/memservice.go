@@ -162,7 +162,7 @@ func (sv *Service) sync(d *wire.Delta, node string, now int64) lease.SyncResult 
 	r := lease.Sync(&e.b, &pen, d, now, cfg)
 	e.expire = now + ceilMs(lease.TTLUs(&e.b, d, now, sv.Config))*1000
 	if pen != before {
-		if pen.Level == 0 && pen.UntilUs == 0 && pen.Nodes == "" {
+		if pen.Level == 0 && pen.UntilUs == 0 && pen.Nodes == "" && pen.Owner == "" {
 			delete(sv.pens, d.Key)
 		} else {
 			if pe == nil {
@@ -170,7 +170,7 @@ func (sv *Service) sync(d *wire.Delta, node string, now int64) lease.SyncResult 
 				sv.pens[d.Key] = pe
 			}
 			pe.p = pen
-			pe.expire = now + (ceilMs(max(pen.UntilUs, pen.LastUs)-now+sv.Config.PenaltyMaxUs)+1000)*1000
+			pe.expire = now + (ceilMs(max(pen.UntilUs, pen.LastUs, pen.OwnUntilUs)-now+sv.Config.PenaltyMaxUs)+1000)*1000
 		}
 	}
 	sv.Overshoot += r.Overshoot

@@ -65,7 +65,8 @@ func (n *twoNodes) post(t *testing.T, atk bool, deltas ...wire.Delta) *wire.Repl
 // TestAttackPenaltyLockout: forged consumption drains a victim's bucket and a forged
 // early retry once a second claims the victim ignores its Retry-After — before, that
 // climbed the victim to level 7 and an honest gateway refused it for 60 s after the
-// attack stopped. One node's claims alone leave the key unpenalized; with the honest
+// attack stopped. One node's claims alone leave the key unpenalized in the honest
+// gateway's answers (the attacker's own answers carry its own cooldown); with the honest
 // gateway's own genuine early claims besides, the level is at most 1 (one base
 // cooldown). Once the attack stops and the bucket refills (1 s), the victim is admitted
 // through the honest gateway.
@@ -85,20 +86,26 @@ func TestAttackPenaltyLockout(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key := uniq("victim")
-			var level uint8
+			var level, own uint8
 			for i := 0; i < 12; i++ {
 				clock.Add(base + base/10)
 				d := delta(key, "pen", algo.TokenBucket, 10, 1000)
 				d.Over, d.Rejected, d.Early, d.ElapsedMs = 10, 1, 1, 1100 // drain, then claim an early retry
-				level = max(level, n.post(t, true, d).States[0].PenaltyLevel)
+				own = max(own, n.post(t, true, d).States[0].PenaltyLevel)
+				// The honest gateway refuses the victim meanwhile (the bucket is spent) and
+				// reports it, with early retries of its own or without.
+				h := delta(key, "pen", algo.TokenBucket, 10, 1000)
+				h.Rejected, h.ElapsedMs = 1, 1100
 				if tc.honestClaims {
-					h := delta(key, "pen", algo.TokenBucket, 10, 1000)
-					h.Rejected, h.Early, h.ElapsedMs = 1, 1, 1100
-					level = max(level, n.post(t, false, h).States[0].PenaltyLevel)
+					h.Early = 1
 				}
+				level = max(level, n.post(t, false, h).States[0].PenaltyLevel)
 			}
 			if level > tc.maxLevel {
-				t.Fatalf("victim's penalty level reached %d, want at most %d", level, tc.maxLevel)
+				t.Fatalf("the honest gateway saw the victim's penalty level reach %d, want at most %d", level, tc.maxLevel)
+			}
+			if own < 3 {
+				t.Fatalf("the attacker's own answers carried level %d: its claims step its own cooldown", own)
 			}
 			// The attack stops; a window and a base cooldown later the victim, through
 			// the honest gateway, acquires a permit.

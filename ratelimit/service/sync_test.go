@@ -207,10 +207,18 @@ func TestCheckStrict(t *testing.T) {
 }
 
 // TestPenaltiesGrowAndCap drives the service clock: callers that keep coming back
-// early get a cooldown that doubles per base interval up to the cap. Their retries
-// reach a new gateway each time: with a fleet, the level stays below the number of
-// gateways that claimed early requests (TestAttackPenaltyLockout).
+// early get a cooldown that doubles per base interval up to the cap, whether their
+// retries reach one gateway (its own cooldown, in its answers) or a new gateway each
+// time (the key's, corroborated by every gateway that claimed; TestAttackPenaltyLockout).
 func TestPenaltiesGrowAndCap(t *testing.T) {
+	for _, spread := range []bool{false, true} {
+		t.Run(map[bool]string{false: "one gateway", true: "a new gateway each time"}[spread], func(t *testing.T) {
+			penaltiesGrowAndCap(t, spread)
+		})
+	}
+}
+
+func penaltiesGrowAndCap(t *testing.T, spread bool) {
 	in := start(t, opts{})
 	var clock atomic.Int64
 	clock.Store(time.Now().UnixMicro())
@@ -223,7 +231,11 @@ func TestPenaltiesGrowAndCap(t *testing.T) {
 		clock.Add(cfg.PenaltyBaseUs)
 		d := delta(key, "api", algo.TokenBucket, 10, 1000)
 		d.Over, d.Rejected, d.Early = 10, 3, 2 // the gateway spent the bucket, then refused early retries
-		st := in.sync(t, "/v1/sync", &wire.Batch{Node: "gw" + strconv.Itoa(i), Seq: uint64(i), Deltas: []wire.Delta{d}}).States[0]
+		node, seq := "gw", uint64(i)
+		if spread {
+			node, seq = "gw"+strconv.Itoa(i), 1
+		}
+		st := in.sync(t, "/v1/sync", &wire.Batch{Node: node, Seq: seq, Deltas: []wire.Delta{d}}).States[0]
 		if st.PenaltyLevel < level {
 			t.Fatalf("step %d: level fell %d -> %d", i, level, st.PenaltyLevel)
 		}

@@ -163,7 +163,15 @@ type Penalty struct {
 	// Nodes ("n") is the tags of the gateways that claimed early requests for the key
 	// since the record started, 8 hex digits each, at most maxClaimants of them.
 	Nodes string
+	// Owner ("o") is the tag of the gateway whose own cooldown OwnLevel ("ol"),
+	// OwnUntilUs ("ou") and OwnLastUs ("ot") are: in a fleet its claims step it, and
+	// only the answers to it carry it. One gateway's at a time, until it decays.
+	Owner                           string
+	OwnLevel, OwnUntilUs, OwnLastUs int64
 }
+
+// tagHex is a node tag as penalty records write it: 8 hex digits.
+func tagHex(tag uint32) string { return strconv.FormatUint(uint64(tag)|1<<32, 16)[1:] }
 
 // maxClaimants bounds Penalty.Nodes: beyond it the level is bounded by the cooldown
 // cap (PenaltyMaxUs) long before, at the default settings.
@@ -183,7 +191,7 @@ func NodeTag(node string) uint32 {
 // claim records the early claim of the gateway tagged tag at now and returns how many
 // distinct gateways claimed early for the key.
 func (p *Penalty) claim(tag uint32, now int64) int64 {
-	t := strconv.FormatUint(uint64(tag)|1<<32, 16)[1:] // 8 hex digits
+	t := tagHex(tag)
 	found := false
 	for i := 0; i+8 <= len(p.Nodes); i += 8 {
 		if p.Nodes[i:i+8] == t {
@@ -492,8 +500,25 @@ func SyncNode(b *Bucket, pen *Penalty, own *Leases, d *wire.Delta, now int64, cf
 			pen.UntilUs = max(pen.UntilUs, now+penaltyCooldown(pen.Level, cfg))
 			pen.LastUs = now
 		}
+		// The claimant's own cooldown (one gateway's at a time), which only the answers
+		// to it carry: a lone gateway still penalizes the callers that ignore its
+		// Retry-After, and harms only its own traffic.
+		tag := tagHex(cfg.Claimant)
+		if cfg.Nodes > 1 && (pen.Owner == "" || pen.Owner == tag) && (pen.OwnLevel == 0 || now-pen.OwnLastUs >= cfg.PenaltyBaseUs) {
+			pen.Owner = tag
+			if penaltyCooldown(pen.OwnLevel, cfg) < cfg.PenaltyMaxUs && pen.OwnLevel < maxPenaltyLvl {
+				pen.OwnLevel++
+			}
+			pen.OwnUntilUs = max(pen.OwnUntilUs, now+penaltyCooldown(pen.OwnLevel, cfg))
+			pen.OwnLastUs = now
+		}
 	}
-	penalized := pen.UntilUs > now
+	// What this gateway's answer carries: the key's cooldown, and its own when it owns one.
+	eff := *pen
+	if pen.Owner != "" && pen.Owner == tagHex(cfg.Claimant) {
+		eff.Level, eff.UntilUs = max(pen.Level, pen.OwnLevel), max(pen.UntilUs, pen.OwnUntilUs)
+	}
+	penalized := eff.UntilUs > now
 	if strict && over > 0 {
 		if penalized {
 			r.Allowed = false
@@ -611,7 +636,7 @@ func SyncNode(b *Bucket, pen *Penalty, own *Leases, d *wire.Delta, now int64, cf
 	b.State = st
 
 	// 7. Reply: the state as the other gateways see it, every lease counted as taken.
-	finish(&r, p, st, b.Leases.Outstanding(), now, pen, strict && !r.Allowed, over)
+	finish(&r, p, st, b.Leases.Outstanding(), now, &eff, strict && !r.Allowed, over)
 	return r
 }
 
@@ -654,7 +679,10 @@ func TTLUs(b *Bucket, d *wire.Delta, now int64, cfg SyncConfig) int64 {
 func decayPenalty(pen *Penalty, now int64, cfg SyncConfig) {
 	if (pen.Level > 0 && now-pen.UntilUs >= cfg.PenaltyMaxUs) ||
 		(pen.Level == 0 && pen.Nodes != "" && now-pen.LastUs >= cfg.PenaltyMaxUs) {
-		*pen = Penalty{}
+		pen.Level, pen.UntilUs, pen.LastUs, pen.Nodes = 0, 0, 0, ""
+	}
+	if pen.Owner != "" && now-pen.OwnUntilUs >= cfg.PenaltyMaxUs {
+		pen.Owner, pen.OwnLevel, pen.OwnUntilUs, pen.OwnLastUs = "", 0, 0, 0
 	}
 }
 
@@ -722,7 +750,7 @@ func ParseValue(v []byte) Bucket {
 // Fields encodes the penalty record as its hash fields (empty when level 0, no
 // cooldown and no claimant: the script deletes the key then).
 func (p *Penalty) Fields() map[string]string {
-	if p.Level == 0 && p.UntilUs == 0 && p.Nodes == "" {
+	if p.Level == 0 && p.UntilUs == 0 && p.Nodes == "" && p.Owner == "" {
 		return map[string]string{}
 	}
 	f := map[string]string{
@@ -733,6 +761,12 @@ func (p *Penalty) Fields() map[string]string {
 	if p.Nodes != "" {
 		f["n"] = p.Nodes
 	}
+	if p.Owner != "" {
+		f["o"] = p.Owner
+		f["ol"] = strconv.FormatInt(p.OwnLevel, 10)
+		f["ou"] = strconv.FormatInt(p.OwnUntilUs, 10)
+		f["ot"] = strconv.FormatInt(p.OwnLastUs, 10)
+	}
 	return f
 }
 
@@ -742,5 +776,6 @@ func ParsePenalty(fields map[string]string) Penalty {
 		n, _ := strconv.ParseInt(fields[k], 10, 64)
 		return n
 	}
-	return Penalty{Level: get("l"), UntilUs: get("u"), LastUs: get("t"), Nodes: fields["n"]}
+	return Penalty{Level: get("l"), UntilUs: get("u"), LastUs: get("t"), Nodes: fields["n"],
+		Owner: fields["o"], OwnLevel: get("ol"), OwnUntilUs: get("ou"), OwnLastUs: get("ot")}
 }

@@ -337,16 +337,25 @@ local function apply(a)
   -- With a fleet (nodes > 1) a claim steps the level only while the level is below the
   -- number of distinct nodes that claimed early for the key (n, 8 hex digits each, at
   -- most 16), less one: one node's word alone, a forged report included, cannot
-  -- penalize a key other nodes serve (Go Penalty.claim).
-  local pen = redis.call('HMGET', pkey, 'l', 'u', 't', 'n')
+  -- penalize a key other nodes serve (Go Penalty.claim). Its claims step instead a
+  -- cooldown of its own (o: its tag, ol, ou, ot: level, end, last step; one node at a
+  -- time), which only the answers to it carry: a lone gateway still penalizes the
+  -- callers that ignore its Retry-After, and harms only its own traffic.
+  local pen = redis.call('HMGET', pkey, 'l', 'u', 't', 'n', 'o', 'ol', 'ou', 'ot')
   local plevel, puntil, plast = tonumber(pen[1]) or 0, tonumber(pen[2]) or 0, tonumber(pen[3]) or 0
   local pnodes = pen[4] or ''
+  local powner, olevel, ountil, olast = pen[5] or '', tonumber(pen[6]) or 0, tonumber(pen[7]) or 0, tonumber(pen[8]) or 0
   local plevel0, puntil0, plast0, pnodes0 = plevel, puntil, plast, pnodes
+  local powner0, olevel0, ountil0, olast0 = powner, olevel, ountil, olast
   if (plevel > 0 and now - puntil >= pen_max) or (plevel == 0 and pnodes ~= '' and now - plast >= pen_max) then
     plevel, puntil, plast, pnodes = 0, 0, 0, ''
   end
+  if powner ~= '' and now - ountil >= pen_max then
+    powner, olevel, ountil, olast = '', 0, 0, 0
+  end
+  local tag = string.format('%08x', ntag)
   if early > 0 and A.available(p, st, now) < 1 then
-    local tag, found = string.format('%08x', ntag), false
+    local found = false
     for i = 1, #pnodes - 7, 8 do
       if string.sub(pnodes, i, i + 7) == tag then
         found = true
@@ -369,8 +378,24 @@ local function apply(a)
       end
       plast = now
     end
+    if nodes > 1 and (powner == '' or powner == tag) and (olevel == 0 or now - olast >= pen_base) then
+      powner = tag
+      if cooldown(olevel) < pen_max and olevel < 62 then
+        olevel = olevel + 1
+      end
+      local u = now + cooldown(olevel)
+      if u > ountil then
+        ountil = u
+      end
+      olast = now
+    end
   end
-  local penalized = puntil > now
+  -- what this node's answer carries: the key's cooldown, and its own when it owns one
+  local elevel, euntil = plevel, puntil
+  if powner ~= '' and powner == tag then
+    elevel, euntil = math.max(plevel, olevel), math.max(puntil, ountil)
+  end
+  local penalized = euntil > now
   local allowed = 1
   if strict and over > 0 then
     if penalized then
@@ -489,16 +514,24 @@ local function apply(a)
     end
   end
 
-  if plevel ~= plevel0 or puntil ~= puntil0 or plast ~= plast0 or pnodes ~= pnodes0 then
-    if plevel == 0 and puntil == 0 and pnodes == '' then
+  if plevel ~= plevel0 or puntil ~= puntil0 or plast ~= plast0 or pnodes ~= pnodes0 or
+    powner ~= powner0 or olevel ~= olevel0 or ountil ~= ountil0 or olast ~= olast0 then
+    if plevel == 0 and puntil == 0 and pnodes == '' and powner == '' then
       redis.call('DEL', pkey)
     else
       redis.call('HSET', pkey, 'l', istr(plevel), 'u', istr(puntil), 't', istr(plast))
       if pnodes ~= '' then
         redis.call('HSET', pkey, 'n', pnodes)
+      elseif pnodes0 ~= '' then
+        redis.call('HDEL', pkey, 'n')
+      end
+      if powner ~= '' then
+        redis.call('HSET', pkey, 'o', powner, 'ol', istr(olevel), 'ou', istr(ountil), 'ot', istr(olast))
+      elseif powner0 ~= '' then
+        redis.call('HDEL', pkey, 'o', 'ol', 'ou', 'ot')
       end
       -- at level 0 a record of claimants lives from its last claim (plast)
-      redis.call('PEXPIRE', pkey, idiv(math.max(puntil, plast) - now + pen_max + 999, 1000) + 1000)
+      redis.call('PEXPIRE', pkey, idiv(math.max(puntil, plast, ountil) - now + pen_max + 999, 1000) + 1000)
     end
   end
 
@@ -518,11 +551,11 @@ local function apply(a)
   if retry < 0 then
     retry = 0
   end
-  local pen_us = puntil - now
+  local pen_us = euntil - now
   if pen_us < 0 then
     pen_us = 0
   end
-  return struct.pack(RESULT, 0, allowed, remaining, grant, held, epoch, valid, low, reset, retry, pen_us, plevel, overshoot, reclaimed, clamped, excess),
+  return struct.pack(RESULT, 0, allowed, remaining, grant, held, epoch, valid, low, reset, retry, pen_us, elevel, overshoot, reclaimed, clamped, excess),
     struct.pack(SAVED, grant, held, epoch, valid, low)
 end
 
