@@ -22,7 +22,8 @@
 --   node     tg:{<caller key>}|o:<node tag>:<rule id>:<window index>[:<tier>]
 --            a string: the lease header alone, for one node's leases of the bucket
 --   penalty  tg:{<caller key>}:p   hash: l level, u cooldown end (µs), t last step (µs;
---            at level 0 the last early claim), n tags of the nodes that claimed early
+--            at level 0 the last early claim), n tags of the nodes that claimed early;
+--            o, ol, ou, ot one node's own cooldown (its tag, level, end, last step)
 --
 -- ARGV[1] idempotency field ('' for none)   ARGV[2] seq (decimal uint64)
 -- ARGV[3] idempotency record TTL (ms)
