@@ -302,3 +302,39 @@ func TestAttackForgedDemand(t *testing.T) {
 		})
 	}
 }
+
+// TestAttackForgedHeld: a forged Held with another gateway's epoch renews nothing for the
+// forger — a gateway renews no more than it was granted — and the honest gateway's own
+// lease is renewed in full at its next report (before, the forger moved it to its own
+// name and the honest gateway's renewal found nothing left).
+func TestAttackForgedHeld(t *testing.T) {
+	n := startTwoNodes(t, `{"rules":[{"id":"held","algorithm":"token_bucket","limit":100,"window":"1h"}]}`)
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixMicro())
+	n.in.st.SetTestClock(clock.Load)
+	key := uniq("held")
+	d := delta(key, "held", algo.TokenBucket, 100, 3_600_000)
+	d.Over, d.ElapsedMs = 5, 100
+	got := n.post(t, false, d).States[0]
+	if got.Lease == 0 {
+		t.Fatalf("the honest gateway got no lease: %+v", got)
+	}
+	lease, epoch := got.Lease, got.Epoch
+	clock.Add(n.in.st.Config().Lease.EpochMs * 1000) // the lease is now the previous epoch's
+	for _, tc := range []struct {
+		name     string
+		atk      bool
+		wantHeld uint32
+	}{
+		{"the forger claims the honest gateway's lease", true, 0},
+		{"the honest gateway renews it", false, lease},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := delta(key, "held", algo.TokenBucket, 100, 3_600_000)
+			h.Held, h.Epoch, h.ElapsedMs = lease, epoch, 2000
+			if st := n.post(t, tc.atk, h).States[0]; st.Held != tc.wantHeld {
+				t.Fatalf("renewed %d of the %d held, want %d: %+v", st.Held, lease, tc.wantHeld, st)
+			}
+		})
+	}
+}
