@@ -139,6 +139,10 @@ func envoySoak(t *testing.T, rel string, wasm []byte, backend, sync string, n in
 	t.Logf("Envoy %s: %d requests in %v (%.0f/s), statuses %v, %d GC cycles (%d forced), VMs created %d, active %d",
 		rel, n, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), status, cycles, forced,
 		end["wasm.envoy.wasm.runtime.v8.created"], end["wasm.envoy.wasm.runtime.v8.active"])
+	// A callout the proxy never answered is settled by the plugin (degraded, after
+	// twice its timeout); the soak reports how often, per release.
+	t.Logf("Envoy %s: checks failed %d, of them lost (never answered by the proxy) %d; trace %s", rel,
+		end["wasmcustom.tollgate.checks_failed"], end["wasmcustom.tollgate.checks_lost"], filterStats(traceStats(end)))
 	if want := uint64(n/forceGCEvery) - 2; n >= 3*forceGCEvery && forced < want {
 		t.Errorf("%d forced collections, want at least %d", forced, want)
 	}
@@ -212,4 +216,15 @@ func filterStats(all map[string]uint64) string {
 	}
 	sort.Strings(out)
 	return strings.Join(out, " ")
+}
+
+// traceStats keeps the soak build's request-path trace (gcprobe.go).
+func traceStats(all map[string]uint64) map[string]uint64 {
+	out := map[string]uint64{}
+	for k, v := range all {
+		if strings.HasPrefix(k, "wasmcustom.tollgate_test.trace.") {
+			out[k] = v
+		}
+	}
+	return out
 }

@@ -451,21 +451,22 @@ func (s *syncer) sendHedge() {
 	p.m.inc(p.m.syncSent)
 }
 
-// probe runs on every tick: while the batch in flight has waited a quarter interval, the leader asks the service's /healthz
-// (answered without Redis) every half interval. An answer is a sign of life (answered),
-// so a sync that is slow — Redis busy, the service loaded — does not make the gateway
-// degraded: only a failed sync, one that timed out (the callout's timeout_ms), or a
-// service that answers nothing at all for two intervals does (healthyNow). A hung
-// service answers no probe, and one that is down refuses it, so either is still counted
-// down within two intervals and a quarter of its last answer. A healthy sync is answered
-// long before a quarter interval, and then no probe is sent.
+// probe runs on every tick: while the batch in flight has waited a quarter interval, the
+// leader asks the service's wire.AlivePath every half interval. A 200 is a sign of life
+// (answered), so a sync that is slow — Redis busy, the service loaded — does not make the
+// gateway degraded: only a failed sync, one that timed out (the callout's timeout_ms), or
+// a service that answers nothing alive for two intervals does (healthyNow). A hung
+// service answers no probe, one that is down refuses it, and one whose Redis has stalled
+// answers 503, so each is counted down within two intervals and a quarter of its last
+// answer. A healthy sync is answered long before a quarter interval, and then no probe
+// is sent.
 func (s *syncer) probe(now int64) {
 	iv := s.intervalUs()
 	if !s.inflight || s.probeToken != 0 || now-s.sentUs < iv/4 || now-s.probeUs < iv/2 || s.term == 0 {
 		return
 	}
 	cfg := s.cfg()
-	hdr := append(s.p.hdrBuf[:0], [2]string{":method", "GET"}, [2]string{":path", "/healthz"}, [2]string{":authority", cfg.Authority})
+	hdr := append(s.p.hdrBuf[:0], [2]string{":method", "GET"}, [2]string{":path", wire.AlivePath}, [2]string{":authority", cfg.Authority})
 	s.p.hdrBuf = hdr
 	token, err := s.p.host.HTTPCall(cfg.Cluster, hdr, nil, uint32(cfg.TimeoutMs))
 	if err != nil {

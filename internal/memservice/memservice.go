@@ -244,11 +244,11 @@ func ceilMs(us int64) int64 {
 }
 
 // Handle answers one HTTP request of a gateway as the service would: path is
-// "/v1/sync" or "/v1/check", body the encoded batch, or "/healthz". It returns the status and the
-// encoded reply (or the error text).
+// "/v1/sync" or "/v1/check", body the encoded batch, or wire.AlivePath. It returns the
+// status and the encoded reply (or the error text).
 func (sv *Service) Handle(path string, body []byte, now int64) (status int, reply []byte) {
-	if path == "/healthz" {
-		return 200, []byte("ok\n") // the service's liveness, answered without Redis
+	if path == wire.AlivePath {
+		return 200, []byte("ok\n") // the service and its store answer
 	}
 	var b wire.Batch
 	if err := wire.DecodeBatch(body, &b); err != nil {

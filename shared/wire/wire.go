@@ -42,6 +42,13 @@ import "errors"
 // Version is the first byte of every encoded Batch and Reply.
 const Version = 2
 
+// AlivePath is the service's liveness probe for gateways whose sync is slow (GET,
+// answered 200 while the service and its Redis answer, 503 otherwise): a sync that is
+// slow while it answers 200 does not make the gateway degraded; one whose Redis has
+// stalled does, as if the service had. Kubernetes probes /healthz, which answers
+// without Redis, so a Redis outage never restarts the service.
+const AlivePath = "/v1/sync/alive"
+
 // Hard limits enforced by both Encode and Decode.
 const (
 	MaxDeltas    = 4096 // entries per batch / states per reply
