@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -41,6 +42,7 @@ type env struct {
 	srv    *Server
 	st     *store.Store
 	client rlsv3.RateLimitServiceClient
+	addr   string // the gRPC listener
 }
 
 type opts struct {
@@ -93,7 +95,7 @@ func start(t testing.TB, o opts) *env {
 		g.Stop()
 		_ = st.Close()
 	})
-	return &env{svc: svc, srv: srv, st: st, client: rlsv3.NewRateLimitServiceClient(conn)}
+	return &env{svc: svc, srv: srv, st: st, client: rlsv3.NewRateLimitServiceClient(conn), addr: ln.Addr().String()}
 }
 
 // putRules makes body the service's rule set.
@@ -126,3 +128,8 @@ var uniqN atomic.Int64
 
 // uniq names a test's caller keys: the package's tests share Redis.
 func uniq(prefix string) string { return fmt.Sprintf("%s-%d-%d", prefix, os.Getpid(), uniqN.Add(1)) }
+
+// testutilCount is how many calls the service answered with code.
+func testutilCount(e *env, code string) float64 {
+	return testutil.ToFloat64(e.srv.m.requests.WithLabelValues(code))
+}

@@ -38,15 +38,28 @@ import (
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
-// Bounds of one request: Envoy sends one descriptor per rate limit action list that
-// applies to the route, a handful in practice. Anything larger is refused
-// (INVALID_ARGUMENT) before any work.
+// Bounds of one request. What a client controls (descriptor values built from its
+// headers, hits_addend where a route takes it from the request) never makes the call
+// fail: an error answer lets Envoy's failure_mode_deny: false admit the request with no
+// limit at all. So a value of any length is matched and keyed (a caller key longer than
+// rule.MaxKeyLen is limited under its shortened form, a prefix and a hash of the whole
+// value), an empty value is a value (emptyValueKey), hits_addend above algo.MaxCost is
+// clamped to it (counted), and a request of more than MaxDescriptors descriptors is
+// answered OVER_LIMIT without deciding any (counted). Only what Envoy's configuration
+// decides (the domain, is_negative_hits) is refused with INVALID_ARGUMENT.
 const (
 	MaxDescriptors = 64
-	MaxEntries     = 16       // entries per descriptor
-	MaxMessageSize = 64 << 10 // bytes of one request
-	maxText        = 256      // domain, entry key or value
+	// MaxMessageSize bounds one request: 64 descriptors carrying a 60 KiB header value
+	// each (Envoy's default max_request_headers_kb is 60) fit.
+	MaxMessageSize = 4 << 20
+	maxText        = 256 // domain
 )
+
+// emptyValueKey stands for an empty descriptor value (a header sent empty): such a
+// value is limited as one caller of its own, as envoyproxy/ratelimit does, instead of
+// selecting no rule (which let an empty x-api-key through unlimited). A header value
+// cannot contain NUL, so no caller's value shares this key.
+const emptyValueKey = "\x00"
 
 // Node is the node id the service's checks carry: the store counts it among the
 // gateways that sync (one more node in the fleet size, whatever the number of
@@ -136,6 +149,9 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest, now ti
 	if err := validate(req); err != nil {
 		return nil, "invalid", status.Error(codes.InvalidArgument, err.Error())
 	}
+	if len(req.Descriptors) > MaxDescriptors {
+		return s.tooMany(req), "too_many_descriptors", nil
+	}
 	cfg := s.svc.RuleSet(ctx)
 	b := wire.Batch{Node: Node, Seq: s.seq.Add(1)}
 	type bucket struct {
@@ -144,19 +160,26 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest, now ti
 	}
 	index := map[bucket]int{}
 	perDesc := make([][]check, len(req.Descriptors))
-	entries := make([]rule.DescriptorEntry, 0, MaxEntries)
+	entries := make([]rule.DescriptorEntry, 0, 8)
 	var applied []rule.Applied
 	ends := make([]int, len(req.Descriptors)) // applied[ends[i-1]:ends[i]] are descriptor i's
 	for i, d := range req.Descriptors {
 		entries = entries[:0]
 		for _, e := range d.Entries {
-			entries = append(entries, rule.DescriptorEntry{Key: e.Key, Value: e.Value})
+			v := e.Value
+			if v == "" {
+				v = emptyValueKey
+			}
+			entries = append(entries, rule.DescriptorEntry{Key: e.Key, Value: v})
 		}
 		start := len(applied)
 		if !cfg.Off() { // enforcement off: no rule applies, every descriptor is OK
 			applied = cfg.ApplyDescriptor(req.Domain, entries, applied)
 		}
-		cost := hits(req, i)
+		cost, clamped := hits(req, i)
+		if clamped {
+			s.m.clamped.Inc()
+		}
 		for j := start; j < len(applied); j++ {
 			if cost > 0 {
 				applied[j].Cost = cost
@@ -240,44 +263,46 @@ func replacedRules(applied []rule.Applied) map[string]bool {
 }
 
 // hits is the cost of descriptor i: its own hits_addend, else the request's, else 0
-// (the rule's cost). Zero means "not set", as Envoy sends it.
-func hits(req *rlsv3.RateLimitRequest, i int) int64 {
-	if h := req.Descriptors[i].GetHitsAddend(); h != nil && h.Value > 0 {
-		return int64(h.Value)
+// (the rule's cost). Zero means "not set", as Envoy sends it. A value above
+// algo.MaxCost is clamped to it (clamped true): no bucket admits that much at once, so
+// the request is refused as over its limit rather than failing the call.
+func hits(req *rlsv3.RateLimitRequest, i int) (cost int64, clamped bool) {
+	h := uint64(req.HitsAddend)
+	if d := req.Descriptors[i].GetHitsAddend(); d != nil && d.Value > 0 {
+		h = d.Value
 	}
-	return int64(req.HitsAddend)
+	if h > uint64(algo.MaxCost) {
+		return algo.MaxCost, true
+	}
+	return int64(h), false
 }
 
-// validate bounds a request and refuses what the service does not do.
+// validate refuses what Envoy's configuration, not a client, decides and the service
+// does not do: a missing or oversized domain, a refund (is_negative_hits).
 func validate(req *rlsv3.RateLimitRequest) error {
 	if req.Domain == "" || len(req.Domain) > maxText {
 		return errors.New("domain: must be 1.." + strconv.Itoa(maxText) + " bytes")
 	}
-	if len(req.Descriptors) > MaxDescriptors {
-		return errors.New("descriptors: " + strconv.Itoa(len(req.Descriptors)) + " descriptors, at most " + strconv.Itoa(MaxDescriptors))
-	}
-	if int64(req.HitsAddend) > algo.MaxCost {
-		return errors.New("hits_addend: " + strconv.FormatUint(uint64(req.HitsAddend), 10) + " is more than " + strconv.FormatInt(algo.MaxCost, 10))
-	}
 	for i, d := range req.Descriptors {
-		at := "descriptors[" + strconv.Itoa(i) + "]"
-		if len(d.Entries) > MaxEntries {
-			return errors.New(at + ".entries: " + strconv.Itoa(len(d.Entries)) + " entries, at most " + strconv.Itoa(MaxEntries))
-		}
-		for j, e := range d.Entries {
-			if len(e.Key) > maxText || len(e.Value) > maxText {
-				return errors.New(at + ".entries[" + strconv.Itoa(j) + "]: key and value must be at most " + strconv.Itoa(maxText) + " bytes")
-			}
-		}
 		if d.IsNegativeHits {
 			// A refund would let any caller with the sync secret give permits back.
-			return errors.New(at + ".is_negative_hits: not supported")
-		}
-		if h := d.GetHitsAddend(); h != nil && h.Value > uint64(algo.MaxCost) {
-			return errors.New(at + ".hits_addend: " + strconv.FormatUint(h.Value, 10) + " is more than " + strconv.FormatInt(algo.MaxCost, 10))
+			return errors.New("descriptors[" + strconv.Itoa(i) + "].is_negative_hits: not supported")
 		}
 	}
 	return nil
+}
+
+// tooMany answers a request of more than MaxDescriptors descriptors: every descriptor
+// OVER_LIMIT, nothing decided or charged (Envoy builds one descriptor per rate limit
+// action list of a route, a handful; more is not a request the rules were written for).
+func (s *Server) tooMany(req *rlsv3.RateLimitRequest) *rlsv3.RateLimitResponse {
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT,
+		Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.Descriptors))}
+	for i := range resp.Statuses {
+		resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT}
+	}
+	s.m.descriptors.WithLabelValues("too_many").Add(float64(len(req.Descriptors)))
+	return resp
 }
 
 func u32(v int64) uint32 { return uint32(min(max(v, 0), 1<<32-1)) }
