@@ -50,6 +50,7 @@ type opts struct {
 	addrs    []string
 	insecure bool
 	store    func(*store.Config)
+	leases   LeaseOptions // Off: every descriptor a strict check
 }
 
 func start(t testing.TB, o opts) *env {
@@ -83,7 +84,7 @@ func start(t testing.TB, o opts) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := New(svc, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv := New(svc, slog.New(slog.NewTextHandler(io.Discard, nil)), o.leases)
 	g := srv.GRPCServer()
 	go func() { _ = g.Serve(ln) }()
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -93,6 +94,7 @@ func start(t testing.TB, o opts) *env {
 	t.Cleanup(func() {
 		_ = conn.Close()
 		g.Stop()
+		srv.Close()
 		_ = st.Close()
 	})
 	return &env{svc: svc, srv: srv, st: st, client: rlsv3.NewRateLimitServiceClient(conn), addr: ln.Addr().String()}

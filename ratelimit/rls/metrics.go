@@ -9,6 +9,10 @@ type metrics struct {
 	descriptors *prometheus.CounterVec // outcome
 	seconds     prometheus.Histogram
 	clamped     prometheus.Counter
+
+	// Leases (a replica deciding from leases).
+	acquires, acquiresShared, leaseGranted prometheus.Counter
+	syncs                                  *prometheus.CounterVec // outcome
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -22,6 +26,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	m.clamped = prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_rls_hits_clamped_total",
 		Help: "Descriptors whose hits_addend exceeded the largest cost a request may take (1,000,000) and was clamped to it."})
-	reg.MustRegister(m.requests, m.descriptors, m.seconds, m.clamped)
+	m.acquires = prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_rls_acquires_total",
+		Help: "Acquires this replica sent: calls whose bucket had no usable lease asked Redis (one per bucket at a time)."})
+	m.acquiresShared = prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_rls_acquires_shared_total",
+		Help: "Calls that waited for another call's acquire of the same bucket instead of asking Redis."})
+	m.leaseGranted = prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_rls_lease_granted_total",
+		Help: "Permits granted to this replica as leases."})
+	m.syncs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_rls_syncs_total",
+		Help: "This replica's sync batches by outcome (ok, failed: resent unchanged at the next interval)."}, []string{"outcome"})
+	reg.MustRegister(m.requests, m.descriptors, m.seconds, m.clamped, m.acquires, m.acquiresShared, m.leaseGranted, m.syncs)
 	return m
 }

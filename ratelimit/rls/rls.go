@@ -34,6 +34,7 @@ import (
 	"github.com/tollgate-rl/tollgate/ratelimit/service"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
 	"github.com/tollgate-rl/tollgate/shared/algo"
+	"github.com/tollgate-rl/tollgate/shared/lease"
 	"github.com/tollgate-rl/tollgate/shared/rule"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
@@ -73,17 +74,35 @@ type Server struct {
 	log *slog.Logger
 	m   *metrics
 	seq atomic.Uint64
+	// leases decide from leases held in memory (nil: every window a strict check).
+	leases *leases
+	node   string
 }
 
 // New builds the server on svc (whose rule set, check path, sync secrets and metrics
-// registry it uses).
-func New(svc *service.Service, log *slog.Logger) *Server {
+// registry it uses). Unless o.Off, it decides from leases and syncs them in the
+// background until Close.
+func New(svc *service.Service, log *slog.Logger, o LeaseOptions) *Server {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{svc: svc, log: log, m: newMetrics(svc.Metrics().Registry)}
+	s := &Server{svc: svc, log: log, m: newMetrics(svc.Metrics().Registry), node: Node}
 	s.seq.Store(uint64(time.Now().UnixMicro()))
+	if !o.Off {
+		s.leases = newLeases(svc, log, s.m, o)
+		s.node = s.leases.o.Node
+	}
 	return s
+}
+
+// NodeID is the node id the server's calls to the store carry.
+func (s *Server) NodeID() string { return s.node }
+
+// Close stops the lease sync after a last report that gives every lease back.
+func (s *Server) Close() {
+	if s.leases != nil {
+		s.leases.close()
+	}
 }
 
 // GRPCServer returns a gRPC server with the service registered behind the sync
@@ -153,13 +172,14 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest, now ti
 		return s.tooMany(req), "too_many_descriptors", nil
 	}
 	cfg := s.svc.RuleSet(ctx)
-	b := wire.Batch{Node: Node, Seq: s.seq.Add(1)}
+	b := wire.Batch{Node: s.node, Seq: s.seq.Add(1)}
 	type bucket struct {
 		key, rule, tier string
 		w               int
 	}
 	index := map[bucket]int{}
 	perDesc := make([][]check, len(req.Descriptors))
+	var first []int // the applied rule that made each delta
 	entries := make([]rule.DescriptorEntry, 0, 8)
 	var applied []rule.Applied
 	ends := make([]int, len(req.Descriptors)) // applied[ends[i-1]:ends[i]] are descriptor i's
@@ -207,6 +227,7 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest, now ti
 					// are charged together.
 					di = len(b.Deltas)
 					index[k] = di
+					first = append(first, j)
 					b.Deltas = append(b.Deltas, wire.Delta{Key: a.Key, Rule: a.Rule.ID, Tier: a.Tier, Window: uint8(w),
 						Flags: wire.FlagStrict, Algo: uint8(prm.Kind), Limit: u32(prm.Limit), WindowMs: u32(prm.WindowUs / 1000), Burst: u32(prm.Burst)})
 				}
@@ -216,7 +237,15 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest, now ti
 		}
 	}
 	var out *store.Outcome
-	if len(b.Deltas) > 0 {
+	var degraded []bool
+	switch {
+	case len(b.Deltas) > 0 && s.leases != nil:
+		var err error
+		out, degraded, err = s.decideLeased(ctx, &b, applied, first, cfg)
+		if err != nil {
+			return nil, "internal", status.Error(codes.Internal, err.Error())
+		}
+	case len(b.Deltas) > 0:
 		var err error
 		out, err = s.svc.Check(ctx, "rls", &b)
 		if errors.Is(err, store.ErrInvalid) {
@@ -226,7 +255,7 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest, now ti
 			s.log.Warn("rls check failed: rules' fail modes decide", "descriptors", len(req.Descriptors), "deltas", len(b.Deltas), "err", err)
 		}
 	}
-	r := reply{now: now, applied: applied, jitterUs: 1000_000, cfg: cfg}
+	r := reply{now: now, applied: applied, jitterUs: 1000_000, cfg: cfg, degradedDelta: degraded}
 	if cfg != nil {
 		r.jitterUs = cfg.RetryJitterMs * 1000
 	}
@@ -309,3 +338,84 @@ func u32(v int64) uint32 { return uint32(min(max(v, 0), 1<<32-1)) }
 
 // jitter draws the Retry-After jitter's randomness.
 func jitter() uint64 { return rand.Uint64() }
+
+// decideLeased decides b's deltas on a replica with leases: strict rules' windows are
+// strict checks in Redis (first: a refusal there decides the call and nothing else is
+// charged), the others are decided from the replica's leases (leases.decide). It
+// returns each delta's state as the check path would, and which were decided without
+// Redis (degraded: the rules' fail modes answer them).
+func (s *Server) decideLeased(ctx context.Context, b *wire.Batch, applied []rule.Applied, first []int, cfg *rule.Config) (*store.Outcome, []bool, error) {
+	out := &store.Outcome{States: make([]wire.State, len(b.Deltas))}
+	degraded := make([]bool, len(b.Deltas))
+	var strict []int
+	items := make([]item, 0, len(b.Deltas))
+	var at []int // delta of each item
+	for i := range b.Deltas {
+		a := &applied[first[i]]
+		if a.Rule.Strict {
+			strict = append(strict, i)
+			continue
+		}
+		d := &b.Deltas[i]
+		items = append(items, item{id: bucketID{d.Key, d.Rule, d.Tier, d.Window}, rule: a.Rule,
+			prm: a.Windows[d.Window], cost: int64(d.Over), shadow: cfg.Shadowed(a)})
+		at = append(at, i)
+	}
+	commit := true
+	if len(strict) > 0 {
+		sb := wire.Batch{Node: b.Node, Seq: b.Seq}
+		for _, i := range strict {
+			sb.Deltas = append(sb.Deltas, b.Deltas[i])
+		}
+		so, err := s.svc.Check(ctx, "rls", &sb)
+		if errors.Is(err, store.ErrInvalid) {
+			return nil, nil, err
+		}
+		if err != nil {
+			s.log.Warn("rls check failed: rules' fail modes decide", "deltas", len(sb.Deltas), "err", err)
+		}
+		for j, i := range strict {
+			if so == nil || j >= len(so.States) {
+				continue // unavailable
+			}
+			st := so.States[j]
+			out.States[i] = st
+			if st.ServerMs != 0 && st.Flags&wire.StateRefused == 0 && !st.Allowed() && !cfg.Shadowed(&applied[first[i]]) {
+				commit = false
+			}
+		}
+	}
+	if len(items) > 0 {
+		s.leases.decide(ctx, items, commit)
+		now := nowUs()
+		for j := range items {
+			it := &items[j]
+			i := at[j]
+			switch {
+			case it.fromService:
+				out.States[i] = it.st
+			default:
+				out.States[i] = stateOf(&it.dec, now)
+				degraded[i] = it.dec.Degraded
+			}
+		}
+	}
+	return out, degraded, nil
+}
+
+// stateOf is a lease decision as the state a strict check answers (what the reply
+// reads). A bucket left undecided (it waits for an acquire while another refused the
+// call) shows as admitting: it took nothing and is not why the call is refused.
+func stateOf(d *lease.Decision, now int64) wire.State {
+	st := wire.State{Remaining: d.Remaining, ResetInMs: ceilMs(d.ResetUs - now), RetryInMs: ceilMs(d.RetryAfterUs),
+		PenaltyLevel: d.PenaltyLevel, ServerMs: uint64(max(now/1000, 1))}
+	if d.Penalized {
+		st.PenaltyInMs = ceilMs(d.PenaltyLeftUs)
+	}
+	if d.Allowed || d.Acquire {
+		st.Flags = wire.StateAllowed
+	}
+	return st
+}
+
+func ceilMs(us int64) uint32 { return u32((us + 999) / 1000) }

@@ -132,9 +132,12 @@ func TestSharesTheFiltersBucket(t *testing.T) {
 }
 
 // TestHitsAddend: the request's hits_addend is the cost, a descriptor's own overrides
-// it, and a descriptor that selects two rules charges both.
+// it, and a descriptor that selects two rules charges both. Decided in Redis (leases
+// off): with leases, a cost above what the replica's lease holds is decided against
+// what the bucket holds beyond every lease, its own included (ratelimit/README.md),
+// which TestLeasedCostsWithinTheLimit covers.
 func TestHitsAddend(t *testing.T) {
-	e := start(t, opts{mode: store.Cluster})
+	e := start(t, opts{mode: store.Cluster, leases: LeaseOptions{Off: true}})
 	e.putRules(t, rulesDoc)
 	key := uniq("carol")
 	upload := desc("route", "upload", "api_key", key)
@@ -225,9 +228,18 @@ func TestFailModes(t *testing.T) {
 	if err := own.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := e.call(t, secret, open)
-	if err != nil {
-		t.Fatal(err)
+	// The replica's leases are valid reservations: it decides from them until its syncs
+	// fail (within a few sync intervals), then degraded.
+	var resp *rlsv3.RateLimitResponse
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if resp, err = e.call(t, secret, open); err != nil {
+			t.Fatal(err)
+		}
+		if headers(resp)[header.XPolicy] == header.PolicyDegraded || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	if h := headers(resp); resp.OverallCode != rlsv3.RateLimitResponse_OK || h[header.XPolicy] != header.PolicyDegraded || h[header.XRemaining] != header.RemainingUnknown {
 		t.Errorf("fail-open rule, Redis down: %v headers %v, want OK degraded", resp.OverallCode, h)
