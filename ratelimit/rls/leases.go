@@ -44,6 +44,9 @@ const (
 	maxAcquireRounds = 5
 	// maxBatch bounds one sync batch (what is left waits for the next interval).
 	maxBatch = 1000
+	// maxBuckets bounds the table (about 100 MB): a bucket that finds it full is a strict
+	// check in Redis instead, so callers with ever new keys cost Redis work, not memory.
+	maxBuckets = 250_000
 )
 
 // LeaseOptions configure a replica's leases.
@@ -104,6 +107,7 @@ type leases struct {
 
 	mu      sync.Mutex
 	buckets map[bucketID]*entry
+	max     int // maxBuckets
 	// Health: the last answer from Redis (a sync or an acquire) and the failed syncs
 	// since.
 	lastOKUs int64
@@ -127,7 +131,7 @@ type leases struct {
 func newLeases(svc *service.Service, log *slog.Logger, m *metrics, o LeaseOptions) *leases {
 	o = o.normalized()
 	now := nowUs()
-	l := &leases{svc: svc, log: log, m: m, o: o, iv: o.Interval.Microseconds(), buckets: map[bucketID]*entry{},
+	l := &leases{svc: svc, log: log, m: m, o: o, iv: o.Interval.Microseconds(), buckets: map[bucketID]*entry{}, max: maxBuckets,
 		lastOKUs: now, seq: uint64(now), acquireSeq: uint64(now), stop: make(chan struct{}), done: make(chan struct{})}
 	go l.run()
 	return l
@@ -386,6 +390,23 @@ func (l *leases) answered(items []item, lead []int, out *store.Outcome, err erro
 		e.rec = rec
 	}
 	return refused
+}
+
+// held reports, for each id, whether the table holds it or has room for it.
+func (l *leases) held(ids []bucketID) []bool {
+	out := make([]bool, len(ids))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	room := l.max - len(l.buckets)
+	for i, id := range ids {
+		if _, ok := l.buckets[id]; ok {
+			out[i] = true
+		} else if room > 0 {
+			out[i] = true
+			room--
+		}
+	}
+	return out
 }
 
 // entry returns it's bucket, created empty when new, with the parameters of this

@@ -130,3 +130,32 @@ func TestLeasedCostsWithinTheLimit(t *testing.T) {
 		})
 	}
 }
+
+// TestFullTableChecksInRedis: a bucket that finds the lease table full is decided by a
+// strict check in Redis (counted), with the same limit.
+func TestFullTableChecksInRedis(t *testing.T) {
+	e := start(t, opts{})
+	e.putRules(t, leaseRules)
+	e.srv.leases.mu.Lock()
+	e.srv.leases.max = 1
+	e.srv.leases.mu.Unlock()
+	call := func(key string) rlsv3.RateLimitResponse_Code {
+		resp, err := e.call(t, secret, &rlsv3.RateLimitRequest{Domain: "lease", HitsAddend: 40,
+			Descriptors: []*commonv3.RateLimitDescriptor{desc("small_key", key)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.OverallCode
+	}
+	call(uniq("first")) // takes the table's one place
+	key := uniq("second")
+	before := testutil.ToFloat64(e.srv.m.tableFull)
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+		if got := call(key); got != want {
+			t.Fatalf("call %d of 40 on a limit of 100: %v, want %v", i+1, got, want)
+		}
+	}
+	if got := testutil.ToFloat64(e.srv.m.tableFull) - before; got != 3 {
+		t.Errorf("table-full checks counted %v, want 3", got)
+	}
+}

@@ -13,6 +13,7 @@ type metrics struct {
 	// Leases (a replica deciding from leases).
 	acquires, acquiresShared, leaseGranted prometheus.Counter
 	syncs                                  *prometheus.CounterVec // outcome
+	tableFull                              prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -34,6 +35,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Help: "Permits granted to this replica as leases."})
 	m.syncs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_rls_syncs_total",
 		Help: "This replica's sync batches by outcome (ok, failed: resent unchanged at the next interval)."}, []string{"outcome"})
-	reg.MustRegister(m.requests, m.descriptors, m.seconds, m.clamped, m.acquires, m.acquiresShared, m.leaseGranted, m.syncs)
+	m.tableFull = prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_rls_lease_table_full_total",
+		Help: "Windows decided by a strict check in Redis because this replica's lease table was full (250,000 buckets)."})
+	reg.MustRegister(m.requests, m.descriptors, m.seconds, m.clamped, m.acquires, m.acquiresShared, m.leaseGranted, m.syncs, m.tableFull)
 	return m
 }

@@ -339,8 +339,8 @@ func u32(v int64) uint32 { return uint32(min(max(v, 0), 1<<32-1)) }
 // jitter draws the Retry-After jitter's randomness.
 func jitter() uint64 { return rand.Uint64() }
 
-// decideLeased decides b's deltas on a replica with leases: strict rules' windows are
-// strict checks in Redis (first: a refusal there decides the call and nothing else is
+// decideLeased decides b's deltas on a replica with leases: strict rules' windows (and
+// new buckets while the lease table is full) are strict checks in Redis (first: a refusal there decides the call and nothing else is
 // charged), the others are decided from the replica's leases (leases.decide). It
 // returns each delta's state as the check path would, and which were decided without
 // Redis (degraded: the rules' fail modes answer them).
@@ -350,14 +350,23 @@ func (s *Server) decideLeased(ctx context.Context, b *wire.Batch, applied []rule
 	var strict []int
 	items := make([]item, 0, len(b.Deltas))
 	var at []int // delta of each item
+	ids := make([]bucketID, len(b.Deltas))
+	for i := range b.Deltas {
+		d := &b.Deltas[i]
+		ids[i] = bucketID{d.Key, d.Rule, d.Tier, d.Window}
+	}
+	room := s.leases.held(ids)
 	for i := range b.Deltas {
 		a := &applied[first[i]]
-		if a.Rule.Strict {
+		if !a.Rule.Strict && !room[i] {
+			s.m.tableFull.Inc()
+		}
+		if a.Rule.Strict || !room[i] {
 			strict = append(strict, i)
 			continue
 		}
 		d := &b.Deltas[i]
-		items = append(items, item{id: bucketID{d.Key, d.Rule, d.Tier, d.Window}, rule: a.Rule,
+		items = append(items, item{id: ids[i], rule: a.Rule,
 			prm: a.Windows[d.Window], cost: int64(d.Over), shadow: cfg.Shadowed(a)})
 		at = append(at, i)
 	}
