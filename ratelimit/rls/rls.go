@@ -1,11 +1,12 @@
 // Package rls is Envoy's rate limit service (envoy.service.ratelimit.v3.RateLimitService,
 // the gRPC API of Envoy's native envoy.filters.http.ratelimit filter) on Tollgate's
 // quotas. A request's descriptors select the rules whose descriptor match they fit
-// (rule.Config.ApplyDescriptor), and each selected window is decided as a strict check
-// through the sync service's check path (service.Check): the same Redis buckets, keyed
-// by rule id, caller key, tier and window, that the Wasm filter's leases and strict
-// checks charge. A fleet may mix both filters on one quota, whichever way a request
-// arrives.
+// (rule.Config.ApplyDescriptor), and each selected window is decided on the same Redis
+// buckets, keyed by rule id, caller key, tier and window, that the Wasm filter charges:
+// from leases the replica holds in memory, as a gateway decides (leases.go), or, for
+// strict rules and with leases off, as a strict check through the sync service's check
+// path (service.Check). A fleet may mix both filters on one quota, whichever way a
+// request arrives.
 //
 // It authenticates like the sync endpoints (the sync secret as "authorization: Bearer
 // <secret>" in the call's metadata, or nothing with --insecure), answers every
@@ -13,7 +14,7 @@
 // adds the RateLimit headers the Wasm filter sends, so Envoy forwards them. Shadow rules
 // are charged but never refuse; while Redis is unreachable a rule's fail mode decides
 // (open: OK with x-ratelimit-policy: degraded; closed: OVER_LIMIT); penalties are the
-// store's, as for every strict check.
+// store's, as for every node of the fleet.
 package rls
 
 import (
@@ -62,9 +63,10 @@ const (
 // cannot contain NUL, so no caller's value shares this key.
 const emptyValueKey = "\x00"
 
-// Node is the node id the service's checks carry: the store counts it among the
-// gateways that sync (one more node in the fleet size, whatever the number of
-// instances), which only makes the gateways' cold-start allowances a little more conservative.
+// Node is the node id the service's checks carry with leases off: the store counts it
+// among the nodes (one more in the fleet size, whatever the number of instances), which
+// only makes the gateways' cold-start allowances a little more conservative. With
+// leases each replica has a node id of its own (LeaseOptions.Node).
 const Node = "tollgate-rls"
 
 // Server answers ShouldRateLimit. Create with New, serve with GRPCServer.
