@@ -95,6 +95,9 @@ type entry struct {
 	// waiting is the cost of the calls waiting for that answer: the next acquire asks
 	// the service to cover it (wire.Delta.Want).
 	waiting int64
+	// lent is lease taken out for acquires in flight (item.part) and not reported yet:
+	// what an acquire that does not admit can give back.
+	lent int64
 }
 
 // leases is a replica's table of buckets and its sync loop.
@@ -190,6 +193,7 @@ type item struct {
 	leads       bool
 	cut         bool
 	seq         uint32 // the acquire batch's (low 32 bits), which marks its cut
+	part        int64  // of the cost, taken out of the lease for the acquire
 	sent        wire.Delta
 }
 
@@ -228,6 +232,15 @@ func (l *leases) decide(ctx context.Context, items []item, commit bool) {
 				nexts[i] = e.rec
 				it.dec = lease.DecideIn(nil, &nexts[i], prm, now, it.cost, env)
 				it.dec.Degraded = false
+			}
+			if r := &nexts[i]; !it.dec.Allowed && !it.dec.Acquire && !it.dec.Degraded {
+				// A refusal says what the replica could still admit, as an admission
+				// does (lease.Decide leaves it 0).
+				held := int64(0)
+				if now < r.LeaseUntilUs {
+					held = r.LeaseLeft
+				}
+				it.dec.Remaining = max(0, held+max(0, r.GlobalRemaining))
 			}
 			switch {
 			case it.dec.Acquire:
@@ -305,6 +318,18 @@ func (l *leases) decide(ctx context.Context, items []item, commit bool) {
 						e.rec, it.cut, it.seq = rec, true, uint32(b.Seq)
 					}
 				}
+				if r := &e.rec; !it.cut && r.Synced() && now < r.LeaseUntilUs && r.LeaseLeft > 0 && r.LeaseLeft < it.cost {
+					// The lease holds part of the cost: that part comes out of it and the
+					// acquire asks only for the rest. Asking for the whole cost would be
+					// decided against what the bucket holds beyond every lease, this
+					// replica's own included, and refuse a call the bucket can admit. The
+					// part goes back if the acquire does not admit.
+					it.part = r.LeaseLeft
+					r.LeaseLeft = 0
+					r.Pending.Leased += it.part
+					e.lent += it.part
+					d.Over = u32(it.cost - it.part)
+				}
 				if e.waiting > 0 {
 					d.Flags |= wire.FlagWant
 					d.Want = u32(min(e.waiting, it.prm.Capacity()))
@@ -365,6 +390,7 @@ func (l *leases) answered(items []item, lead []int, out *store.Outcome, err erro
 			if it.cut {
 				e.rec = lease.UncutAcquire(e.rec, &it.sent, it.seq)
 			}
+			e.giveBack(it)
 			it.failed = true
 			continue
 		}
@@ -376,6 +402,8 @@ func (l *leases) answered(items []item, lead []int, out *store.Outcome, err erro
 			l.m.leaseGranted.Add(float64(st.Lease))
 		}
 		if st.Allowed() {
+			e.lent = max(0, e.lent-it.part)
+			it.part = 0
 			rec = lease.Acquired(rec, it.prm, now, it.cost)
 			it.charged = true
 			it.dec = lease.Decision{Allowed: true, Remaining: max(0, rec.LeaseLeft+max(0, rec.GlobalRemaining)), ResetUs: lease.ResetAt(&rec, it.prm, now)}
@@ -384,12 +412,34 @@ func (l *leases) answered(items []item, lead []int, out *store.Outcome, err erro
 				rec.AnnouncedUs = announced
 			}
 			rec = lease.BatchRetry(rec, it.prm, rec.Pending.Rejected, now, l.iv)
+			e.rec = rec
+			e.giveBack(it)
+			rec = e.rec
 			it.st, it.fromService = *st, true
+			// What this call could still have: the bucket's unreserved permits and this
+			// replica's own lease (a lease decision's remaining).
+			if rec.LeaseLeft > 0 && now < rec.LeaseUntilUs {
+				it.st.Remaining += rec.LeaseLeft
+			}
 			refused = refused || !it.shadow
 		}
 		e.rec = rec
 	}
 	return refused
+}
+
+// giveBack returns to the lease what it.part took out of it for an acquire that did not
+// admit, unless a batch has reported it as consumed meanwhile (then the service has
+// charged it, and it stays spent).
+func (e *entry) giveBack(it *item) {
+	back := min(it.part, e.lent, e.rec.Pending.Leased)
+	it.part = 0
+	if back <= 0 {
+		return
+	}
+	e.lent -= back
+	e.rec.LeaseLeft += back
+	e.rec.Pending.Leased -= back
 }
 
 // held reports, for each id, whether the table holds it or has room for it.
@@ -537,6 +587,7 @@ func (l *leases) cut(now int64, final bool) {
 		}
 		d := deltaOf(id, e.prm)
 		e.rec = lease.Cut(e.rec, e.prm, now, seq, &d)
+		e.lent = 0 // reported as consumed: charged, whatever the acquires in flight get
 		d.Key, d.Rule, d.Tier, d.Window = id.key, id.rule, id.tier, id.w
 		d.Algo, d.Limit, d.WindowMs, d.Burst = uint8(e.prm.Kind), u32(e.prm.Limit), u32(e.prm.WindowUs/1000), u32(e.prm.Burst)
 		l.batch.Deltas = append(l.batch.Deltas, d)

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -66,16 +67,29 @@ func TestLeasesDecideInMemory(t *testing.T) {
 	}
 	e.srv.Close()
 	// Nothing reserved any more: the bucket's remaining is the limit less what was
-	// admitted, as a strict check sees it.
-	b := wire.Batch{Node: "gw-test", Seq: 1, Deltas: []wire.Delta{{Key: key, Rule: "hot", Flags: wire.FlagStrict, Over: 1,
+	// admitted, as a strict check sees it — at once for the lease the last report gives
+	// back, and within two epochs (the test store's 2 s) for a grant dated in another
+	// epoch than the one it is given back under (it is reclaimed then). Exactly: every
+	// call charged once.
+	want := int64(1000000 - calls)
+	b := wire.Batch{Node: "gw-test", Seq: 1, Deltas: []wire.Delta{{Key: key, Rule: "hot", Flags: wire.FlagStrict, Over: 0,
 		Algo: uint8(algo.FixedWindow), Limit: 1000000, WindowMs: 3600_000}}}
-	out, err := e.svc.Check(t.Context(), "check", &b)
-	if err != nil {
-		t.Fatal(err)
+	var got int64
+	start := time.Now()
+	for {
+		out, err := e.svc.Check(t.Context(), "check", &b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got = out.States[0].Remaining; got == want || time.Since(start) > 5*time.Second {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	if got, want := out.States[0].Remaining, int64(1000000-calls-1); got != want {
-		t.Errorf("remaining after Close %d, want %d (every lease given back, every call charged)", got, want)
+	if got != want {
+		t.Errorf("remaining after Close %d, want %d (every lease given back or reclaimed, every call charged once)", got, want)
 	}
+	t.Logf("remaining exact %v after Close", time.Since(start).Round(time.Millisecond))
 }
 
 // TestLeasedCostsWithinTheLimit: two replicas (two services on one Redis, each deciding

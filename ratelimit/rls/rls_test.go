@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -132,12 +133,17 @@ func TestSharesTheFiltersBucket(t *testing.T) {
 }
 
 // TestHitsAddend: the request's hits_addend is the cost, a descriptor's own overrides
-// it, and a descriptor that selects two rules charges both. Decided in Redis (leases
-// off): with leases, a cost above what the replica's lease holds is decided against
-// what the bucket holds beyond every lease, its own included (ratelimit/README.md),
-// which TestLeasedCostsWithinTheLimit covers.
+// it, and a descriptor that selects two rules charges both; decided from leases (a cost
+// above what the lease holds takes that part from it and acquires the rest) and in
+// Redis.
 func TestHitsAddend(t *testing.T) {
-	e := start(t, opts{mode: store.Cluster, leases: LeaseOptions{Off: true}})
+	for _, leases := range []LeaseOptions{{}, {Off: true}} {
+		t.Run(fmt.Sprintf("leases off %v", leases.Off), func(t *testing.T) { testHitsAddend(t, leases) })
+	}
+}
+
+func testHitsAddend(t *testing.T, leases LeaseOptions) {
+	e := start(t, opts{mode: store.Cluster, leases: leases})
 	e.putRules(t, rulesDoc)
 	key := uniq("carol")
 	upload := desc("route", "upload", "api_key", key)
