@@ -49,7 +49,7 @@ type syncer struct {
 	unhealthy bool // what this worker last added to the breaker_state gauge
 	buf       []byte
 	// fleetSinceUs is when this worker first saw a fleet size from the service (0: not
-	// yet): cold-start allowances trust that size fleetSettleUs later.
+	// yet): cold-start allowances trust that size lease.FleetSettleUs later.
 	fleetSinceUs int64
 }
 
@@ -669,31 +669,10 @@ func (s *syncer) apply(now int64, st *wire.State, d *wire.Delta, id string, seq 
 	}
 }
 
-// batchRetry holds a gateway that is refusing far more than the bucket refills off the
-// service until the next sync interval. Left alone, a key held above its limit asks
-// (an acquire, a Redis round trip) every time its lease runs dry, and a spent bucket
-// grants a permit or a small lease at a time: about one round trip per admitted request,
-// what a limiter that asks Redis every time costs. A gateway that refused more than an
-// interval's refill since its last report (rejected) counts the bucket as spent until
-// an interval's refill from now (never longer than the whole capacity takes): it uses
-// its lease, refuses beyond it, and then one acquire brings a lease of what refilled
-// meanwhile. What the fleet admits stays the limit; the refused learn a Retry-After
-// of at most an interval. A caller near its limit, refused now and then, is left alone.
-//
-// Only the buckets that refill a permit at a time (token_bucket, gcra) are held: a
-// window's count comes back at the window's end, which the service's retry time
-// already says, and a hold there would refuse what a new window (a month's quota on the
-// 1st) just gave.
+// batchRetry holds a gateway refusing far more than the bucket refills off the service
+// until the next sync interval (lease.BatchRetry).
 func (s *syncer) batchRetry(rec lease.Record, params algo.Params, rejected, now int64) lease.Record {
-	if params.Kind != algo.TokenBucket && params.Kind != algo.GCRA {
-		return rec
-	}
-	if lease.RefillUs(params, now, rejected) < s.intervalUs() {
-		return rec
-	}
-	rec.RetryUs = max(rec.RetryUs, now+min(s.intervalUs(), lease.RefillUs(params, now, params.Capacity())))
-	rec.GlobalRemaining = min(rec.GlobalRemaining, 0)
-	return rec
+	return lease.BatchRetry(rec, params, rejected, now, s.intervalUs())
 }
 
 // uncut gives a refused batch's consumption back to its buckets.
