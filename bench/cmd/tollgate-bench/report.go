@@ -60,6 +60,13 @@ type report struct {
 	envoyBuild        perf.EnvoyBuildCost
 	httpRounds        []httpRound // the gateway-host comparison's rounds, in the order they ran
 	regimes           regimeRuns  // sections 10 and 11 (regimes.go)
+	// envoyCompare is section 13 (envoycompare.go), measured from envoyCompareStarted
+	// with envoyCompareLoad the load average then; chartsRel is the charts' directory
+	// as the report links it.
+	envoyCompare        *perf.EnvoyCompare
+	envoyCompareStarted time.Time
+	envoyCompareLoad    string
+	chartsRel           string
 }
 
 // calloutRun is one Envoy's sync callouts under load with a number of workers.
@@ -78,6 +85,9 @@ const (
 )
 
 func (r *report) charts(dir string) error {
+	if err := r.envoyCharts(dir); err != nil {
+		return fmt.Errorf("chart: %w", err)
+	}
 	if err := perf.ChartSimGateways(r.simGateways, perf.ChartPath(dir, chartGateways)); err != nil {
 		return fmt.Errorf("chart: %w", err)
 	}
@@ -220,6 +230,7 @@ func (r *report) write(w io.Writer, charts string) error {
 
 	r.writeTargets(w)
 	r.writeRegimeTargets(w)
+	r.writeEnvoyTargets(w)
 	r.writeScale(w, charts)
 	r.writeCost(w)
 	r.writeLoad(w, charts)
@@ -235,6 +246,8 @@ func (r *report) write(w io.Writer, charts string) error {
 	r.writePacedRegimes(w)
 	r.writeSimRegimes(w)
 	r.writeEnvoyBuild(w)
+	r.chartsRel = charts
+	r.writeEnvoyCompare(w)
 	return nil
 }
 
