@@ -40,8 +40,8 @@ type CompareOptions struct {
 	TargetRounds int           // 3
 	OpenChunk    time.Duration // 3 s
 	OpenWarmup   time.Duration // 0.5 s
-	// Profile runs `perf record` on the Envoys of the limiters listed, at Target, for
-	// ProfileFor each (when perf is installed).
+	// Profile runs `perf record` on the Envoys of the limiters listed (the largest
+	// worker count) over a closed-loop chunk of ProfileFor each, when perf is installed.
 	Profile    []Limiter
 	ProfileFor time.Duration // 3 s
 	Log        *log.Logger
@@ -133,7 +133,7 @@ type CompareRow struct {
 	// Profile is where Envoy's CPU went at Target (perf record, by shared object), when
 	// profiled.
 	Profile    []DSOShare
-	ProfileRun OpenRun // the open-loop run the profile sampled
+	ProfileRun ClosedRun // the closed-loop chunk the profile sampled
 	// Stats are Envoy's counters of the limiter after the run (a check that it decided).
 	Stats []string
 }
@@ -410,7 +410,7 @@ func MeasureEnvoyCompare(filter, floor []byte, serviceBin string, o CompareOptio
 		}
 	}
 
-	// Where Envoy's CPU goes, by shared object.
+	// Where Envoy's CPU goes, by shared object, at saturation.
 	if len(o.Profile) > 0 {
 		if _, err := exec.LookPath("perf"); err != nil {
 			c.ProfileErr = fmt.Errorf("perf is not installed")
@@ -421,7 +421,7 @@ func MeasureEnvoyCompare(filter, floor []byte, serviceBin string, o CompareOptio
 					continue
 				}
 				o.Log.Printf("real Envoy: perf record on %s, %d workers", l, largest)
-				run, prof, err := env.profile(r.e, o.Target*sat[largest], dir)
+				run, prof, err := env.profile(r.e, dir)
 				if err != nil {
 					c.ProfileErr = fmt.Errorf("%s: %w", l, err)
 					o.Log.Print(c.ProfileErr)
@@ -623,21 +623,21 @@ func (env *compareEnv) open(e *Envoy, rate float64, seed uint64) (OpenRun, error
 	return run, nil
 }
 
-// profile samples e's threads with perf record over the measured part of an open-loop
-// run at rate, and returns the run and the samples' shares by shared object.
-func (env *compareEnv) profile(e *Envoy, rate float64, dir string) (OpenRun, []DSOShare, error) {
+// profile samples e's threads with perf record over a closed-loop chunk of
+// o.ProfileFor (Envoy as busy as it gets, so the samples are Envoy's work and not its
+// idle loop), and returns the chunk and the samples' shares by shared object.
+func (env *compareEnv) profile(e *Envoy, dir string) (ClosedRun, []DSOShare, error) {
 	data := dir + "/perf-" + strconv.Itoa(e.Pid()) + ".data"
-	secs := strconv.FormatFloat(env.o.OpenChunk.Seconds(), 'f', 2, 64)
+	secs := strconv.FormatFloat(env.o.ProfileFor.Seconds(), 'f', 2, 64)
 	var recErr error
 	var recOut []byte
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		time.Sleep(env.o.OpenWarmup)
 		rec := exec.Command("perf", "record", "-F", "999", "-p", strconv.Itoa(e.Pid()), "-o", data, "--", "sleep", secs)
 		recOut, recErr = rec.CombinedOutput()
 	}()
-	run, err := env.open(e, rate, 7)
+	run, err := env.closed(e, env.o.ProfileFor)
 	<-done
 	if err != nil {
 		return run, nil, err

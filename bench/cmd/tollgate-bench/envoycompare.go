@@ -219,14 +219,36 @@ func (r *report) envoyTargets() [][]string {
 		return part{fmt.Sprintf("%.0f %% (%s vs %s req/s; local only %.0f %%)", 100*v, fmtInt(satMedian(c.Row(perf.TollgateSynced, w))),
 			fmtInt(satMedian(c.Row(perf.LocalRateLimit, w))), 100*r.satRatio(perf.TollgateLocal, perf.LocalRateLimit, w)), v >= 0.85}
 	})
+	wl := slices.Max(c.Options.Workers)
+	cf, carried := r.carriedFraction(wl)
+	note := func(l perf.Limiter, w int) string {
+		if n := r.lostAt(perf.PassThrough, w, f) + r.lostAt(l, w, f); n > 0 {
+			return fmt.Sprintf(" (load not carried: %d requests dropped or lost)", n)
+		}
+		return ""
+	}
+	// At the highest rate every limiter carried, for the largest worker count: what the
+	// limiters add where the machine is not the bottleneck.
+	carriedNote := func(a, b perf.Limiter) string {
+		if !carried || cf == f {
+			return ""
+		}
+		rate := openAt(c.Row(perf.PassThrough, wl), cf)[0].Rate
+		return fmt.Sprintf("; at %s req/s (%s of saturation, the highest rate every limiter carried with %d workers): %s %s vs %s",
+			fmtInt(rate), fmtF(cf, 2), wl, a.Short(), fmtSignedDur(r.added(a, wl, cf, p99)), fmtSignedDur(r.added(b, wl, cf, p99)))
+	}
 	judge("in Envoy: Tollgate's added p99 ≤ `local_ratelimit`'s + 100 µs", func(w int) part {
 		tg, lr, loc := r.added(perf.TollgateSynced, w, f, p99), r.added(perf.LocalRateLimit, w, f, p99), r.added(perf.TollgateLocal, w, f, p99)
-		return part{fmt.Sprintf("synced %s vs %s (local only %s)", fmtSignedDur(tg), fmtSignedDur(lr), fmtSignedDur(loc)), tg <= lr+100*time.Microsecond}
+		return part{fmt.Sprintf("synced %s vs %s (local only %s)%s", fmtSignedDur(tg), fmtSignedDur(lr), fmtSignedDur(loc), note(perf.TollgateSynced, w)),
+			tg <= lr+100*time.Microsecond && note(perf.TollgateSynced, w) == ""}
 	})
+	rows[len(rows)-1][1] += carriedNote(perf.TollgateSynced, perf.LocalRateLimit)
 	judge("in Envoy: Tollgate's added p99 ≤ 1/10 of the RLS path's", func(w int) part {
 		tg, rls := r.added(perf.TollgateSynced, w, f, p99), r.added(perf.RLSPath, w, f, p99)
-		return part{fmt.Sprintf("synced %s vs %s", fmtSignedDur(tg), fmtSignedDur(rls)), rls > 0 && tg*10 <= rls}
+		return part{fmt.Sprintf("synced %s vs %s%s", fmtSignedDur(tg), fmtSignedDur(rls), note(perf.TollgateSynced, w)),
+			rls > 0 && tg*10 <= rls && note(perf.TollgateSynced, w) == ""}
 	})
+	rows[len(rows)-1][1] += carriedNote(perf.TollgateSynced, perf.RLSPath)
 	judge("in Envoy: total CPU per request (Envoy + service + Redis) ≤ 1/3 of the RLS path's", func(w int) part {
 		tg, rls := cpuAt(c.Row(perf.TollgateSynced, w), f).Total(), cpuAt(c.Row(perf.RLSPath, w), f).Total()
 		return part{fmt.Sprintf("%s (%s vs %s µs)", fmtRatio(ratio(tg, rls)), fmtF(tg, 1), fmtF(rls, 1)), tg*3 <= rls}
@@ -236,6 +258,32 @@ func (r *report) envoyTargets() [][]string {
 		return part{fmt.Sprintf("synced %s× (%s vs %s µs), local only %s×", fmtF(ratio(tg, fl), 2), fmtF(tg, 1), fmtF(fl, 1), fmtF(ratio(loc, fl), 2)), fl > 0 && tg <= 1.5*fl}
 	})
 	return rows
+}
+
+// lostAt is the requests l's runs at fraction f with w workers dropped (too many
+// unanswered) or lost (transport errors).
+func (r *report) lostAt(l perf.Limiter, w int, f float64) int64 {
+	var n int64
+	for _, o := range openAt(r.envoyCompare.Row(l, w), f) {
+		n += o.Dropped + o.Errors
+	}
+	return n
+}
+
+// carriedFraction is the highest open-loop fraction at which every limiter with w
+// workers dropped and lost nothing.
+func (r *report) carriedFraction(w int) (float64, bool) {
+	best, ok := 0.0, false
+	for _, f := range r.envoyCompare.Options.Fractions {
+		all := true
+		for _, l := range perf.Limiters {
+			all = all && len(openAt(r.envoyCompare.Row(l, w), f)) > 0 && r.lostAt(l, w, f) == 0
+		}
+		if all && f > best {
+			best, ok = f, true
+		}
+	}
+	return best, ok
 }
 
 func plural(n int) string {
@@ -423,11 +471,12 @@ func (r *report) writeEnvoyProfile(w io.Writer, wk int) {
 	if c.ProfileErr != nil {
 		fmt.Fprintf(w, "A profile is missing: %v.\n\n", c.ProfileErr)
 	}
-	fmt.Fprintf(w, "`perf record -F 999 -p <envoy>` over one more open-loop chunk at %s of pass-through's saturation\n", fmtF(c.Options.Target, 2))
-	fmt.Fprintf(w, "(%d workers), its samples by shared object (`perf report --sort dso`; Envoy's release binary is\n", wk)
+	fmt.Fprintf(w, "`perf record -F 999 -p <envoy>` over one more closed-loop chunk of %s (Envoy saturated,\n", c.Options.ProfileFor)
+	fmt.Fprintf(w, "%d workers), its samples by shared object (`perf report --sort dso`; Envoy's release binary is\n", wk)
 	fmt.Fprintln(w, "stripped, so the split stops at the object). The code V8 compiled from the module has no object of its")
 	fmt.Fprintln(w, "own: it is what perf cannot place (`[unknown]`, anonymous memory, `[JIT]`). µs per request is the")
-	fmt.Fprintln(w, "share times Envoy's CPU per request over the same chunk.")
+	fmt.Fprintln(w, "share times Envoy's CPU per request over the same chunk (at saturation: it differs from the fixed")
+	fmt.Fprintln(w, "rate's above, where Envoy's event loops are not always busy).")
 	fmt.Fprintln(w)
 	classes := []string{"envoy (C++: HTTP, filters, the Wasm host side)", "V8-compiled module code", "kernel", "libc / ld / other"}
 	classOf := func(dso string) int {
