@@ -30,7 +30,7 @@ type CompareOptions struct {
 	Conns   int           // closed loop: keep-alive connections (48)
 	Warmup  time.Duration // closed loop per Envoy before the rounds (2 s)
 	Chunk   time.Duration // closed loop: one measured chunk (2.5 s)
-	Rounds  int           // closed loop: rounds, every Envoy once per round, order rotated (4)
+	Rounds  int           // closed loop: rounds, every Envoy once per round, order rotated (3)
 	// Open loop: Poisson arrivals at Fractions of pass-through's saturation (same
 	// worker count), OpenChunk measured after OpenWarmup; the fraction Target again in
 	// TargetRounds rounds in all. Fractions other than Target run for the largest worker
@@ -67,7 +67,7 @@ func (o CompareOptions) withDefaults() CompareOptions {
 		o.Chunk = 2500 * time.Millisecond
 	}
 	if o.Rounds == 0 {
-		o.Rounds = 4
+		o.Rounds = 3
 	}
 	if len(o.Fractions) == 0 {
 		o.Fractions = []float64{0.1, 0.25, 0.5, 0.75}
@@ -434,17 +434,15 @@ func MeasureEnvoyCompare(filter, floor []byte, serviceBin string, o CompareOptio
 	}
 	for _, r := range envoys {
 		if st, err := r.e.Stats(ctx); err == nil {
-			var parts []string
 			switch r.row.Limiter {
 			case LocalRateLimit:
-				parts = []string{"http_local_rate_limiter"}
+				r.row.Stats = MatchingStats(st, "http_local_rate_limit.")
 			case RLSPath:
-				parts = []string{"ratelimit."}
-			case TollgateLocal, TollgateSynced:
-				parts = []string{"tollgate"}
-			}
-			if parts != nil {
-				r.row.Stats = MatchingStats(st, parts...)
+				r.row.Stats = MatchingStats(st, "cluster.backend.ratelimit.")
+			case TollgateLocal:
+				r.row.Stats = MatchingStats(st, "wasmcustom.tollgate.")
+			case TollgateSynced:
+				r.row.Stats = append(MatchingStats(st, "wasmcustom.tollgate."), MatchingStats(st, "tollgate_ratelimit.internal.upstream_rq_")...)
 			}
 		}
 		if lines := r.e.VMFailureLines(); len(lines) > 0 {
@@ -617,9 +615,8 @@ func (env *compareEnv) open(e *Envoy, rate float64, seed uint64) (OpenRun, error
 	if e, ok := first.Load().(error); ok {
 		run.FirstErr = e.Error()
 	}
-	if res.Errors > res.Checks/2 {
-		return run, fmt.Errorf("%d errors in %d requests: %v", res.Errors, res.Checks, first.Load())
-	}
+	// Errors (requests not answered within the timeout, connections that failed) are
+	// the limiter's result at this rate, reported with the run, not a failure of it.
 	return run, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -99,12 +100,12 @@ func (r *report) envoyCharts(dir string) error {
 	bars := []perf.Bars{{Label: "Envoy"}, {Label: "sync service / RLS"}, {Label: "Redis"}}
 	for _, l := range perf.Limiters {
 		groups = append(groups, l.Short())
-		cpu := cpuAt(c.Row(l, w), c.Options.Target)
+		cpu := cpuOf(c.Row(l, w))
 		bars[0].Values = append(bars[0].Values, cpu.Envoy)
 		bars[1].Values = append(bars[1].Values, cpu.Service)
 		bars[2].Values = append(bars[2].Values, cpu.Redis)
 	}
-	return perf.ChartGroupedBars(fmt.Sprintf("CPU µs per request by process, Envoy %s, %d workers, at half of pass-through's saturation", c.Options.Release, w),
+	return perf.ChartGroupedBars(fmt.Sprintf("CPU µs per request by process, Envoy %s, %d workers, closed loop (median of %d rounds)", c.Options.Release, w, c.Options.Rounds),
 		"µs per request", groups, bars, false, perf.ChartPath(dir, chartEnvoyCPU))
 }
 
@@ -127,13 +128,13 @@ func medianDur(runs []perf.OpenRun, f func(perf.OpenRun) time.Duration) float64 
 	return perf.Median(v)
 }
 
-// cpuAt is row's CPU per request at fraction f, the median over its runs process by
-// process.
-func cpuAt(row *perf.CompareRow, f float64) perf.CPUPerReq {
-	runs := openAt(row, f)
+// cpuOf is row's CPU per request by process over its closed-loop chunks (Envoy
+// saturated), the median over the rounds process by process: interleaved with the other
+// limiters' chunks, and free of the queueing of an open loop the machine does not carry.
+func cpuOf(row *perf.CompareRow) perf.CPUPerReq {
 	pick := func(g func(perf.CPUPerReq) float64) float64 {
-		v := make([]float64, len(runs))
-		for i, r := range runs {
+		v := make([]float64, len(row.Closed))
+		for i, r := range row.Closed {
 			v[i] = g(r.CPU)
 		}
 		return perf.Median(v)
@@ -144,6 +145,18 @@ func cpuAt(row *perf.CompareRow, f float64) perf.CPUPerReq {
 		Redis:   pick(func(c perf.CPUPerReq) float64 { return c.Redis }),
 		Bench:   pick(func(c perf.CPUPerReq) float64 { return c.Bench }),
 	}
+}
+
+// statOf is the counter of row whose name ends in suffix (0 when absent).
+func statOf(row *perf.CompareRow, suffix string) int64 {
+	for _, s := range row.Stats {
+		name, v, ok := strings.Cut(s, "=")
+		if ok && strings.HasSuffix(name, suffix) {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 // added is l's percentile over pass-through's at fraction f with w workers: per round
@@ -185,10 +198,10 @@ func p99(o perf.OpenRun) time.Duration  { return o.P99 }
 func p50(o perf.OpenRun) time.Duration  { return o.P50 }
 func p999(o perf.OpenRun) time.Duration { return o.P999 }
 
-// addedEnvoyCPU is l's Envoy CPU per request above pass-through's at the target rate.
+// addedEnvoyCPU is l's Envoy CPU per request above pass-through's (closed loop).
 func (r *report) addedEnvoyCPU(l perf.Limiter, w int) float64 {
 	c := r.envoyCompare
-	return cpuAt(c.Row(l, w), c.Options.Target).Envoy - cpuAt(c.Row(perf.PassThrough, w), c.Options.Target).Envoy
+	return cpuOf(c.Row(l, w)).Envoy - cpuOf(c.Row(perf.PassThrough, w)).Envoy
 }
 
 // envoyTargets are the comparison's rows of the Targets table, each judged on every
@@ -250,7 +263,7 @@ func (r *report) envoyTargets() [][]string {
 	})
 	rows[len(rows)-1][1] += carriedNote(perf.TollgateSynced, perf.RLSPath)
 	judge("in Envoy: total CPU per request (Envoy + service + Redis) ≤ 1/3 of the RLS path's", func(w int) part {
-		tg, rls := cpuAt(c.Row(perf.TollgateSynced, w), f).Total(), cpuAt(c.Row(perf.RLSPath, w), f).Total()
+		tg, rls := cpuOf(c.Row(perf.TollgateSynced, w)).Total(), cpuOf(c.Row(perf.RLSPath, w)).Total()
 		return part{fmt.Sprintf("%s (%s vs %s µs)", fmtRatio(ratio(tg, rls)), fmtF(tg, 1), fmtF(rls, 1)), tg*3 <= rls}
 	})
 	judge("in Envoy (V8): the filter's Envoy CPU per request above pass-through ≤ 1.5× the floor module's", func(w int) part {
@@ -351,14 +364,15 @@ func (r *report) writeEnvoyCompareBody(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "- *closed loop*: after %s of warm-up each, %d rounds; in each, every Envoy in turn (the order rotated\n", o.Warmup, o.Rounds)
 	fmt.Fprintf(w, "  by round) gets %s of %d connections sending as fast as answers come. Requests/s: median of the rounds;\n", o.Chunk, o.Conns)
-	fmt.Fprintln(w, "  ratios: median of the rounds' ratios.")
+	fmt.Fprintln(w, "  ratios: median of the rounds' ratios. CPU per request by process over each chunk (`/proc/PID/task/*/sched`),")
+	fmt.Fprintln(w, "  the median over the rounds; the service's and Redis's idle CPU (measured over pass-through's chunk of")
+	fmt.Fprintln(w, "  the same round, when no request reaches them: the synced Envoys' heartbeats) is taken off. The CPU")
+	fmt.Fprintln(w, "  targets are judged on these: Envoy busy, the limiters' chunks interleaved.")
 	fmt.Fprintf(w, "- *open loop*: Poisson arrivals at a fixed rate, latency from each request's scheduled time (a stall is\n")
 	fmt.Fprintf(w, "  not hidden), %s of warm-up then %s measured, every Envoy of one worker count in turn at the same rate\n", o.OpenWarmup, o.OpenChunk)
 	fmt.Fprintf(w, "  and the same schedule. The rate is %s of pass-through's saturation with as many workers (%d rounds);\n", fmtF(o.Target, 2), o.TargetRounds)
 	fmt.Fprintf(w, "  for the chart also %s with %d workers. *Added* is a limiter's percentile minus pass-through's in the\n", fracList(o.Fractions, o.Target), slices.Max(o.Workers))
-	fmt.Fprintln(w, "  same round, the median over rounds. CPU per request by process is over the measured chunk")
-	fmt.Fprintln(w, "  (`/proc/PID/task/*/sched`); the service's and Redis's idle CPU (measured over pass-through's chunk of")
-	fmt.Fprintln(w, "  the same rate, when no request reaches them: the synced Envoys' heartbeats) is taken off.")
+	fmt.Fprintln(w, "  same round, the median over rounds.")
 	fmt.Fprintln(w)
 	for _, wk := range o.Workers {
 		fmt.Fprintf(w, "### %d worker%s\n\n", wk, plural(wk))
@@ -377,14 +391,13 @@ func (r *report) writeEnvoyCompareBody(w io.Writer) {
 			if n > 0 {
 				okShare = 100 * float64(okN) / float64(n)
 			}
-			cpu := cpuAt(row, o.Target)
+			cpu := cpuOf(row)
 			rows = append(rows, []string{bold(l), fmtInt(satMedian(row)) + " (" + fmtInt(lo) + "–" + fmtInt(hi) + ")",
 				fmtF(100*r.satRatio(l, perf.PassThrough, wk), 0) + " %", fmtF(100*r.satRatio(l, perf.LocalRateLimit, wk), 0) + " %",
 				fmtF(okShare, 1),
 				fmtF(cpu.Envoy, 1), fmtF(cpu.Service, 1), fmtF(cpu.Redis, 2), "**" + fmtF(cpu.Total(), 1) + "**", fmtF(cpu.Bench, 1)})
 		}
-		fmt.Fprintf(w, "Saturation (closed loop), and CPU per request at %s requests/s (open loop, %s of pass-through's %s):\n\n",
-			fmtInt(o.Target*passSat), fmtF(o.Target, 2), fmtInt(passSat))
+		fmt.Fprintf(w, "Saturation and CPU per request by process (closed loop, medians of %d rounds):\n\n", o.Rounds)
 		table(w, []string{"limiter", "requests/s (min–max)", "vs pass-through", "vs local_ratelimit", "200 %", "Envoy µs/req", "service µs/req", "Redis µs/req", "total µs/req", "bench µs/req"}, rows)
 		rows = nil
 		for _, l := range perf.Limiters {
@@ -415,7 +428,110 @@ func (r *report) writeEnvoyCompareBody(w io.Writer) {
 	fmt.Fprintf(w, "![CPU per request by process, %d workers](%s/%s)\n\n", wk, charts, chartEnvoyCPU)
 	r.writeEnvoyLatencyTable(w, wk)
 	r.writeEnvoyProfile(w, wk)
+	r.writeEnvoyWhy(w, wk)
 	r.writeEnvoyStats(w)
+}
+
+// writeEnvoyWhy says, from this run's numbers, where the cost of each limiter goes and
+// what would change the targets missed.
+func (r *report) writeEnvoyWhy(w io.Writer, wk int) {
+	c := r.envoyCompare
+	cpu := map[perf.Limiter]perf.CPUPerReq{}
+	for _, l := range perf.Limiters {
+		cpu[l] = cpuOf(c.Row(l, wk))
+	}
+	add := func(l perf.Limiter) float64 { return cpu[l].Envoy - cpu[perf.PassThrough].Envoy }
+	us := func(v float64) string { return fmtF(v, 1) + " µs" }
+	fmt.Fprintln(w, "### Where the cost is, and what would change it")
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "Envoy's CPU per request above pass-through (closed loop, %d workers): local_ratelimit %s, the floor\n", wk, us(add(perf.LocalRateLimit)))
+	fmt.Fprintf(w, "module %s, Tollgate local %s, Tollgate synced %s, the ratelimit filter → RLS %s; outside Envoy, the\n",
+		us(add(perf.FloorModule)), us(add(perf.TollgateLocal)), us(add(perf.TollgateSynced)), us(add(perf.RLSPath)))
+	fmt.Fprintf(w, "service and Redis spend %s and %s per request on the RLS path, %s and %s on Tollgate synced's.\n",
+		us(cpu[perf.RLSPath].Service), us(cpu[perf.RLSPath].Redis), us(cpu[perf.TollgateSynced].Service), us(cpu[perf.TollgateSynced].Redis))
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "- *Requests/s and Envoy CPU against local_ratelimit.* The floor module does no rate limiting at all, only the\n")
+	fmt.Fprintf(w, "  host calls a decision needs (all request headers read across the boundary, one shared-data get and CAS\n")
+	fmt.Fprintf(w, "  set, four response headers added), and reaches %s of local_ratelimit's requests/s with %d workers: the\n",
+		fmtF(100*r.satRatio(perf.FloorModule, perf.LocalRateLimit, wk), 0)+" %", wk)
+	fmt.Fprintf(w, "  proxy-wasm boundary alone is below the 85 %% target before any logic runs.")
+	pt, fl, tl, ts := profileClasses(c.Row(perf.PassThrough, wk)), profileClasses(c.Row(perf.FloorModule, wk)),
+		profileClasses(c.Row(perf.TollgateLocal, wk)), profileClasses(c.Row(perf.TollgateSynced, wk))
+	if pt != nil && fl != nil && tl != nil {
+		fmt.Fprintf(w, " The profile splits what the filter (local only)\n")
+		fmt.Fprintf(w, "  adds above the floor: %s in Envoy's own code (the host side of the calls: the floor's plus the clock,\n", us((tl[0]-pt[0])-(fl[0]-pt[0])))
+		fmt.Fprintf(w, "  the per-rule and total counters and the decision's filter state for the access log), %s in the\n", us(tl[1]-fl[1]))
+		fmt.Fprintf(w, "  module's compiled code (its logic: matching, the bucket, the headers' values) and %s in the kernel.\n", us(tl[2]-fl[2]))
+		fmt.Fprintln(w, "  What would change it: fewer host calls per request — the counters kept in the VM and flushed on the")
+		fmt.Fprintln(w, "  tick instead of one increment each per request, the filter state only when a log asks for it (the")
+		fmt.Fprintln(w, "  telemetry switches of section 1 turn both off), the request's headers read by name instead of the")
+		fmt.Fprintln(w, "  whole map; these bring the filter toward the floor, not below it. Reaching local_ratelimit needs the")
+		fmt.Fprintln(w, "  decision out of V8: native code (Envoy's dynamic modules, a C ABI) instead of a Wasm VM.")
+	} else {
+		fmt.Fprintln(w)
+	}
+	acq, cold, allowed := statOf(c.Row(perf.TollgateSynced, wk), ".acquires"), statOf(c.Row(perf.TollgateSynced, wk), ".requests_cold_admitted"),
+		statOf(c.Row(perf.TollgateSynced, wk), ".requests_allowed")
+	rejected, timeouts := statOf(c.Row(perf.TollgateSynced, wk), ".requests_rejected"), statOf(c.Row(perf.TollgateSynced, wk), "upstream_rq_504")
+	fmt.Fprintf(w, "- *Synced against local.* Syncing adds %s of Envoy CPU per request over Tollgate local", us(cpu[perf.TollgateSynced].Envoy-cpu[perf.TollgateLocal].Envoy))
+	if ts != nil && tl != nil {
+		fmt.Fprintf(w, " (in the profile:\n  %s in Envoy's code, %s of module code, %s in the kernel)", us(ts[0]-tl[0]), us(ts[1]-tl[1]), us(ts[2]-tl[2]))
+	}
+	fmt.Fprintln(w, ": the 100 ms batches")
+	fmt.Fprintln(w, "  and the acquires, each an HTTP callout through Envoy's cluster. With 10,000 keys each key comes back")
+	fmt.Fprintf(w, "  about every %s s at saturation, beyond the shipped lease (`lease_ttl_ms` 1,000): over the run %s acquires\n",
+		fmtF(float64(c.Options.Keys)/max(1, satMedian(c.Row(perf.TollgateSynced, wk))), 1), fmtInt(float64(acq)))
+	fmt.Fprintf(w, "  held a request for the service's answer (%s of the %s requests admitted) and %s were admitted on the\n",
+		fmtF(100*ratio(float64(acq), float64(allowed)), 1)+" %", fmtInt(float64(allowed)), fmtF(100*ratio(float64(cold), float64(allowed)), 1)+" %")
+	fmt.Fprintln(w, "  cold-start allowance: the held ones are the synced row's added latency at the chart's low rates.")
+	if rejected > 0 {
+		fmt.Fprintf(w, "  %s requests were refused although no caller came near its limit, with %s sync callouts timing out\n", fmtInt(float64(rejected)), fmtInt(float64(timeouts)))
+		fmt.Fprintln(w, "  (HTTP 504 at the shipped 250 ms) on this loaded machine (`checks_failed` and `answers_degraded` count")
+		fmt.Fprintln(w, "  the failed acquires): a request refused because the service was slow is the limiter becoming the")
+		fmt.Fprintln(w, "  outage, a defect this run shows.")
+	}
+	fmt.Fprintln(w, "  What would change it: leases that outlive a slow key's gap (the lease horizon per key's rate), so a")
+	fmt.Fprintln(w, "  key seen every few seconds does not ask again each time; the leases' bound on over-admission")
+	fmt.Fprintln(w, "  (RATIONALE.md §2) is what a longer lease costs.")
+	rlsRemote, tgRemote := cpu[perf.RLSPath].Service+cpu[perf.RLSPath].Redis, cpu[perf.TollgateSynced].Service+cpu[perf.TollgateSynced].Redis
+	fmt.Fprintf(w, "- *Against the RLS path.* Per request the RLS path costs %s in all, Tollgate synced %s. Outside Envoy\n", us(cpu[perf.RLSPath].Total()), us(cpu[perf.TollgateSynced].Total()))
+	fmt.Fprintf(w, "  Tollgate costs %s× less (%s vs %s: one batch per 100 ms instead of one gRPC call per request), but\n", fmtF(ratio(rlsRemote, tgRemote), 1), us(tgRemote), us(rlsRemote))
+	fmt.Fprintf(w, "  in Envoy the Wasm filter costs %s against the ratelimit filter's %s, and Envoy's share is most of\n", us(add(perf.TollgateSynced)), us(add(perf.RLSPath)))
+	fmt.Fprintln(w, "  both totals (its pass-through cost, the same for every row, included). 1/3 of the RLS path's total is")
+	fmt.Fprintln(w, "  out of reach while the proxy's own work per request is in both: the levers are those of the first point")
+	fmt.Fprintln(w, "  and the acquires of the second.")
+	fmt.Fprintln(w, "- *Latency.* At half of pass-through's closed-loop saturation the two shared cores (load generator,")
+	fmt.Fprintln(w, "  upstream, Envoy, service and Redis, and other work on the machine) queue requests for every limiter;")
+	fmt.Fprintln(w, "  the rows say where the load was not carried, and the Targets rows give the added p99 at the highest")
+	fmt.Fprintln(w, "  rate every limiter carried as well.")
+	fmt.Fprintln(w)
+}
+
+// profileClasses is row's profile in µs per request by class: Envoy's code, the module's
+// compiled code, the kernel, the rest (nil when not profiled).
+func profileClasses(row *perf.CompareRow) []float64 {
+	if len(row.Profile) == 0 {
+		return nil
+	}
+	out := make([]float64, 4)
+	for _, d := range row.Profile {
+		out[dsoClass(d.DSO)] += d.Share * row.ProfileRun.CPU.Envoy
+	}
+	return out
+}
+
+// dsoClass sorts perf's shared objects: 0 Envoy's binary, 1 code V8 compiled (no object
+// of its own), 2 the kernel, 3 the rest.
+func dsoClass(dso string) int {
+	switch {
+	case dso == "envoy":
+		return 0
+	case strings.Contains(dso, "kernel"):
+		return 2
+	case strings.Contains(dso, "unknown") || strings.Contains(dso, "anon") || strings.Contains(dso, "JIT") || strings.HasPrefix(dso, "perf-"):
+		return 1
+	}
+	return 3
 }
 
 // writeEnvoyLatencyTable lists the chart's points.
@@ -479,17 +595,7 @@ func (r *report) writeEnvoyProfile(w io.Writer, wk int) {
 	fmt.Fprintln(w, "rate's above, where Envoy's event loops are not always busy).")
 	fmt.Fprintln(w)
 	classes := []string{"envoy (C++: HTTP, filters, the Wasm host side)", "V8-compiled module code", "kernel", "libc / ld / other"}
-	classOf := func(dso string) int {
-		switch {
-		case dso == "envoy":
-			return 0
-		case strings.Contains(dso, "kernel") || strings.HasPrefix(dso, "[vdso]"):
-			return 2
-		case strings.Contains(dso, "unknown") || strings.Contains(dso, "anon") || strings.Contains(dso, "JIT") || strings.HasPrefix(dso, "perf-"):
-			return 1
-		}
-		return 3
-	}
+	classOf := dsoClass
 	header := append(append([]string{"limiter", "Envoy µs/req"}, classes...), "objects (perf's names)")
 	var rows [][]string
 	byClass := map[perf.Limiter][]float64{}
@@ -537,7 +643,7 @@ func (r *report) writeEnvoyStats(w io.Writer) {
 	for _, row := range c.Rows {
 		var keep []string
 		for _, s := range row.Stats {
-			if strings.HasSuffix(s, "=0") {
+			if strings.HasSuffix(s, "=0") || strings.Contains(s, "bucket_table_slots=") || strings.Contains(s, "rules_version") {
 				continue
 			}
 			keep = append(keep, "`"+s+"`")
@@ -546,9 +652,6 @@ func (r *report) writeEnvoyStats(w io.Writer) {
 			continue
 		}
 		sort.Strings(keep)
-		if len(keep) > 8 {
-			keep = append(keep[:8], "…")
-		}
 		rows = append(rows, []string{fmt.Sprintf("%s, %d worker%s", row.Limiter.Short(), row.Workers, plural(row.Workers)), strings.Join(keep, " ")})
 	}
 	table(w, []string{"Envoy", "counters (non-zero)"}, rows)
