@@ -343,6 +343,9 @@ func ChartLatencyVsRate(title string, lines []LatencyLine, path string) error {
 		if err := addLines(p, ss); err != nil {
 			return err
 		}
+		if i > 0 { // one legend, in the top panel
+			p.Legend = plot.New().Legend
+		}
 		p.Legend.Left = true
 		plots = append(plots, p)
 	}

@@ -263,6 +263,12 @@ func (r *report) writeTargets(w io.Writer) {
 	l := r.loads
 	fmt.Fprintln(w, "## Targets")
 	fmt.Fprintln(w)
+	fmt.Fprintln(w, "The rows of this first table are measured on the project's own host (wazero and its Go host). They")
+	fmt.Fprintln(w, "stand for what a real Envoy cannot measure — the fleet simulation, the Redis cost sweeps, allocation")
+	fmt.Fprintln(w, "counts, the decision in isolation. The decision's cost against the floor module, requests/s against")
+	fmt.Fprintf(w, "pass-through and added latency are also measured in real Envoys ([section 13](%s)); there the Envoy\n", envoyCompareAnchor)
+	fmt.Fprintln(w, "rows below are the ones the targets are judged on.")
+	fmt.Fprintln(w)
 	floor, real := r.cost(1), r.cost(2)
 	costRatio := ratio(real.NsPerRequest, floor.NsPerRequest)
 	tg, rr := l["tollgate"], l["redis_rate"]
