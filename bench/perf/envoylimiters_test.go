@@ -2,11 +2,14 @@ package perf
 
 import (
 	"encoding/json"
+	"io"
+	"log"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tollgate-rl/tollgate/filter/wasmbuild"
 	"github.com/tollgate-rl/tollgate/filter/wasmtest"
@@ -106,5 +109,52 @@ func TestCompareRules(t *testing.T) {
 	}
 	if _, err := rule.Parse(CompareRules()); err != nil {
 		t.Fatalf("rule set does not parse: %v", err)
+	}
+}
+
+// TestEnvoyCompareEngages runs the real-Envoy comparison briefly with one worker: every
+// limiter's Envoy answers, none with a transport error, and each limiter's own counters
+// show it decided the requests (local_ratelimit's ok, the ratelimit filter's ok answers
+// from the RLS, the filter's allowed requests), so no row measures a limiter that is
+// configured but never runs.
+func TestEnvoyCompareEngages(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts six Envoys, a Redis and the service (about a minute)")
+	}
+	bin, err := BuildService(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := MeasureEnvoyCompare(wasmtest.BuildWasm(t, FilterPkg), wasmtest.BuildWasm(t, FloorPkg), bin, CompareOptions{
+		Workers: []int{1}, Keys: 1000, Conns: 8, Warmup: 500 * time.Millisecond, Chunk: 500 * time.Millisecond, Rounds: 1,
+		Fractions: []float64{0.1}, Target: 0.1, TargetRounds: 1, OpenChunk: 500 * time.Millisecond, OpenWarmup: 100 * time.Millisecond,
+		Log: log.New(io.Discard, "", 0),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range Limiters {
+		row := c.Row(l, 1)
+		if row == nil || len(row.Closed) != 1 || len(row.Open) != 1 {
+			t.Fatalf("%s: row %+v", l, row)
+		}
+		if cr := row.Closed[0]; cr.Requests == 0 || cr.Errors != 0 {
+			t.Errorf("%s: closed loop %d requests, %d errors", l, cr.Requests, cr.Errors)
+		}
+		if o := row.Open[0]; o.Checks == 0 || o.Errors != 0 {
+			t.Errorf("%s: open loop %d requests, %d errors (%s)", l, o.Checks, o.Errors, o.FirstErr)
+		}
+		want := map[Limiter]string{LocalRateLimit: "http_local_rate_limit.ok=", RLSPath: "ratelimit.ok=",
+			TollgateLocal: "tollgate.requests_allowed=", TollgateSynced: "tollgate.requests_allowed="}[l]
+		if want == "" {
+			continue
+		}
+		decided := false
+		for _, s := range row.Stats {
+			decided = decided || (strings.Contains(s, want) && !strings.HasSuffix(s, "=0"))
+		}
+		if !decided {
+			t.Errorf("%s: no %q counter above 0 in %v", l, want, row.Stats)
+		}
 	}
 }
