@@ -299,6 +299,14 @@ func (r *report) carriedFraction(w int) (float64, bool) {
 	return best, ok
 }
 
+// makeTarget names the make target that runs the command with args.
+func makeTarget(args []string) string {
+	if slices.Contains(args, "-sections") {
+		return "`make bench-envoy`"
+	}
+	return "`make bench`"
+}
+
 func plural(n int) string {
 	if n == 1 {
 		return ""
@@ -333,7 +341,7 @@ func (r *report) writeEnvoyCompareBody(w io.Writer) {
 	o := c.Options
 	charts := r.chartsRel
 	table(w, []string{"", ""}, [][]string{
-		{"command", "`go run ./bench/cmd/tollgate-bench " + strings.Join(r.args, " ") + "` (`make bench-envoy`)"},
+		{"command", "`go run ./bench/cmd/tollgate-bench " + strings.Join(r.args, " ") + "` (" + makeTarget(r.args) + ")"},
 		{"date", fmt.Sprintf("%s (the section took %s)", r.envoyCompareStarted.Format("2006-01-02 15:04 MST"), c.Took.Round(time.Second))},
 		{"Envoy", fmt.Sprintf("%s, official release binary, `envoy.wasm.runtime.v8`", strings.TrimSpace(c.Version))},
 		{"machine", fmt.Sprintf("%d CPUs, %s, Linux %s", r.machine.cpus, r.machine.model, r.machine.kernel)},
