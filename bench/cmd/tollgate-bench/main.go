@@ -14,6 +14,7 @@
 //	go run ./bench/cmd/tollgate-bench -envoy-build-only   # section 12 alone, rewritten in -out
 //	go run ./bench/cmd/tollgate-bench -sections regimes,sim-regimes   # sections 10 and 11 alone, printed
 //	go run ./bench/cmd/tollgate-bench -sections regimes -out BENCHMARKS.md   # ... replaced in the report
+//	go run ./bench/cmd/tollgate-bench -sections envoy -out BENCHMARKS.md -readme README.md   # section 13 (make bench-envoy)
 package main
 
 import (
@@ -443,6 +444,10 @@ func measure(r *report, o options, logger *log.Logger) error {
 	// 10. The build steps in Envoy.
 	if err := r.measureEnvoyBuild(o, logger); err != nil {
 		return fmt.Errorf("build steps in Envoy: %w", err)
+	}
+	// 13. Against Envoy's own rate limiting, in real Envoys.
+	if err := r.measureEnvoyCompare(o, logger); err != nil {
+		return err
 	}
 
 	// 8. Simulation.

@@ -60,6 +60,13 @@ type report struct {
 	envoyBuild        perf.EnvoyBuildCost
 	httpRounds        []httpRound // the gateway-host comparison's rounds, in the order they ran
 	regimes           regimeRuns  // sections 10 and 11 (regimes.go)
+	// envoyCompare is section 13 (envoycompare.go), measured from envoyCompareStarted
+	// with envoyCompareLoad the load average then; chartsRel is the charts' directory
+	// as the report links it.
+	envoyCompare        *perf.EnvoyCompare
+	envoyCompareStarted time.Time
+	envoyCompareLoad    string
+	chartsRel           string
 }
 
 // calloutRun is one Envoy's sync callouts under load with a number of workers.
@@ -78,6 +85,9 @@ const (
 )
 
 func (r *report) charts(dir string) error {
+	if err := r.envoyCharts(dir); err != nil {
+		return fmt.Errorf("chart: %w", err)
+	}
 	if err := perf.ChartSimGateways(r.simGateways, perf.ChartPath(dir, chartGateways)); err != nil {
 		return fmt.Errorf("chart: %w", err)
 	}
@@ -220,6 +230,7 @@ func (r *report) write(w io.Writer, charts string) error {
 
 	r.writeTargets(w)
 	r.writeRegimeTargets(w)
+	r.writeEnvoyTargets(w)
 	r.writeScale(w, charts)
 	r.writeCost(w)
 	r.writeLoad(w, charts)
@@ -235,6 +246,8 @@ func (r *report) write(w io.Writer, charts string) error {
 	r.writePacedRegimes(w)
 	r.writeSimRegimes(w)
 	r.writeEnvoyBuild(w)
+	r.chartsRel = charts
+	r.writeEnvoyCompare(w)
 	return nil
 }
 
@@ -249,6 +262,12 @@ func (r *report) moduleList() string {
 func (r *report) writeTargets(w io.Writer) {
 	l := r.loads
 	fmt.Fprintln(w, "## Targets")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "The rows of this first table are measured on the project's own host (wazero and its Go host). They")
+	fmt.Fprintln(w, "stand for what a real Envoy cannot measure — the fleet simulation, the Redis cost sweeps, allocation")
+	fmt.Fprintln(w, "counts, the decision in isolation. The decision's cost against the floor module, requests/s against")
+	fmt.Fprintf(w, "pass-through and added latency are also measured in real Envoys ([section 13](%s)); there the Envoy\n", envoyCompareAnchor)
+	fmt.Fprintln(w, "rows below are the ones the targets are judged on.")
 	fmt.Fprintln(w)
 	floor, real := r.cost(1), r.cost(2)
 	costRatio := ratio(real.NsPerRequest, floor.NsPerRequest)
