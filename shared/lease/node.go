@@ -94,8 +94,9 @@ type Env struct {
 	RenewUs int64
 	// AcquireFailed: this request asked the service (an acquire) and got no answer
 	// while the sync is otherwise healthy (a lost or late callout). It is decided without
-	// the service: refused if the service last said the bucket cannot give the cost,
-	// admitted degraded (the gateway's own state) otherwise.
+	// the service: refused if the service last said the bucket cannot give the cost
+	// before a retry time still to come, admitted degraded (the gateway's own state)
+	// otherwise.
 	AcquireFailed bool
 	// ColdAllowance is what the bucket may admit outside a lease before the service has
 	// charged it (ColdAllowance): a request of a bucket without a lease period that fits
@@ -188,7 +189,11 @@ func DecideIn(dst algo.State, r *Record, p algo.Params, now, cost int64, env Env
 		r.LeaseLeft = 0
 		urgent(r, &d)
 	}
-	if env.AcquireFailed && r.Synced() && r.GlobalRemaining < cost {
+	if env.AcquireFailed && r.Synced() && r.RetryUs > now && r.GlobalRemaining < cost {
+		// Refused only while the service's word stands: empty until RetryUs. A remaining
+		// read at an older sync is stale (the bucket refills, and what this gateway held
+		// was its own lease), and a slow service must not refuse callers within their
+		// limit: they are admitted degraded below.
 		d.RetryAfterUs = max(r.RetryUs-now, env.IntervalUs)
 		d.ResetUs = ResetAt(r, p, now)
 		reject(r, now, &d, true)
