@@ -77,6 +77,7 @@ func AppendDelta(dst []byte, d *Delta) []byte {
 	if d.Flags&FlagRate != 0 {
 		dst = binary.AppendUvarint(dst, uint64(d.Rate))
 		dst = binary.AppendUvarint(dst, uint64(d.RateUsed))
+		dst = binary.AppendUvarint(dst, uint64(d.RateEpoch))
 	}
 	return dst
 }
@@ -239,6 +240,7 @@ func (r *reader) batch(b *Batch) error {
 		if d.Flags&FlagRate != 0 {
 			d.Rate = r.u32("rate")
 			d.RateUsed = r.u32("rate_used")
+			d.RateEpoch = r.u32("rate_epoch")
 		}
 		if r.err != nil {
 			return r.err

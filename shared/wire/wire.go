@@ -18,7 +18,7 @@
 //	Delta: str Key, str Rule, str Tier, u8 Window, u8 Flags, uv Leased, uv Over,
 //	       uv Returned, uv Held, uv Rejected, uv Early, uv Epoch, uv ElapsedMs,
 //	       u8 Algo, uv Limit, uv WindowMs, uv Burst[, uv Want when Flags has FlagWant]
-//	       [, uv Rate, uv RateUsed when Flags has FlagRate]
+//	       [, uv Rate, uv RateUsed, uv RateEpoch when Flags has FlagRate]
 //	Reply: u8 Version, uv RulesVersion, str RulesTag, sv ServerTimeUs, uv Nodes,
 //	       uv count, count × State
 //	State: str Key, str Rule, u8 Window, u8 flags, sv Remaining, uv Lease, uv Held,
@@ -70,9 +70,10 @@ const (
 	// FlagStrict) together with a lease for the gateway.
 	FlagAcquire
 	// FlagRate says the gateway takes rate leases on this bucket (RATIONALE.md §3, keys
-	// at their limit) and that the delta carries Rate and RateUsed after Want: the rate
-	// it held until this report (which the service stops counting) and what it admitted
-	// out of that rate's accrual (charged already, counted only as demand). Services
+	// at their limit) and that the delta carries Rate, RateUsed and RateEpoch after
+	// Want: the rate it held until this report (which the service stops counting), what
+	// it admitted out of that rate's accrual (charged already, counted only as demand)
+	// and the epoch the rate was granted in. Services
 	// before it refuse the bit as unknown, as with FlagWant: the service is upgraded
 	// first.
 	FlagRate
@@ -148,8 +149,10 @@ type Delta struct {
 	// Rate (with FlagRate) is the rate lease, in milli-permits per second, the gateway
 	// held when it cut this report; it stopped accruing it then, and the service stops
 	// counting it. RateUsed is what the gateway admitted out of that rate since its last
-	// report: charged as it accrued, so only demand here.
-	Rate, RateUsed uint32
+	// report: charged as it accrued, so only demand here. RateEpoch is the lease epoch
+	// of that rate (it may differ from Epoch, the count lease's, when an acquire's lease
+	// of another epoch is held beside it).
+	Rate, RateUsed, RateEpoch uint32
 }
 
 // Reply is the service's answer to a Batch.
