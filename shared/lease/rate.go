@@ -60,6 +60,7 @@ func capRates(p algo.Params, st algo.State, now, R, sum int64) algo.State {
 		return st
 	}
 	c := p.Capacity()
+	sum = min(sum, R) // rates beyond R (a rule lowered meanwhile) leave the state nothing
 	lim := c - (c*sum+R-1)/R
 	if a := algo.Available(p, st, now); a > lim {
 		st = algo.Take(p, st, now, a-lim)
