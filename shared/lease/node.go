@@ -225,13 +225,15 @@ func DecideIn(dst algo.State, r *Record, p algo.Params, now, cost int64, env Env
 		return d
 	}
 	leaseTime := r.Synced() && now < r.LeaseUntilUs
-	if leaseTime && r.Rate > 0 {
+	if leaseTime && r.Rate > 0 && r.GlobalRemaining >= 0 {
 		// A rate lease: the gateway's share of the refill, accrued here. Within it the
 		// gateway decides alone, refusals included: when the stock cannot cover the
 		// cost, nothing else of the lease can and the service last said the bucket holds
 		// nothing unreserved, the request is refused with the wait the accrual gives,
 		// and the refusal is reported with the lease's next report (RateReportUs), not at
-		// the next sync (RATIONALE.md §3, keys at their limit).
+		// the next sync (RATIONALE.md §3, keys at their limit). A bucket this gateway
+		// knows to be in debt (a response's charge) does not use it: the service grants
+		// no rate to a bucket in debt, and the debt is repaid first.
 		r.accrueRate(p, now)
 		if r.RateAtUs != 0 && now-r.SyncedUs >= RateReportUs {
 			urgent(r, &d)
@@ -357,7 +359,7 @@ func RefillUs(p algo.Params, now, n int64) int64 {
 func admit(dst algo.State, r *Record, p algo.Params, now, cost int64, d *Decision) {
 	d.Allowed = true
 	r.Local = algo.TakeTo(dst, p, r.Local, now, cost)
-	d.Remaining = max(0, r.LeaseLeft+r.Stock+max(0, r.GlobalRemaining))
+	d.Remaining = min(max(0, r.LeaseLeft+r.Stock+max(0, r.GlobalRemaining)), p.Capacity())
 	d.ResetUs = ResetAt(r, p, now)
 }
 
@@ -453,6 +455,17 @@ func ChargeTo(dst algo.State, r Record, p algo.Params, now, n int64, env Env) Re
 	r.Local = algo.TakeTo(dst, p, r.Local, now, n)
 	if !env.Sync {
 		return r
+	}
+	if r.RateLive(now) {
+		// Out of the rate lease's stock first (charged as it accrued).
+		r.accrueRate(p, now)
+		s := min(n, r.Stock)
+		r.Stock -= s
+		r.Pending.RateUsed += s
+		n -= s
+		if n == 0 {
+			return r
+		}
 	}
 	leased := int64(0)
 	if r.Synced() && now < r.LeaseUntilUs {

@@ -23,6 +23,11 @@ import "github.com/tollgate-rl/tollgate/shared/algo"
 // share is re-balanced, once a second instead of at every lease that runs dry.
 const RateReportUs = 1_000_000
 
+// MinRate is the smallest rate lease granted (milli-permits per second): one permit a
+// second. A slower one would be reported (RateReportUs) more often than it admits; such
+// keys keep count leases.
+const MinRate = 1000
+
 // RateOf is the refill rate of a bucket of parameters p in milli-permits per second,
 // rounded down, for the algorithms whose refill is continuous (token_bucket and gcra),
 // and 0 for the others or where the service's integer arithmetic would not be exact

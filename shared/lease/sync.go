@@ -560,16 +560,23 @@ func Sync(b *Bucket, pen *Penalty, d *wire.Delta, now int64, cfg SyncConfig) Syn
 		// of the rest at most when other gateways share the bucket (RATIONALE.md §3).
 		if r.RateAnswer && R > 0 && capa > 0 && r.Held+r.Grant < demandTarget && first < 0 &&
 			(cfg.Nodes <= 1 || b.Leases.DemandCur+b.Leases.DemandPrev >= capa) {
+			// The stocks' share of the capacity, C·Σrate/R, stays within what neither the
+			// state nor the counts out hold: the state is never cut below what it holds
+			// (a bucket in debt grants no rate: the accrual would keep it there).
 			wantR := min(rate, R*dn/den)
-			room := max(capa-b.Leases.Outstanding(), 0)*R/capa - (b.Leases.RateCur + b.Leases.RatePrev)
+			held := max(algo.Available(p, st, now), b.Leases.Outstanding())
+			room := (capa-min(max(held, 0), capa))*R/capa - (b.Leases.RateCur + b.Leases.RatePrev)
+			if algo.Available(p, st, now) < 0 {
+				room = 0
+			}
 			availR := room
 			if cfg.Nodes > 1 && room > 1 {
 				availR = max(min(int64(d.Rate), room), room/2)
 			}
-			if gr := min(wantR, availR); gr > 0 && RateCap(p, gr) >= 1 {
+			if gr := min(wantR, availR); gr >= MinRate && RateCap(p, gr) >= 1 {
 				r.Rate = gr
 				b.Leases.RateCur += gr
-				st = capRates(p, st, now, R, b.Leases.RateCur+b.Leases.RatePrev)
+				st = capRates(p, st, now, R, b.Leases.RateCur+b.Leases.RatePrev) // rounding only
 			}
 		}
 	}

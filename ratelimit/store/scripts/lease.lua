@@ -499,13 +499,18 @@ local function apply(a)
     if rate_answer and R > 0 and capacity > 0 and held + grant < demand_target and first < 0 and
       (nodes <= 1 or dcur + dprev >= capacity) then
       local want_r = math.min(rate, idiv(R * dn, den))
-      local room = idiv(math.max(capacity - (cur + prev), 0) * R, capacity) - (rcur + rprev)
+      local av = A.available(p, st, now)
+      local hold = math.max(av, cur + prev)
+      local room = idiv((capacity - math.min(math.max(hold, 0), capacity)) * R, capacity) - (rcur + rprev)
+      if av < 0 then
+        room = 0
+      end
       local avail_r = room
       if nodes > 1 and room > 1 then
         avail_r = math.max(math.min(drate, room), idiv(room, 2))
       end
       local gr = math.min(want_r, avail_r)
-      if gr > 0 and idiv(capacity * math.min(gr, R), R) >= 1 then
+      if gr >= 1000 and idiv(capacity * math.min(gr, R), R) >= 1 then
         rgrant = gr
         rcur = rcur + gr
         st = cap_rates(st, rcur + rprev)
