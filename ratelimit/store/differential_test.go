@@ -49,7 +49,7 @@ func (tw *twin) apply(t *testing.T, s *Store, b *wire.Batch, refused []bool, now
 				r := lease.SyncResult{Replay: true, Allowed: true, NowUs: rec.now}
 				if rec.seq == b.Seq {
 					o := rec.results[j]
-					r.Grant, r.Held, r.Epoch, r.ValidUs, r.LowWater, r.Rate = o.Grant, o.Held, o.Epoch, o.ValidUs, o.LowWater, o.Rate
+					r.Grant, r.Held, r.Epoch, r.ValidUs, r.LowWater, r.Rate, r.Stock = o.Grant, o.Held, o.Epoch, o.ValidUs, o.LowWater, o.Rate, o.Stock
 				}
 				r.RateAnswer = b.Deltas[i].Flags&wire.FlagRate != 0
 				out[i] = r

@@ -773,7 +773,7 @@ const deltaSize = 2 + 9*4 + 8 + 6*4
 
 // resultFields is the number of reply values per delta, each a little-endian float64
 // (the script's RESULT format).
-const resultFields = 17
+const resultFields = 18
 
 // parseResults checks the script's reply shape (lease.lua's {now, results}) and stores
 // the results of the deltas idx into res. It returns the server time of the call.
@@ -800,7 +800,7 @@ func parseResults(v any, idx []int, res []lease.SyncResult) (int64, error) {
 		res[i] = lease.SyncResult{
 			Replay: r[0] == 1, Allowed: r[1] == 1, Remaining: r[2], Grant: r[3], Held: r[4],
 			Epoch: uint32(r[5]), ValidUs: r[6], LowWater: r[7], ResetUs: r[8], RetryUs: r[9],
-			PenaltyUs: r[10], Level: r[11], Overshoot: r[12], Reclaimed: r[13], Clamped: r[14], Excess: r[15], Rate: r[16], NowUs: now,
+			PenaltyUs: r[10], Level: r[11], Overshoot: r[12], Reclaimed: r[13], Clamped: r[14], Excess: r[15], Rate: r[16], Stock: r[17], NowUs: now,
 		}
 	}
 	return now, nil

@@ -641,6 +641,7 @@ func (r *Record) applyLease(s *wire.State, sent *wire.Delta, now int64) {
 		r.Rate, r.RateEpoch, r.Stock, r.RateAtUs = 0, 0, 0, 0
 		if s.Flags&wire.StateRate != 0 && s.Rate > 0 && s.ValidMs > 0 {
 			r.Rate, r.RateEpoch, r.RateAtUs = int64(s.Rate), s.Epoch, now+1000
+			r.Stock = min(int64(s.Stock), RateCap(ParamsOf(sent), r.Rate))
 			r.LeaseUntilUs = min(r.LeaseUntilUs, until)
 		}
 	}

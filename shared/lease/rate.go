@@ -85,8 +85,11 @@ func (l *Leases) epochStartMs(k uint32, now, eMs int64) int64 {
 // accruing a new rate a millisecond after it hears of it, so rounding up never charges
 // less than it accrues). Leases of the stored epoch accrue until two epochs after its
 // start, those of the one before until one epoch after it: when they are reclaimed. The
-// fraction of a permit is kept (AccFrac).
-func (l *Leases) accrue(k uint32, now, eMs int64) (n, atMs int64) {
+// fraction of a permit is kept (AccFrac). The caller charges the n permits at fromMs,
+// when the accrual began: taken at now, a state that refilled to its capacity
+// meanwhile would lose the refill that paid for the accrual (a continuous charge never
+// does: the rates are at most the refill), and go into debt.
+func (l *Leases) accrue(k uint32, now, eMs int64) (n, atMs, fromMs int64) {
 	s := l.epochStartMs(k, now, eMs)
 	nowMs := ceilDiv(now, 1000)
 	at := s + l.AccOff
@@ -98,7 +101,7 @@ func (l *Leases) accrue(k uint32, now, eMs int64) (n, atMs int64) {
 		x += l.RatePrev * (end - at)
 	}
 	l.AccFrac = x % 1_000_000
-	return x / 1_000_000, max(at, nowMs)
+	return x / 1_000_000, max(at, nowMs), at
 }
 
 // rateEmpty reports that no rate lease is out.

@@ -193,7 +193,10 @@ type SyncResult struct {
 	// the delta asked with FlagRate (RateAnswer).
 	Rate       int64
 	RateAnswer bool
-	NowUs      int64 // server time of the call
+	// Stock is what the rate lease starts with (permits the state held beyond what the
+	// stocks leave it, taken from the state).
+	Stock int64
+	NowUs int64 // server time of the call
 }
 
 // maxReportWindows bounds the windows ReportBound counts (2^20: the bound stays below
@@ -241,10 +244,11 @@ func (r *SyncResult) Fill(st *wire.State) {
 	st.PenaltyInMs = clampU32(ceilMs(r.PenaltyUs))
 	st.PenaltyLevel = uint8(min(max(r.Level, 0), 255))
 	st.ServerMs = uint64(max(r.NowUs, 0) / 1000)
-	st.Rate = 0
+	st.Rate, st.Stock = 0, 0
 	if r.RateAnswer {
 		st.Flags |= wire.StateRate
 		st.Rate = clampU32(r.Rate)
+		st.Stock = clampU32(r.Stock)
 	}
 }
 
@@ -379,11 +383,11 @@ func Sync(b *Bucket, pen *Penalty, d *wire.Delta, now int64, cfg SyncConfig) Syn
 	// decision under the new rule.
 	R := RateOf(p)
 	r.RateAnswer = d.Flags&wire.FlagRate != 0
-	var accrued int64
+	var accrued, fromMs int64
 	accMs := int64(-1)
 	if !b.Leases.rateEmpty() {
 		if R > 0 && !win {
-			accrued, accMs = b.Leases.accrue(k, now, cfg.EpochMs)
+			accrued, accMs, fromMs = b.Leases.accrue(k, now, cfg.EpochMs)
 		} else {
 			b.Leases.RateCur, b.Leases.RatePrev = 0, 0
 		}
@@ -391,7 +395,7 @@ func Sync(b *Bucket, pen *Penalty, d *wire.Delta, now int64, cfg SyncConfig) Syn
 	r.Reclaimed = b.Leases.advance(k, j, win)
 	st := b.State
 	if accrued > 0 {
-		st = algo.Take(p, st, now, accrued)
+		st = algo.Take(p, st, fromMs*1000, accrued)
 	}
 	st = capRates(p, st, now, R, b.Leases.RateCur+b.Leases.RatePrev)
 	slot := b.Leases.slot(d.Epoch, j, win)
@@ -556,27 +560,31 @@ func Sync(b *Bucket, pen *Penalty, d *wire.Delta, now int64, cfg SyncConfig) Syn
 		// A rate lease, when the count cannot cover the gateway's demand (the bucket is
 		// spent: a key at its limit) and the bucket is not a cold start's: the gateway's
 		// share of the refill by demand, within what the stocks may reserve beside the
-		// counts out (ceil(C·Σrate/R) ≤ C − outstanding), renewing what it held and half
-		// of the rest at most when other gateways share the bucket (RATIONALE.md §3).
+		// counts out (ceil(C·Σrate/R) ≤ C − outstanding), what it held and half of the
+		// rest at most when other gateways share the bucket (RATIONALE.md §3).
 		if r.RateAnswer && R > 0 && capa > 0 && r.Held+r.Grant < demandTarget && first < 0 &&
 			(cfg.Nodes <= 1 || b.Leases.DemandCur+b.Leases.DemandPrev >= capa) {
-			// The stocks' share of the capacity, C·Σrate/R, stays within what neither the
-			// state nor the counts out hold: the state is never cut below what it holds
-			// (a bucket in debt grants no rate: the accrual would keep it there).
+			// The stocks' share of the capacity, C·Σrate/R, stays within what the counts
+			// out leave (a bucket in debt grants no rate: the accrual would keep it
+			// there).
 			wantR := min(rate, R*dn/den)
-			held := max(algo.Available(p, st, now), b.Leases.Outstanding())
-			room := (capa-min(max(held, 0), capa))*R/capa - (b.Leases.RateCur + b.Leases.RatePrev)
-			if algo.Available(p, st, now) < 0 {
+			room := max(capa-b.Leases.Outstanding(), 0)*R/capa - (b.Leases.RateCur + b.Leases.RatePrev)
+			a := algo.Available(p, st, now)
+			if a < 0 {
 				room = 0
 			}
 			availR := room
-			if cfg.Nodes > 1 && room > 1 {
-				availR = max(min(int64(d.Rate), room), room/2)
+			if held := min(int64(d.Rate), room); cfg.Nodes > 1 && room > 1 {
+				availR = max(held+(room-held)/2, room/2) // its own and half of the rest
 			}
 			if gr := min(wantR, availR); gr >= MinRate && RateCap(p, gr) >= 1 {
 				r.Rate = gr
 				b.Leases.RateCur += gr
-				st = capRates(p, st, now, R, b.Leases.RateCur+b.Leases.RatePrev) // rounding only
+				// What the state holds beyond C − Σ stocks (never a count out: the room
+				// above) moves into this lease's stock, at most its cap: nothing is lost
+				// to the cap, and the state's permits reach the gateways.
+				st = capRates(p, st, now, R, b.Leases.RateCur+b.Leases.RatePrev)
+				r.Stock = max(a-algo.Available(p, st, now), 0)
 			}
 		}
 	}

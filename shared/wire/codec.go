@@ -141,6 +141,7 @@ func AppendReply(dst []byte, r *Reply) ([]byte, error) {
 		dst = appendString(dst, s.Reason)
 		if s.Flags&StateRate != 0 {
 			dst = binary.AppendUvarint(dst, uint64(s.Rate))
+			dst = binary.AppendUvarint(dst, uint64(s.Stock))
 		}
 	}
 	return dst, nil
@@ -296,6 +297,7 @@ func (r *reader) reply(rep *Reply) error {
 		}
 		if s.Flags&StateRate != 0 {
 			s.Rate = r.u32("rate")
+			s.Stock = r.u32("stock")
 		}
 		if r.err != nil {
 			return r.err

@@ -3,9 +3,9 @@ package wire
 // Worst-case sizes of the fixed parts, for SplitDeltas: a batch header whose Seq and
 // RulesVersion take their longest varints, and a State whose numbers do.
 const (
-	maxBatchHeader = 1 + 10 + 10                               // version, seq, rules version (+ node, tag, count)
-	maxReplyHeader = 1 + 10 + 10 + 5                           // version, rules version, server time, nodes (+ tag, count)
-	maxStateFixed  = 1 + 1 + 10 + 9*5 + 1 + 10 + 1 + MaxTagLen // window, flags, remaining, 9 × u32 (rate included), level, server ms, reason
+	maxBatchHeader = 1 + 10 + 10                                // version, seq, rules version (+ node, tag, count)
+	maxReplyHeader = 1 + 10 + 10 + 5                            // version, rules version, server time, nodes (+ tag, count)
+	maxStateFixed  = 1 + 1 + 10 + 10*5 + 1 + 10 + 1 + MaxTagLen // window, flags, remaining, 10 × u32 (rate and stock included), level, server ms, reason
 )
 
 // EncodedBatchSize is the exact number of bytes AppendBatch writes for b (whether or
@@ -57,7 +57,7 @@ func StateSize(s *State) int {
 		n += uvarintLen(uint64(v))
 	}
 	if s.Flags&StateRate != 0 {
-		n += uvarintLen(uint64(s.Rate))
+		n += uvarintLen(uint64(s.Rate)) + uvarintLen(uint64(s.Stock))
 	}
 	return n
 }

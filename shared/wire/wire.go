@@ -24,7 +24,7 @@
 //	State: str Key, str Rule, u8 Window, u8 flags, sv Remaining, uv Lease, uv Held,
 //	       uv Epoch, uv ValidMs, uv LowWater, uv ResetInMs, uv RetryInMs,
 //	       uv PenaltyInMs, u8 PenaltyLevel, uv ServerMs, str Reason
-//	       [, uv Rate when flags has StateRate]
+//	       [, uv Rate, uv Stock when flags has StateRate]
 //
 // Version 1 (one batch per worker, leases kept per gateway in every bucket) is still
 // decoded by the service so that gateways not yet upgraded keep limiting during a
@@ -91,8 +91,8 @@ const (
 	// StateReplay: the delta belongs to a batch the service had applied already; the
 	// lease fields repeat what the first application granted and ServerMs is its time.
 	StateReplay
-	// StateRate says the state carries Rate after Reason: the rate lease granted to the
-	// gateway. The service sets it only in answer to a FlagRate delta.
+	// StateRate says the state carries Rate and Stock after Reason: the rate lease
+	// granted to the gateway and the stock it starts with. The service sets it only in answer to a FlagRate delta.
 	StateRate
 
 	stateFlags = StateAllowed | StateRefused | StateReplay | StateRate
@@ -197,8 +197,8 @@ type State struct {
 	Reason   string // why a StateRefused delta was refused
 	// Rate (with StateRate) is the rate lease granted, in milli-permits per second: the
 	// gateway's share of the bucket's refill, accrued locally while the lease is valid
-	// (RATIONALE.md §3, keys at their limit).
-	Rate uint32
+	// (RATIONALE.md §3, keys at their limit). Stock is what the lease starts with.
+	Rate, Stock uint32
 }
 
 // Allowed reports the StateAllowed flag.

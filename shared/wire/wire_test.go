@@ -118,7 +118,7 @@ func TestReplyRoundTrip(t *testing.T) {
 					Lease: math.MaxUint32, Held: math.MaxUint32, Epoch: math.MaxUint32, ValidMs: math.MaxUint32,
 					LowWater: math.MaxUint32, ResetInMs: math.MaxUint32,
 					RetryInMs: math.MaxUint32, PenaltyInMs: math.MaxUint32, PenaltyLevel: 255,
-					ServerMs: math.MaxUint64, Reason: long[:MaxTagLen], Rate: math.MaxUint32},
+					ServerMs: math.MaxUint64, Reason: long[:MaxTagLen], Rate: math.MaxUint32, Stock: math.MaxUint32},
 				{Remaining: math.MinInt64},
 			},
 		}},
@@ -499,7 +499,7 @@ func TestSplitDeltas(t *testing.T) {
 					Lease: math.MaxUint32, Held: math.MaxUint32, Epoch: math.MaxUint32, ValidMs: math.MaxUint32,
 					LowWater: math.MaxUint32, ResetInMs: math.MaxUint32, RetryInMs: math.MaxUint32,
 					PenaltyInMs: math.MaxUint32, ServerMs: math.MaxUint64, Reason: strings.Repeat("r", MaxTagLen),
-					Flags: StateRate, Rate: math.MaxUint32})
+					Flags: StateRate, Rate: math.MaxUint32, Stock: math.MaxUint32})
 			}
 			if size := EncodedReplySize(rep); size > maxBytes {
 				t.Errorf("worst reply to head is %d bytes > %d", size, maxBytes)
@@ -511,7 +511,7 @@ func TestSplitDeltas(t *testing.T) {
 					Lease: math.MaxUint32, Held: math.MaxUint32, Epoch: math.MaxUint32, ValidMs: math.MaxUint32,
 					LowWater: math.MaxUint32, ResetInMs: math.MaxUint32, RetryInMs: math.MaxUint32,
 					PenaltyInMs: math.MaxUint32, ServerMs: math.MaxUint64, Reason: strings.Repeat("r", MaxTagLen),
-					Flags: StateRate, Rate: math.MaxUint32})
+					Flags: StateRate, Rate: math.MaxUint32, Stock: math.MaxUint32})
 				if EncodedBatchSize(b) <= maxBytes && EncodedReplySize(rep) <= maxBytes {
 					t.Errorf("head of %d is not maximal: %d more fits", len(head), len(head)+1)
 				}

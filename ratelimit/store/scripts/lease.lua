@@ -42,7 +42,7 @@
 -- Returns {now_us, results}: results packs, per delta i, seventeen little-endian doubles
 -- (RESULT below, Go store.parseResults): replay, allowed, remaining, grant, held, epoch,
 -- valid_us, low_water, reset_in_us, retry_in_us, penalty_in_us, penalty_level,
--- overshoot, reclaimed, clamped, excess, rate. Every value is an integer below 2^53, exact in
+-- overshoot, reclaimed, clamped, excess, rate, stock. Every value is an integer below 2^53, exact in
 -- a double; one string instead of 16 integers per delta for the same reason.
 --
 -- All arithmetic is on integers below 2^53 (exact in doubles) and every number written
@@ -62,11 +62,11 @@ else
 end
 local U32 = 4294967296
 local DELTA = '<BBI4I4I4I4I4I4I4I4I4dI4I4I4I4I4I4'
-local RESULT = '<ddddddddddddddddd'
+local RESULT = '<dddddddddddddddddd'
 -- the idempotency record's lease fields per delta: grant, held, epoch, valid_us, low,
--- rate (records before rate leases: without rate, SAVED5)
-local SAVED = '<I4I4I4dI4I4'
-local SAVED_LEN = 28
+-- rate, stock (records before rate leases: without the last two, SAVED5)
+local SAVED = '<I4I4I4dI4I4I4'
+local SAVED_LEN = 32
 local SAVED5 = '<I4I4I4dI4'
 local SAVED5_LEN = 24
 local MAX_EPOCH_MS = 3600000
@@ -271,7 +271,7 @@ local function apply(a)
   local de = signed(k - epoch)
   local rempty = rcur == 0 and rprev == 0
   -- Rate leases accrued since the last call are charged first (Go Leases.accrue).
-  local accrued, acc_ms = 0, -1
+  local accrued, acc_ms, from_ms = 0, -1, 0
   local now_ms = cdiv(now, 1000)
   if not rempty then
     if R > 0 and not win then
@@ -289,6 +289,7 @@ local function apply(a)
       accrued = idiv(x, 1000000)
       afrac = x - accrued * 1000000
       acc_ms = math.max(at, now_ms)
+      from_ms = at
     else
       rcur, rprev = 0, 0
       rempty = true
@@ -312,7 +313,7 @@ local function apply(a)
     epoch = k
   end
   if accrued > 0 then
-    st = A.take(p, st, now, accrued)
+    st = A.take(p, st, from_ms * 1000, accrued) -- when the accrual began (Go Sync)
   end
   st = cap_rates(st, rcur + rprev)
   -- which outstanding amount the delta's lease counts in (Go Leases.slot)
@@ -456,7 +457,7 @@ local function apply(a)
 
   -- 6. Grant.
   local grant = 0
-  local rgrant = 0
+  local rgrant, rstock = 0, 0
   if not penalized and not strict_only and not nolease and (not acquire or allowed == 1) then
     local dn, den = math.min(rate, total), math.max(total, 1)
     if den > 1048576 then
@@ -499,21 +500,22 @@ local function apply(a)
     if rate_answer and R > 0 and capacity > 0 and held + grant < demand_target and first < 0 and
       (nodes <= 1 or dcur + dprev >= capacity) then
       local want_r = math.min(rate, idiv(R * dn, den))
+      local room = idiv(math.max(capacity - (cur + prev), 0) * R, capacity) - (rcur + rprev)
       local av = A.available(p, st, now)
-      local hold = math.max(av, cur + prev)
-      local room = idiv((capacity - math.min(math.max(hold, 0), capacity)) * R, capacity) - (rcur + rprev)
       if av < 0 then
         room = 0
       end
       local avail_r = room
+      local rheld = math.min(drate, room)
       if nodes > 1 and room > 1 then
-        avail_r = math.max(math.min(drate, room), idiv(room, 2))
+        avail_r = math.max(rheld + idiv(room - rheld, 2), idiv(room, 2))
       end
       local gr = math.min(want_r, avail_r)
       if gr >= 1000 and idiv(capacity * math.min(gr, R), R) >= 1 then
         rgrant = gr
         rcur = rcur + gr
         st = cap_rates(st, rcur + rprev)
+        rstock = math.max(av - A.available(p, st, now), 0)
       end
     end
   end
@@ -577,8 +579,8 @@ local function apply(a)
   if pen_us < 0 then
     pen_us = 0
   end
-  return struct.pack(RESULT, 0, allowed, remaining, grant, held, epoch, valid, low, reset, retry, pen_us, plevel, overshoot, reclaimed, clamped, excess, rgrant),
-    struct.pack(SAVED, grant, held, epoch, valid, low, rgrant)
+  return struct.pack(RESULT, 0, allowed, remaining, grant, held, epoch, valid, low, reset, retry, pen_us, plevel, overshoot, reclaimed, clamped, excess, rgrant, rstock),
+    struct.pack(SAVED, grant, held, epoch, valid, low, rgrant, rstock)
 end
 
 -- The idempotency record is "<seq>|<now>|" and SAVED per delta (binary). Records
@@ -602,7 +604,7 @@ if dfield ~= '' then
         local k = 0
         for x in string.gmatch(string.sub(rec, s2 + 1), '[^,]+') do
           k = k + 1
-          vals[math.floor((k - 1) / 5) * 6 + (k - 1) % 5 + 1] = tonumber(x)
+          vals[math.floor((k - 1) / 5) * 7 + (k - 1) % 5 + 1] = tonumber(x)
         end
       else
         local fmt, len = SAVED, SAVED_LEN
@@ -612,23 +614,24 @@ if dfield ~= '' then
         for i = 1, n do
           local at = s2 + 1 + (i - 1) * len
           if at + len - 1 <= #rec then
-            local g, h, e, v, l, r = struct.unpack(fmt, rec, at)
+            local g, h, e, v, l, r, k = struct.unpack(fmt, rec, at)
             if sep == ';' then
-              r = 0
+              r, k = 0, 0
             end
-            local b = (i - 1) * 6
-            vals[b + 1], vals[b + 2], vals[b + 3], vals[b + 4], vals[b + 5], vals[b + 6] = g, h, e, v, l, r
+            local b = (i - 1) * 7
+            vals[b + 1], vals[b + 2], vals[b + 3], vals[b + 4], vals[b + 5], vals[b + 6], vals[b + 7] = g, h, e, v, l, r, k
           end
         end
       end
       local res = {}
       for i = 1, n do
-        local g, h, e, v, l, r = 0, 0, 0, 0, 0, 0
+        local g, h, e, v, l, r, k = 0, 0, 0, 0, 0, 0, 0
         if rseq == seq then
-          local b = (i - 1) * 6
-          g, h, e, v, l, r = vals[b + 1] or 0, vals[b + 2] or 0, vals[b + 3] or 0, vals[b + 4] or 0, vals[b + 5] or 0, vals[b + 6] or 0
+          local b = (i - 1) * 7
+          g, h, e, v, l = vals[b + 1] or 0, vals[b + 2] or 0, vals[b + 3] or 0, vals[b + 4] or 0, vals[b + 5] or 0
+          r, k = vals[b + 6] or 0, vals[b + 7] or 0
         end
-        res[i] = struct.pack(RESULT, 1, 1, 0, g, h, e, v, l, 0, 0, 0, 0, 0, 0, 0, 0, r)
+        res[i] = struct.pack(RESULT, 1, 1, 0, g, h, e, v, l, 0, 0, 0, 0, 0, 0, 0, 0, r, k)
       end
       return {t0, table.concat(res)}
     end
