@@ -225,15 +225,16 @@ func DecideIn(dst algo.State, r *Record, p algo.Params, now, cost int64, env Env
 		return d
 	}
 	leaseTime := r.Synced() && now < r.LeaseUntilUs
-	if leaseTime && r.Rate > 0 && r.GlobalRemaining >= 0 {
+	if leaseTime && r.Rate > 0 && (r.GlobalRemaining >= 0 || r.Pending.Over == 0) {
 		// A rate lease: the gateway's share of the refill, accrued here. Within it the
 		// gateway decides alone, refusals included: when the stock cannot cover the
 		// cost, nothing else of the lease can and the service last said the bucket holds
 		// nothing unreserved, the request is refused with the wait the accrual gives,
 		// and the refusal is reported with the lease's next report (RateReportUs), not at
 		// the next sync (RATIONALE.md §3, keys at their limit). A bucket this gateway
-		// knows to be in debt (a response's charge) does not use it: the service grants
-		// no rate to a bucket in debt, and the debt is repaid first.
+		// put in debt itself (a response's charge beyond its lease, not reported yet)
+		// does not use it: the debt is repaid first (the service shrinks the rates of a
+		// bucket in debt).
 		r.accrueRate(p, now)
 		if r.RateAtUs != 0 && now-r.SyncedUs >= RateReportUs {
 			urgent(r, &d)

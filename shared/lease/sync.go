@@ -565,14 +565,12 @@ func Sync(b *Bucket, pen *Penalty, d *wire.Delta, now int64, cfg SyncConfig) Syn
 		if r.RateAnswer && R > 0 && capa > 0 && r.Held+r.Grant < demandTarget && first < 0 &&
 			(cfg.Nodes <= 1 || b.Leases.DemandCur+b.Leases.DemandPrev >= capa) {
 			// The stocks' share of the capacity, C·Σrate/R, stays within what the counts
-			// out leave (a bucket in debt grants no rate: the accrual would keep it
-			// there).
+			// out and the bucket's debt leave: a debt d leaves the state a net refill of
+			// at least R·d/C to repay it (the accrual is charged rounded up to the
+			// millisecond, so a bucket at its limit owes a permit now and then).
 			wantR := min(rate, R*dn/den)
-			room := max(capa-b.Leases.Outstanding(), 0)*R/capa - (b.Leases.RateCur + b.Leases.RatePrev)
 			a := algo.Available(p, st, now)
-			if a < 0 {
-				room = 0
-			}
+			room := max(capa-b.Leases.Outstanding()-max(-a, 0), 0)*R/capa - (b.Leases.RateCur + b.Leases.RatePrev)
 			availR := room
 			if held := min(int64(d.Rate), room); cfg.Nodes > 1 && room > 1 {
 				availR = max(held+(room-held)/2, room/2) // its own and half of the rest
@@ -584,7 +582,7 @@ func Sync(b *Bucket, pen *Penalty, d *wire.Delta, now int64, cfg SyncConfig) Syn
 				// above) moves into this lease's stock, at most its cap: nothing is lost
 				// to the cap, and the state's permits reach the gateways.
 				st = capRates(p, st, now, R, b.Leases.RateCur+b.Leases.RatePrev)
-				r.Stock = max(a-algo.Available(p, st, now), 0)
+				r.Stock = max(max(a, 0)-max(algo.Available(p, st, now), 0), 0)
 			}
 		}
 	}

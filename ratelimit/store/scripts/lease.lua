@@ -500,11 +500,8 @@ local function apply(a)
     if rate_answer and R > 0 and capacity > 0 and held + grant < demand_target and first < 0 and
       (nodes <= 1 or dcur + dprev >= capacity) then
       local want_r = math.min(rate, idiv(R * dn, den))
-      local room = idiv(math.max(capacity - (cur + prev), 0) * R, capacity) - (rcur + rprev)
       local av = A.available(p, st, now)
-      if av < 0 then
-        room = 0
-      end
+      local room = idiv(math.max(capacity - (cur + prev) - math.max(-av, 0), 0) * R, capacity) - (rcur + rprev)
       local avail_r = room
       local rheld = math.min(drate, room)
       if nodes > 1 and room > 1 then
@@ -515,7 +512,7 @@ local function apply(a)
         rgrant = gr
         rcur = rcur + gr
         st = cap_rates(st, rcur + rprev)
-        rstock = math.max(av - A.available(p, st, now), 0)
+        rstock = math.max(math.max(av, 0) - math.max(A.available(p, st, now), 0), 0)
       end
     end
   end
