@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"sort"
+	"strconv"
 	"testing"
 	"time"
 
@@ -189,7 +190,9 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 					x := rb[rr.IntN(len(rb))]
 					key, rl, tier, win, revisit = x.key, x.rule, x.tier, x.win, true
 				} else if rr.IntN(3) == 0 {
-					rl = "r5"
+					// its own caller keys: another rule's early refusals would penalize
+					// the key, and a penalized key gets no lease
+					rl, key = "r5", prefix+"-rate-"+strconv.Itoa(rr.IntN(2))
 				}
 				bk := BucketKey(key, rl, tier, win)
 				if used[bk] && rng.IntN(4) != 0 {
@@ -258,7 +261,7 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 					// beyond a lease, no early refusal (no penalty).
 					d.Flags &^= wire.FlagStrict | wire.FlagAcquire | wire.FlagWant | wire.FlagDegraded
 					d.Want, d.Over, d.Early, d.ElapsedMs = 0, 0, 0, uint32(900+rr.IntN(200))
-					d.Rejected = uint32(rr.IntN(2 * int(p.limit)))
+					d.Rejected = uint32(2*int(p.limit) + rr.IntN(int(p.limit))) // beyond its limit
 				}
 				b.Deltas = append(b.Deltas, d)
 			}

@@ -74,6 +74,11 @@ type Record struct {
 	// tells the service to stop counting.
 	Rate, Stock, RateAtUs, RateBack int64
 	RateEpoch                       uint32
+	// RateFrac is the part of a permit the rate had accrued when a report cut it
+	// (billionths of a permit: µs × milli-permits per second), carried into the next
+	// rate: the service charged it, and dropping it at every report lost half a permit
+	// per gateway and report.
+	RateFrac int64
 }
 
 // Pending is what a bucket's decisions consumed since its last report.
@@ -555,6 +560,13 @@ func Cut(r Record, p algo.Params, now int64, seq uint32, d *wire.Delta) Record {
 		// grant nor its stock overlaps the new one (RATIONALE.md §3).
 		d.Flags |= wire.FlagRate
 		d.Rate, d.RateUsed, d.RateEpoch = clampU32(r.Rate+r.RateBack), clampU32(pd.RateUsed), r.RateEpoch
+		r.RateFrac = 0
+		if r.RateLive(now) && r.RateAtUs != 0 && now > r.RateAtUs {
+			r.accrueRate(p, now)
+			if r.RateAtUs != 0 && now > r.RateAtUs {
+				r.RateFrac = min((now-r.RateAtUs)*r.Rate, 999_999_999)
+			}
+		}
 		r.Stock, r.RateAtUs, r.RateBack = 0, 0, 0
 	}
 	r.Pending = Pending{}
@@ -643,6 +655,9 @@ func (r *Record) applyLease(s *wire.State, sent *wire.Delta, now int64) {
 		if s.Flags&wire.StateRate != 0 && s.Rate > 0 && s.ValidMs > 0 {
 			r.Rate, r.RateEpoch, r.RateAtUs = int64(s.Rate), s.Epoch, now+1000
 			r.Stock = min(int64(s.Stock), RateCap(ParamsOf(sent), r.Rate))
+			// The part of a permit the old rate had accrued counts at the new rate
+			// (rounded down): less than one permit, within the new stock's cap.
+			r.RateAtUs -= r.RateFrac / r.Rate
 			r.LeaseUntilUs = min(r.LeaseUntilUs, until)
 		}
 	}
@@ -826,7 +841,8 @@ func (r *Record) LastSeen() int64 { return max(r.SyncedUs, r.AnnouncedUs, r.Used
 //	       rest of the value)
 //
 // Version 6 adds uvarints after Waiting: Pending.RateUsed, Rate, Stock, RateBack,
-// RateEpoch and RateAtUs (absolute µs); version 5 records decode with no rate lease.
+// RateEpoch, RateAtUs (absolute µs) and RateFrac; version 5 records decode with no rate
+// lease.
 // Versions 4 (no ParamsTag, a 61-byte header, and only the first six uvarints) and 3
 // (also with 32-bit relative times, ±24 days, and a 55-byte header) still decode, with
 // ParamsTag 0 and the cold-start fields 0, so records written before an upgrade keep
@@ -861,7 +877,7 @@ var (
 
 // MaxRecordSize bounds the encoded size for the fixed-size algorithms (counts below
 // 2^35, so five bytes a uvarint, and RateAtUs, a time in µs, ten at most).
-const MaxRecordSize = headerSize + 15*5 + 10 + algo.MaxStateSize
+const MaxRecordSize = headerSize + 16*5 + 10 + algo.MaxStateSize
 
 // ErrRecord reports an undecodable record.
 var ErrRecord = errors.New("lease: malformed record")
@@ -911,7 +927,7 @@ func AppendRecord(dst []byte, r *Record) []byte {
 		acq = max(ceilDiv(r.AcquireUntilUs, 1000)-floorDiv(base, 1000)+1, 0)
 	}
 	for _, v := range [...]int64{r.LowWater, r.Pending.Leased, r.Pending.Over, r.Pending.Returned, r.Pending.Rejected, r.Pending.Early, r.Cold, r.ColdCut, acq, r.Waiting,
-		r.Pending.RateUsed, r.Rate, r.Stock, r.RateBack, int64(r.RateEpoch), r.RateAtUs} {
+		r.Pending.RateUsed, r.Rate, r.Stock, r.RateBack, int64(r.RateEpoch), r.RateAtUs, r.RateFrac} {
 		dst = binary.AppendUvarint(dst, uint64(max(v, 0)))
 	}
 	return append(dst, r.Local...)
@@ -920,7 +936,7 @@ func AppendRecord(dst []byte, r *Record) []byte {
 // DecodeRecord decodes data into r, reusing r.Local's capacity.
 func DecodeRecord(data []byte, r *Record) error {
 	var l *recordLayout
-	nvals := 16
+	nvals := 17
 	switch {
 	case len(data) >= headerSize && data[0] == recordVersion:
 		l = &layout5
@@ -933,7 +949,7 @@ func DecodeRecord(data []byte, r *Record) error {
 	default:
 		return ErrRecord
 	}
-	var vals [16]int64
+	var vals [17]int64
 	i := l.header
 	for n := range vals[:nvals] {
 		v, k := binary.Uvarint(data[i:])
@@ -974,6 +990,7 @@ func DecodeRecord(data []byte, r *Record) error {
 	r.Pending = Pending{Leased: vals[1], Over: vals[2], Returned: vals[3], Rejected: vals[4], Early: vals[5], Degraded: f&flagDegraded != 0}
 	r.Cold, r.ColdCut, r.Waiting = vals[6], vals[7], vals[9]
 	r.Pending.RateUsed, r.Rate, r.Stock, r.RateBack, r.RateEpoch, r.RateAtUs = vals[10], vals[11], vals[12], vals[13], uint32(vals[14]), vals[15]
+	r.RateFrac = vals[16]
 	r.AcquireUntilUs = 0
 	if vals[8] > 0 {
 		r.AcquireUntilUs = (floorDiv(base, 1000) + vals[8] - 1) * 1000

@@ -498,10 +498,10 @@ local function apply(a)
     end
     -- a rate lease (Go Sync step 6)
     if rate_answer and R > 0 and capacity > 0 and held + grant < demand_target and first < 0 and
-      (nodes <= 1 or dcur + dprev >= capacity) then
+      (rate >= R or total * 100 >= R * 95) and (nodes <= 1 or dcur + dprev >= capacity) then
       local want_r = math.min(rate, idiv(R * dn, den))
       local av = A.available(p, st, now)
-      local room = idiv(math.max(capacity - (cur + prev) - math.max(-av, 0), 0) * R, capacity) - (rcur + rprev)
+      local room = idiv(math.max(capacity - (cur + prev) - math.max(-av - 1, 0), 0) * R, capacity) - (rcur + rprev)
       local avail_r = room
       local rheld = math.min(drate, room)
       if nodes > 1 and room > 1 then
