@@ -329,13 +329,40 @@ func (l *Leases) advance(k uint32, j int64, win bool) (reclaimed int64) {
 }
 
 // Advance moves b's leases to the lease epoch of now for a bucket of parameters p, as
-// the script does first on every call: what an ended epoch (or window) reserved stops
-// counting. It returns what it reclaimed. Readers of a stored bucket (the usage API)
-// call it so that they count what the script would, not what it last wrote.
+// the script does first on every call: the rate leases' accrual is charged to the state
+// and what an ended epoch (or window) reserved stops counting. It returns what it
+// reclaimed. Readers of a stored bucket (the usage API) call it so that they count what
+// the script would, not what it last wrote.
 func (b *Bucket) Advance(p algo.Params, now int64, cfg SyncConfig) int64 {
 	cfg = cfg.Normalized()
 	k, j, _, _, _ := epochClock(p, now, &cfg)
-	return b.Leases.advance(k, j, windowed(p))
+	reclaimed, _ := b.advance(p, now, k, j, &cfg)
+	return reclaimed
+}
+
+// advance is Advance at the epoch k (j within its window): the rate leases accrued
+// since the last call are charged first, at the rates of the epochs they were granted
+// in (rate.go), then the epochs move on and the state is cut to what the stocks leave
+// it. A bucket whose rule takes no rate lease any more (it changed) stops counting
+// them: its gateways give them back at their first decision under the new rule. It
+// returns what the epochs reclaimed and the time the accrual was charged to (-1: none).
+func (b *Bucket) advance(p algo.Params, now int64, k uint32, j int64, cfg *SyncConfig) (reclaimed, accMs int64) {
+	R, win := RateOf(p), windowed(p)
+	var accrued, fromMs int64
+	accMs = -1
+	if !b.Leases.rateEmpty() {
+		if R > 0 && !win {
+			accrued, accMs, fromMs = b.Leases.accrue(k, now, cfg.EpochMs)
+		} else {
+			b.Leases.RateCur, b.Leases.RatePrev = 0, 0
+		}
+	}
+	reclaimed = b.Leases.advance(k, j, win)
+	if accrued > 0 {
+		b.State = algo.Take(p, b.State, fromMs*1000, accrued)
+	}
+	b.State = capRates(p, b.State, now, R, b.Leases.RateCur+b.Leases.RatePrev)
+	return reclaimed, accMs
 }
 
 // empty reports a record with nothing outstanding and no demand counted.
@@ -377,27 +404,12 @@ func Sync(b *Bucket, pen *Penalty, d *wire.Delta, now int64, cfg SyncConfig) Syn
 	// 1. Epochs: leases of an ended epoch (or window) go back to the bucket. They were
 	// never taken from the state, so nothing is refunded: they just stop counting.
 	k, j, estart, elen, validUntil := epochClock(p, now, &cfg)
-	// Rate leases accrued since the last call are charged first, at the rates of the
-	// epochs they were granted in (rate.go). A bucket whose rule takes no rate lease any
-	// more (it changed) stops counting them: its gateways give them back at their first
-	// decision under the new rule.
+	// Rate leases accrued since the last call are charged first (Bucket.advance).
 	R := RateOf(p)
 	r.RateAnswer = d.Flags&wire.FlagRate != 0
-	var accrued, fromMs int64
-	accMs := int64(-1)
-	if !b.Leases.rateEmpty() {
-		if R > 0 && !win {
-			accrued, accMs, fromMs = b.Leases.accrue(k, now, cfg.EpochMs)
-		} else {
-			b.Leases.RateCur, b.Leases.RatePrev = 0, 0
-		}
-	}
-	r.Reclaimed = b.Leases.advance(k, j, win)
+	var accMs int64
+	r.Reclaimed, accMs = b.advance(p, now, k, j, &cfg)
 	st := b.State
-	if accrued > 0 {
-		st = algo.Take(p, st, fromMs*1000, accrued)
-	}
-	st = capRates(p, st, now, R, b.Leases.RateCur+b.Leases.RatePrev)
 	slot := b.Leases.slot(d.Epoch, j, win)
 
 	// 2. Consumption, charged now. What a lease covered stops being outstanding as it
