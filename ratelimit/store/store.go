@@ -749,8 +749,8 @@ func isRedisError(err error) bool {
 
 // packDelta encodes a delta's numbers as the script's DELTA format: kind and flags
 // (u8), leased, over, returned, held, rejected, early, epoch, elapsed_ms, limit (u32),
-// window_us (float64, exact below 2^53), burst, capacity, want, rate, rate_used and
-// rate_epoch (u32), little-endian.
+// window_us (float64, exact below 2^53), burst, capacity, want, rate, rate_used,
+// rate_epoch and rate_stock (u32), little-endian.
 func packDelta(d *wire.Delta, flags uint8) string {
 	p := lease.ParamsOf(d)
 	b := make([]byte, 0, deltaSize)
@@ -765,11 +765,12 @@ func packDelta(d *wire.Delta, flags uint8) string {
 	b = binary.LittleEndian.AppendUint32(b, d.Rate)
 	b = binary.LittleEndian.AppendUint32(b, d.RateUsed)
 	b = binary.LittleEndian.AppendUint32(b, d.RateEpoch)
+	b = binary.LittleEndian.AppendUint32(b, d.RateStock)
 	return string(b)
 }
 
 // deltaSize is the length of packDelta's encoding.
-const deltaSize = 2 + 9*4 + 8 + 6*4
+const deltaSize = 2 + 9*4 + 8 + 7*4
 
 // resultFields is the number of reply values per delta, each a little-endian float64
 // (the script's RESULT format).

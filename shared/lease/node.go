@@ -552,12 +552,13 @@ func Cut(r Record, p algo.Params, now int64, seq uint32, d *wire.Delta) Record {
 	if r.Synced() {
 		d.ElapsedMs = clampU32((now - r.SyncedUs) / 1000)
 	}
-	d.Rate, d.RateUsed, d.RateEpoch = 0, 0, 0
+	d.Rate, d.RateUsed, d.RateEpoch, d.RateStock = 0, 0, 0, 0
 	if RateOf(p) > 0 || r.Rate+r.RateBack > 0 {
 		// The gateway takes rate leases on this bucket. The rate it holds stops
-		// accruing and its stock is dropped until the reply brings the new rate: the
-		// service stops counting it when it applies this report, so neither the old
-		// grant nor its stock overlaps the new one (RATIONALE.md §3).
+		// accruing until the reply brings the new rate (the service stops counting it
+		// when it applies this report, so the old grant never overlaps the new one);
+		// its stock is kept, and the reply says how much of it the new lease covers
+		// (RATIONALE.md §3).
 		d.Flags |= wire.FlagRate
 		d.Rate, d.RateUsed, d.RateEpoch = clampU32(r.Rate+r.RateBack), clampU32(pd.RateUsed), r.RateEpoch
 		r.RateFrac = 0
@@ -567,7 +568,11 @@ func Cut(r Record, p algo.Params, now int64, seq uint32, d *wire.Delta) Record {
 				r.RateFrac = min((now-r.RateAtUs)*r.Rate, 999_999_999)
 			}
 		}
-		r.Stock, r.RateAtUs, r.RateBack = 0, 0, 0
+		if !r.RateLive(now) {
+			r.Stock = 0
+		}
+		d.RateStock = clampU32(r.Stock)
+		r.RateAtUs, r.RateBack = 0, 0
 	}
 	r.Pending = Pending{}
 	r.Urgent = false
@@ -591,7 +596,7 @@ func Uncut(r Record, d *wire.Delta, seq uint32) Record {
 	r.ColdCut = 0
 	if d.Flags&wire.FlagRate != 0 {
 		// The rate stopped with the cut and no reply brings a new one.
-		r.Rate = 0
+		r.Rate, r.Stock = 0, 0
 		r.Pending.RateUsed += int64(d.RateUsed)
 	}
 	r.Pending.Leased += int64(d.Leased)
@@ -651,10 +656,14 @@ func (r *Record) applyLease(s *wire.State, sent *wire.Delta, now int64) {
 		// The new rate (0 when the service granted none, or answered without rates)
 		// accrues from a millisecond after now: the service charges it from the
 		// millisecond after it granted it (rate.go).
+		stock := r.Stock
 		r.Rate, r.RateEpoch, r.Stock, r.RateAtUs = 0, 0, 0, 0
 		if s.Flags&wire.StateRate != 0 && s.Rate > 0 && s.ValidMs > 0 {
+			// The stock: what the service says it covers, less what the gateway used of
+			// the stock it reported since.
+			used := max(int64(sent.RateStock)-stock, 0)
 			r.Rate, r.RateEpoch, r.RateAtUs = int64(s.Rate), s.Epoch, now+1000
-			r.Stock = min(int64(s.Stock), RateCap(ParamsOf(sent), r.Rate))
+			r.Stock = max(min(int64(s.Stock), RateCap(ParamsOf(sent), r.Rate))-used, 0)
 			// The part of a permit the old rate had accrued counts at the new rate
 			// (rounded down): less than one permit, within the new stock's cap.
 			r.RateAtUs -= r.RateFrac / r.Rate

@@ -131,11 +131,24 @@ func TestDecideRateLease(t *testing.T) {
 	if r.Stock != 250 {
 		t.Errorf("stock %d after 9 s, want the cap 250", r.Stock)
 	}
-	// The report cuts the rate: its stock is dropped and the accrual paused until the
-	// reply, which the delta tells the service to stop counting.
+	// The report cuts the rate: the accrual pauses until the reply, the stock is kept
+	// and reported, and the delta tells the service to stop counting the rate.
 	var d wire.Delta
 	r = Cut(r, p, t0+9_000_000, 7, &d)
-	if d.Flags&wire.FlagRate == 0 || d.Rate != 250_000 || d.RateUsed != 2 || d.RateEpoch != 1 || r.Stock != 0 || r.RateAtUs != 0 {
+	if d.Flags&wire.FlagRate == 0 || d.Rate != 250_000 || d.RateUsed != 2 || d.RateEpoch != 1 || d.RateStock != 250 || r.Stock != 250 || r.RateAtUs != 0 {
 		t.Errorf("cut: delta %+v, record stock %d at %d", d, r.Stock, r.RateAtUs)
+	}
+	// Ten permits used from the stock while the report is in flight; the reply renews
+	// half the rate, whose cap (125) covers what the stock still holds: 125 − 10.
+	for range 10 {
+		if dd := DecideIn(nil, &r, p, t0+9_001_000, 1, env); !dd.Allowed {
+			t.Fatalf("refused with a stock of %d while the report is in flight", r.Stock)
+		}
+	}
+	st := wire.State{Flags: wire.StateRate, Rate: 125_000, Stock: 125, Epoch: 2, ValidMs: 10_000}
+	d.Algo, d.Limit, d.WindowMs = uint8(p.Kind), 1000, 1000
+	r, _ = ApplyReply(r, &st, &d, 7, t0+9_002_000)
+	if r.Rate != 125_000 || r.Stock != 115 || r.RateEpoch != 2 {
+		t.Errorf("after the reply: rate %d stock %d epoch %d, want 125000, 115, 2", r.Rate, r.Stock, r.RateEpoch)
 	}
 }

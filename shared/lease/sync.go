@@ -494,8 +494,12 @@ func Sync(b *Bucket, pen *Penalty, d *wire.Delta, now int64, cfg SyncConfig) Syn
 	}
 	// The rate lease the gateway held stops counting: it stopped accruing it when it cut
 	// this report, and the grant below gives it its rate anew.
+	// Its stock, within the released rate's cap, is what the new rate keeps (below).
+	var keep int64
 	if rs := b.Leases.rateSlot(d.RateEpoch, j, win); r.RateAnswer && rs != nil {
-		*rs -= min(int64(d.Rate), *rs)
+		held := min(int64(d.Rate), *rs)
+		*rs -= held
+		keep = min(int64(d.RateStock), RateCap(p, held))
 	}
 
 	// 5. Demand: the gateway's over the interval it reports, the bucket's over this
@@ -581,28 +585,39 @@ func Sync(b *Bucket, pen *Penalty, d *wire.Delta, now int64, cfg SyncConfig) Syn
 		// hold permits (the fleet simulation's client at 90 % of its limit saw 12-20 %
 		// false rejections with rates granted below the limit).
 		if r.RateAnswer && R > 0 && capa > 0 && r.Held+r.Grant < demandTarget && first < 0 &&
-			(rate >= R || total*100 >= R*95) &&
+			(cfg.Nodes <= 1 || rate >= R || total*100 >= R*95) &&
 			(cfg.Nodes <= 1 || b.Leases.DemandCur+b.Leases.DemandPrev >= capa) {
 			// The stocks' share of the capacity, C·Σrate/R, stays within what the counts
 			// out and the bucket's debt leave: a debt of d permits beyond the first leaves
 			// the state a net refill of R·(d−1)/C to repay it. The first is rounding: the
 			// accrual is charged to the millisecond rounded up, and a state a fraction of a
 			// permit short reads as one permit owed.
-			wantR := min(rate, R*dn/den)
+			// Its share of the bucket's demand (all of it alone): not its own demand,
+			// which at the limit is the refill give or take its noise (a client paced at
+			// its limit lost a fifth of its requests to leases sized by it).
+			wantR := R * dn / den
+			if cfg.Nodes <= 1 {
+				wantR = R
+			}
 			a := algo.Available(p, st, now)
 			room := max(capa-b.Leases.Outstanding()-max(-a-1, 0), 0)*R/capa - (b.Leases.RateCur + b.Leases.RatePrev)
 			availR := room
 			if held := min(int64(d.Rate), room); cfg.Nodes > 1 && room > 1 {
 				availR = max(held+(room-held)/2, room/2) // its own and half of the rest
 			}
-			if gr := min(wantR, availR); gr >= MinRate && RateCap(p, gr) >= 1 {
+			// At least the rate whose cap covers the stock the gateway keeps, where the
+			// room allows (it did for the rate released, unless counts or a debt grew).
+			gr := max(min(wantR, availR), min((keep*R+capa-1)/capa, max(room, 0)))
+			if gr >= MinRate && RateCap(p, gr) >= 1 {
 				r.Rate = gr
 				b.Leases.RateCur += gr
 				// What the state holds beyond C − Σ stocks (never a count out: the room
-				// above) moves into this lease's stock, at most its cap: nothing is lost
-				// to the cap, and the state's permits reach the gateways.
+				// above) moves into this lease's stock, beside what it keeps, at most its
+				// cap: nothing is lost to the cap, and the state's permits reach the
+				// gateways.
+				keep = min(keep, RateCap(p, gr))
 				st = capRates(p, st, now, R, b.Leases.RateCur+b.Leases.RatePrev)
-				r.Stock = max(max(a, 0)-max(algo.Available(p, st, now), 0), 0)
+				r.Stock = min(keep+max(max(a, 0)-max(algo.Available(p, st, now), 0), 0), RateCap(p, gr))
 			}
 		}
 	}

@@ -78,6 +78,7 @@ func AppendDelta(dst []byte, d *Delta) []byte {
 		dst = binary.AppendUvarint(dst, uint64(d.Rate))
 		dst = binary.AppendUvarint(dst, uint64(d.RateUsed))
 		dst = binary.AppendUvarint(dst, uint64(d.RateEpoch))
+		dst = binary.AppendUvarint(dst, uint64(d.RateStock))
 	}
 	return dst
 }
@@ -242,6 +243,7 @@ func (r *reader) batch(b *Batch) error {
 			d.Rate = r.u32("rate")
 			d.RateUsed = r.u32("rate_used")
 			d.RateEpoch = r.u32("rate_epoch")
+			d.RateStock = r.u32("rate_stock")
 		}
 		if r.err != nil {
 			return r.err

@@ -33,7 +33,7 @@ func DeltaSize(d *Delta) int {
 		n += uvarintLen(uint64(d.Want))
 	}
 	if d.Flags&FlagRate != 0 {
-		n += uvarintLen(uint64(d.Rate)) + uvarintLen(uint64(d.RateUsed)) + uvarintLen(uint64(d.RateEpoch))
+		n += uvarintLen(uint64(d.Rate)) + uvarintLen(uint64(d.RateUsed)) + uvarintLen(uint64(d.RateEpoch)) + uvarintLen(uint64(d.RateStock))
 	}
 	return n
 }

@@ -18,7 +18,7 @@
 //	Delta: str Key, str Rule, str Tier, u8 Window, u8 Flags, uv Leased, uv Over,
 //	       uv Returned, uv Held, uv Rejected, uv Early, uv Epoch, uv ElapsedMs,
 //	       u8 Algo, uv Limit, uv WindowMs, uv Burst[, uv Want when Flags has FlagWant]
-//	       [, uv Rate, uv RateUsed, uv RateEpoch when Flags has FlagRate]
+//	       [, uv Rate, uv RateUsed, uv RateEpoch, uv RateStock when Flags has FlagRate]
 //	Reply: u8 Version, uv RulesVersion, str RulesTag, sv ServerTimeUs, uv Nodes,
 //	       uv count, count × State
 //	State: str Key, str Rule, u8 Window, u8 flags, sv Remaining, uv Lease, uv Held,
@@ -153,6 +153,10 @@ type Delta struct {
 	// of that rate (it may differ from Epoch, the count lease's, when an acquire's lease
 	// of another epoch is held beside it).
 	Rate, RateUsed, RateEpoch uint32
+	// RateStock is what that rate's stock held when the report was cut: the gateway
+	// keeps it (without accruing) until the reply, which says how much of it the new
+	// rate lease covers.
+	RateStock uint32
 }
 
 // Reply is the service's answer to a Batch.

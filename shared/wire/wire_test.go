@@ -76,7 +76,7 @@ func TestBatchRoundTrip(t *testing.T) {
 				Held: math.MaxUint32, Rejected: math.MaxUint32, Early: math.MaxUint32, Epoch: math.MaxUint32,
 				ElapsedMs: math.MaxUint32, Algo: 255, Limit: math.MaxUint32,
 				WindowMs: math.MaxUint32, Burst: math.MaxUint32, Want: math.MaxUint32,
-				Rate: math.MaxUint32, RateUsed: math.MaxUint32, RateEpoch: math.MaxUint32,
+				Rate: math.MaxUint32, RateUsed: math.MaxUint32, RateEpoch: math.MaxUint32, RateStock: math.MaxUint32,
 			}},
 		}},
 		{"max deltas", sampleBatch(MaxDeltas)},

@@ -34,8 +34,8 @@
 --               (1 strict, 2 want, 4 degraded, 8 acquire, 128 no lease: set by the
 --               service only), leased, over, returned, held, rejected, early, epoch,
 --               elapsed_ms, limit (u32 each), window_us (double), burst, capacity, want,
---               rate, rate_used, rate_epoch (u32; flag 16: a gateway that takes rate
---               leases). One string instead of eighteen arguments: Redis makes an object of
+--               rate, rate_used, rate_epoch, rate_stock (u32; flag 16: a gateway that
+--               takes rate leases). One string instead of nineteen arguments: Redis makes an object of
 --               every argument and the script a number of every string, which cost more
 --               than the delta's arithmetic.
 --
@@ -61,7 +61,7 @@ else
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local U32 = 4294967296
-local DELTA = '<BBI4I4I4I4I4I4I4I4I4dI4I4I4I4I4I4'
+local DELTA = '<BBI4I4I4I4I4I4I4I4I4dI4I4I4I4I4I4I4'
 local RESULT = '<dddddddddddddddddd'
 -- the idempotency record's lease fields per delta: grant, held, epoch, valid_us, low,
 -- rate, stock (records before rate leases: without the last two, SAVED5)
@@ -209,7 +209,7 @@ local NARG = 3
 
 local function apply(a)
   local bkey, pkey = ARGV[a], ARGV[a + 1]
-  local kind, flags, leased, over, returned, held_in, rejected, early, depoch, elapsed, limit, window_us, burst, capacity, want_in, drate, drate_used, drate_epoch =
+  local kind, flags, leased, over, returned, held_in, rejected, early, depoch, elapsed, limit, window_us, burst, capacity, want_in, drate, drate_used, drate_epoch, drate_stock =
     struct.unpack(DELTA, ARGV[a + 2])
   local A = ALGOS[kind]
   local strict_only = flags % 2 == 1
@@ -433,11 +433,21 @@ local function apply(a)
     end
   end
   cur = cur + held
-  -- the rate the gateway held stops counting (Go Sync step 4)
-  if rate_answer and rslot == 'cur' then
-    rcur = rcur - math.min(drate, rcur)
-  elseif rate_answer and rslot == 'prev' then
-    rprev = rprev - math.min(drate, rprev)
+  -- the rate the gateway held stops counting; its stock, within that rate's cap, is
+  -- what the new rate keeps (Go Sync step 4)
+  local keep = 0
+  if rate_answer and rslot then
+    local rheld
+    if rslot == 'cur' then
+      rheld = math.min(drate, rcur)
+      rcur = rcur - rheld
+    else
+      rheld = math.min(drate, rprev)
+      rprev = rprev - rheld
+    end
+    if R > 0 and rheld > 0 then
+      keep = math.min(drate_stock, idiv(capacity * math.min(rheld, R), R))
+    end
   end
 
   -- 5. Demand (milli-permits per second): the gateway's over the reported interval, the
@@ -498,8 +508,11 @@ local function apply(a)
     end
     -- a rate lease (Go Sync step 6)
     if rate_answer and R > 0 and capacity > 0 and held + grant < demand_target and first < 0 and
-      (rate >= R or total * 100 >= R * 95) and (nodes <= 1 or dcur + dprev >= capacity) then
-      local want_r = math.min(rate, idiv(R * dn, den))
+      (nodes <= 1 or rate >= R or total * 100 >= R * 95) and (nodes <= 1 or dcur + dprev >= capacity) then
+      local want_r = idiv(R * dn, den)
+      if nodes <= 1 then
+        want_r = R
+      end
       local av = A.available(p, st, now)
       local room = idiv(math.max(capacity - (cur + prev) - math.max(-av - 1, 0), 0) * R, capacity) - (rcur + rprev)
       local avail_r = room
@@ -507,12 +520,14 @@ local function apply(a)
       if nodes > 1 and room > 1 then
         avail_r = math.max(rheld + idiv(room - rheld, 2), idiv(room, 2))
       end
-      local gr = math.min(want_r, avail_r)
-      if gr >= 1000 and idiv(capacity * math.min(gr, R), R) >= 1 then
+      local gr = math.max(math.min(want_r, avail_r), math.min(cdiv(keep * R, capacity), math.max(room, 0)))
+      local gcap = idiv(capacity * math.min(gr, R), R)
+      if gr >= 1000 and gcap >= 1 then
         rgrant = gr
         rcur = rcur + gr
+        keep = math.min(keep, gcap)
         st = cap_rates(st, rcur + rprev)
-        rstock = math.max(math.max(av, 0) - math.max(A.available(p, st, now), 0), 0)
+        rstock = math.min(keep + math.max(math.max(av, 0) - math.max(A.available(p, st, now), 0), 0), gcap)
       end
     end
   end
