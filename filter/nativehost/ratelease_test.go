@@ -14,7 +14,8 @@ import (
 // §3, keys at their limit), and the fleet stays within the bound §3 derives for them:
 // over any interval of length T at most C + R·T permits (C the capacity, R the refill
 // rate), plus what the cold-start allowances admitted before the first reports (C/20 at
-// most). Every 1 s interval and the whole run are checked. Requests held for an acquire
+// most); the overlap term of a shrinking share lasts a round trip, which callouts
+// answered at once here do not have. Every 1 s interval and the whole run are checked. Requests held for an acquire
 // stay below 1 % of the requests, and the fleet admits at least 90 % of what one
 // perfect bucket admits (75 % when a gateway dies: its share stays reserved until its
 // lease epoch is reclaimed, up to two epochs, 40 s). Traffic spread evenly, skewed to
