@@ -120,8 +120,8 @@ func TestDecideRateLease(t *testing.T) {
 			}
 		}
 	}
-	if admitted != 2 || r.Pending.RateUsed != 2 || r.Pending.Rejected != 3 {
-		t.Errorf("%d admitted, pending %+v; want 2 admitted out of the stock, 3 refused", admitted, r.Pending)
+	if admitted != 2 || r.Pending.RateUsed != 2 || r.Pending.Rejected != 3 || r.Pending.Early != 0 {
+		t.Errorf("%d admitted, pending %+v; want 2 admitted out of the stock, 3 refused, none early (no penalty)", admitted, r.Pending)
 	}
 	if r.Urgent {
 		t.Errorf("a refusal within a rate lease asked for the next sync; it waits for the lease's report")
