@@ -350,7 +350,8 @@ func (p *Plugin) shape(now int64, op *bucketOp, env lease.Env) {
 	*d = lease.Decision{
 		Allowed: true, Degraded: d.Degraded, ResetUs: reset,
 		Leased: op.next.Pending.Leased - before.Leased, Over: op.next.Pending.Over - before.Over,
-		Urgent: op.next.Urgent && !op.s.rec.Urgent,
+		RateUsed: op.next.Pending.RateUsed - before.RateUsed,
+		Urgent:   op.next.Urgent && !op.s.rec.Urgent,
 	}
 	op.delayUs = max(wait, 1)
 }

@@ -642,6 +642,9 @@ func (s *syncer) apply(now int64, st *wire.State, d *wire.Delta, id string, seq 
 			// The service will never take this delta: forget it.
 			if rec.CutSeq == seq {
 				rec.CutSeq = 0
+				if d.Flags&wire.FlagRate != 0 {
+					rec.Rate, rec.Stock = 0, 0 // it stopped accruing with the cut, and nothing renews it
+				}
 			}
 			p.m.inc(p.m.deltasRefused)
 		} else {

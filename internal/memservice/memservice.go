@@ -116,8 +116,9 @@ func (sv *Service) Apply(b *wire.Batch, now int64, check bool) *wire.Reply {
 					r := lease.SyncResult{Replay: true, Allowed: true, NowUs: rec.now}
 					if rec.seq == b.Seq && j < len(rec.results) {
 						o := rec.results[j]
-						r.Grant, r.Held, r.Epoch, r.ValidUs, r.LowWater = o.Grant, o.Held, o.Epoch, o.ValidUs, o.LowWater
+						r.Grant, r.Held, r.Epoch, r.ValidUs, r.LowWater, r.Rate, r.Stock = o.Grant, o.Held, o.Epoch, o.ValidUs, o.LowWater, o.Rate, o.Stock
 					}
+					r.RateAnswer = b.Deltas[i].Flags&wire.FlagRate != 0
 					r.Fill(&rep.States[i])
 					sv.Replays++
 				}
