@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tollgate-rl/tollgate/e2e/internal/harness"
+	"github.com/tollgate-rl/tollgate/internal/redistest"
 )
 
 // degradedBound is the product's bound on how long after the sync service stops
@@ -75,9 +76,11 @@ func (p *workerProbe) run(ctx context.Context, c *harness.Client, url, key strin
 // the time from the stop to the first answer carrying the degraded marker
 // (X-RateLimit-Policy: degraded) on each worker of a gateway (2 workers, the shipped
 // sync settings: interval 100 ms, timeout 250 ms, breaker_failures 3). A stopped service
-// (SIGKILL: its port refuses connections) and a hung one (SIGSTOP: the kernel accepts
-// connections and requests, nothing answers) are both "the service stops answering";
-// the product bounds the marker's delay by 250 ms at the 99th percentile. Between
+// (SIGKILL: its port refuses connections), a hung one (SIGSTOP: the kernel accepts
+// connections and requests, nothing answers) and a service up whose Redis is hung
+// (SIGSTOP on redis-server: the service answers its liveness probe 503) are all "the
+// service stops answering"; the product bounds the marker's delay by 250 ms at the 99th
+// percentile. Between
 // trials the service is restarted (or continued) and both workers must answer healthy
 // again, so each trial starts from a healthy gateway. A fail-open rule never refuses or
 // fails a request meanwhile. It runs on every host: 20 trials on the wazero host, 8 on
@@ -92,20 +95,39 @@ func testDegradedMarker(t *testing.T, host string) {
 	if onEnvoy(host) && !fullLength() {
 		trials = 8
 	}
+	// Each mode stops what its name says and restores it; "redis-paused" runs its
+	// service on a Redis of its own (the shared cluster serves the other scenarios).
+	type target struct {
+		svc   *harness.Service
+		redis *redistest.Server
+	}
 	modes := []struct {
 		name          string
-		stop, restore func(*harness.Service) error
+		ownRedis      bool
+		stop, restore func(target) error
 	}{
-		{"stopped", (*harness.Service).Kill, (*harness.Service).Restart},
-		{"hung", (*harness.Service).Pause, (*harness.Service).Resume},
+		{"stopped", false, func(x target) error { return x.svc.Kill() }, func(x target) error { return x.svc.Restart() }},
+		{"hung", false, func(x target) error { return x.svc.Pause() }, func(x target) error { return x.svc.Resume() }},
+		{"redis-paused", true, func(x target) error { return x.redis.Pause() }, func(x target) error { return x.redis.Resume() }},
 	}
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
-			svc, err := harness.StartService(e.serviceConfig(sharedServiceArgs...))
+			cfg := e.serviceConfig(sharedServiceArgs...)
+			var x target
+			if m.ownRedis {
+				srv, err := redistest.Launch(redistest.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(srv.Stop)
+				x.redis, cfg.RedisMode, cfg.RedisAddrs = srv, "standalone", srv.Addrs()
+			}
+			svc, err := harness.StartService(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(svc.Stop)
+			x.svc = svc
 			gw, err := harness.StartGateway(harness.GatewayConfig{
 				Host: host, Wasm: e.bins.Wasm, Workers: 2, NodeID: uniqueKey("degraded-" + m.name),
 				Rules: []byte(`{"rules":[{"id":"deg","match":{"prefix":"/deg"},"limit":1000000,"window":"1m"}]}`),
@@ -156,7 +178,7 @@ func testDegradedMarker(t *testing.T, host string) {
 					p.armedAt, p.firstDegraded = stopAt, time.Time{}
 					p.mu.Unlock()
 				}
-				if err := m.stop(svc); err != nil {
+				if err := m.stop(x); err != nil {
 					t.Fatal(err)
 				}
 				lat := make([]time.Duration, len(probes))
@@ -177,7 +199,7 @@ func testDegradedMarker(t *testing.T, host string) {
 					p.armedAt = time.Time{}
 					p.mu.Unlock()
 				}
-				if rerr := m.restore(svc); rerr != nil {
+				if rerr := m.restore(x); rerr != nil {
 					t.Fatalf("trial %d: restore the service: %v", trial, rerr)
 				}
 				if err != nil {

@@ -27,7 +27,8 @@ const rlsRules = `{"rules": [{"id": "mixed", "limit": 100, "window": "1h",
 
 // TestRLSAndWasmShareOneQuota: a real gRPC client calls ShouldRateLimit for a key
 // while the compiled Wasm filter admits HTTP requests for the same key under the same
-// rule, through one service (its own Redis, so the rule set it holds is this test's).
+// rule, through one service (its own Redis, so the rule set it holds is this test's),
+// which decides the gRPC calls from its leases.
 // Each path sees what the other spent, and the two together admit no more than one
 // limit (100 per hour, token bucket: its capacity plus the refill over the run) plus
 // the fleet goal of RATIONALE.md §3 (1 %).
@@ -94,8 +95,10 @@ func TestRLSAndWasmShareOneQuota(t *testing.T) {
 		t.Errorf("the filter's remaining after the gRPC path spent 50 of 100 and it admitted 1: %d, want <= 49", r)
 	}
 
-	// 2. The filter admits 19 more; the gRPC path's remaining then reflects all 70 (and
-	// whatever lease the gateway holds beyond them, which counts as taken).
+	// 2. The filter admits 19 more. The service decides from its lease (a replica is a
+	// node of the fleet like the gateway): its remaining is its lease plus what Redis
+	// last told it was unreserved, which learns of the filter's 20 at the replica's next
+	// reply for the key, so it is at most what it was after its own 50.
 	for i := 0; i < 19; i++ {
 		if a := e.client.Get(ctx, gw.URL, "/x", key); !a.OK() {
 			t.Fatalf("gateway request %d of 20: %d %s", i+2, a.Status, a.Body)
@@ -110,8 +113,8 @@ func TestRLSAndWasmShareOneQuota(t *testing.T) {
 		t.Fatalf("ShouldRateLimit after 70 of 100: %v", resp.OverallCode)
 	}
 	admitted++
-	if r := resp.Statuses[0].LimitRemaining; r > 29 {
-		t.Errorf("the gRPC path's remaining after the filter admitted 20 and it spent 51 of 100: %d, want <= 29", r)
+	if r := resp.Statuses[0].LimitRemaining; r > 49 {
+		t.Errorf("the gRPC path's remaining after it spent 51 of 100: %d, want <= 49", r)
 	}
 
 	// 3. Both paths at once until both refuse: together they admit at most one limit.
@@ -172,6 +175,121 @@ func TestRLSAndWasmShareOneQuota(t *testing.T) {
 	}
 	if float64(admitted) < 0.9*allowance {
 		t.Errorf("both paths admitted only %d of %.2f: a path refused what the quota held", admitted, allowance)
+	}
+}
+
+// TestRLSReplicasAndGatewaysOneQuota: two service replicas, each deciding its gRPC
+// calls from its own leases, and two gateways running the compiled Wasm filter, all on
+// one key of one rule (its own Redis). Callers on all four at once until every one is
+// refused: the fleet of four nodes admits at most one limit (its capacity plus the
+// refill over the run) plus the cold-start bound of RATIONALE.md §3 (5 %).
+func TestRLSReplicasAndGatewaysOneQuota(t *testing.T) {
+	e := sharedEnv(t)
+	rds, err := redistest.Launch(redistest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rds.Stop)
+	var svcAddrs, rlsAddrs []string
+	for i := 0; i < 2; i++ {
+		addr := freeAddr(t)
+		svc, err := harness.StartService(harness.ServiceConfig{Bin: e.bins.Service, RedisAddrs: rds.Addrs(),
+			AdminToken: adminToken, SyncSecret: syncSecret,
+			Args: []string{"--rls-listen", addr, "--penalty-base", "1ms", "--penalty-max", "1ms"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(svc.Stop)
+		if i == 0 {
+			if _, err := (harness.Admin{Base: svc.URL(), Token: adminToken}).PutRules([]byte(rlsRules)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		svcAddrs, rlsAddrs = append(svcAddrs, svc.Addr()), append(rlsAddrs, addr)
+	}
+	gws := e.fleetOn(t, harness.Wazero, svcAddrs, uniqueKey("rls2x2"), 2, rlsRules, true, harness.Sync{ExpectedNodes: 4})
+	var clients []rlsv3.RateLimitServiceClient
+	for _, addr := range rlsAddrs {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		clients = append(clients, rlsv3.NewRateLimitServiceClient(conn))
+	}
+	key := uniqueKey("sk_rls2x2")
+	ctx := ctxFor(t, 2*time.Minute)
+	rls := func(c rlsv3.RateLimitServiceClient) (*rlsv3.RateLimitResponse, error) {
+		cctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+syncSecret), 5*time.Second)
+		defer cancel()
+		return c.ShouldRateLimit(cctx, &rlsv3.RateLimitRequest{Domain: "e2e",
+			Descriptors: []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "api_key", Value: key}}}}})
+	}
+	start := time.Now()
+	deadline := start.Add(30 * time.Second)
+	var mu sync.Mutex
+	admitted := make([]int, 4) // replica 1, replica 2, gateway 1, gateway 2
+	var grpcErrs, degraded int
+	var wg sync.WaitGroup
+	for n := 0; n < 4; n++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for refusedInARow := 0; refusedInARow < 20 && time.Now().Before(deadline); {
+				ok := false
+				if n < 2 {
+					resp, err := rls(clients[n])
+					mu.Lock()
+					if err != nil {
+						grpcErrs++
+					} else {
+						ok = resp.OverallCode == rlsv3.RateLimitResponse_OK
+						for _, h := range resp.ResponseHeadersToAdd {
+							if h.Key == "x-ratelimit-policy" && h.Value == "degraded" {
+								degraded++
+							}
+						}
+					}
+				} else {
+					a := e.client.Get(ctx, gws[n-2].URL, "/x", key)
+					mu.Lock()
+					ok = a.OK()
+					if a.Get("X-RateLimit-Policy") == "degraded" {
+						degraded++
+					}
+				}
+				if ok {
+					admitted[n]++
+					refusedInARow = 0
+				} else {
+					refusedInARow++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	span := time.Since(start)
+	total := admitted[0] + admitted[1] + admitted[2] + admitted[3]
+	allowance := 100 + 100*span.Hours()
+	bound := allowance * 1.05
+	logTable(t, "two replicas (gRPC, leases) and two Wasm gateways on one key", harness.KV(
+		"limit", "100 per hour (token bucket)",
+		"admitted: replica 1 / replica 2 / gateway 1 / gateway 2", fmt.Sprintf("%d / %d / %d / %d", admitted[0], admitted[1], admitted[2], admitted[3]),
+		"total admitted", fmt.Sprint(total),
+		"gRPC errors / degraded answers", fmt.Sprintf("%d / %d", grpcErrs, degraded),
+		"allowance (capacity + refill over the run)", fmt.Sprintf("%.2f (span %v), bound +5%%: %.2f", allowance, span.Round(time.Millisecond), bound),
+	))
+	if grpcErrs > 0 {
+		t.Errorf("%d ShouldRateLimit calls failed", grpcErrs)
+	}
+	if degraded > 0 {
+		t.Logf("%d degraded answers: the fleet bound is for a healthy fleet (RATIONALE.md §3)", degraded)
+	} else if float64(total) > bound {
+		t.Errorf("the fleet admitted %d, over the bound %.2f", total, bound)
+	}
+	if float64(total) < 0.9*allowance {
+		t.Errorf("the fleet admitted only %d of %.2f: a node refused what the quota held", total, allowance)
 	}
 }
 

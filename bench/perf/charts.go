@@ -301,3 +301,53 @@ func ChartMesh(points []SimPoint, path string) error {
 	legendRoom(bottom, state)
 	return savePanels(path, top, bottom)
 }
+
+// LatencyLine is one limiter's latency percentiles against the offered rate.
+type LatencyLine struct {
+	Label           string
+	Rate            []float64 // requests/s offered
+	P50, P99, P99p9 []float64 // ms
+}
+
+// ChartLatencyVsRate draws p50, p99 and p99.9 (three panels, log scale) against the
+// offered rate, one line per limiter.
+func ChartLatencyVsRate(title string, lines []LatencyLine, path string) error {
+	panels := []struct {
+		name string
+		get  func(LatencyLine) []float64
+	}{
+		{"p50", func(l LatencyLine) []float64 { return l.P50 }},
+		{"p99", func(l LatencyLine) []float64 { return l.P99 }},
+		{"p99.9", func(l LatencyLine) []float64 { return l.P99p9 }},
+	}
+	var plots []*plot.Plot
+	for i, pn := range panels {
+		t, x := "", ""
+		if i == 0 {
+			t = title
+		}
+		if i == len(panels)-1 {
+			x = "offered requests/s (open loop, Poisson; latency from the scheduled time)"
+		}
+		p := newPlot(t, x, pn.name+" ms (log scale)")
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+		var ss []series
+		for _, l := range lines {
+			s := series{label: l.Label}
+			for j, r := range l.Rate {
+				s.xy = append(s.xy, plotter.XY{X: r, Y: max(pn.get(l)[j], 0.01)})
+			}
+			ss = append(ss, s)
+		}
+		if err := addLines(p, ss); err != nil {
+			return err
+		}
+		if i > 0 { // one legend, in the top panel
+			p.Legend = plot.New().Legend
+		}
+		p.Legend.Left = true
+		plots = append(plots, p)
+	}
+	return savePanels(path, plots...)
+}

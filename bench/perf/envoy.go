@@ -44,6 +44,9 @@ type EnvoyOptions struct {
 	// NoFilter removes the Wasm filter from the listener's chain: Envoy's own cost, the
 	// baseline a module's is measured above.
 	NoFilter bool
+	// Edit, when set, rewrites the substituted bootstrap last: how a benchmark swaps the
+	// Wasm filter for another limiter while keeping the rest of the shipped file.
+	Edit func(cfg []byte) ([]byte, error)
 }
 
 // StartEnvoy writes the module and the substituted bootstrap to a directory of its own
@@ -80,6 +83,11 @@ func StartEnvoy(ctx context.Context, dir string, o EnvoyOptions) (*Envoy, error)
 	}
 	if o.NoFilter {
 		if cfg, err = withoutWasmFilter(cfg); err != nil {
+			return nil, err
+		}
+	}
+	if o.Edit != nil {
+		if cfg, err = o.Edit(cfg); err != nil {
 			return nil, err
 		}
 	}

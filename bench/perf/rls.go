@@ -70,8 +70,9 @@ type Process struct {
 
 // StartProcess runs bin against the standalone Redis at redisAddr with the benchmark's
 // sync secret and admin token (as files), the admin API on the HTTP listener and the
-// rate limit service on a loopback port, and returns once it listens.
-func StartProcess(bin, redisAddr string) (*Process, error) {
+// rate limit service on a loopback port, with args added (--rls-leases=false), and
+// returns once it listens.
+func StartProcess(bin, redisAddr string, args ...string) (*Process, error) {
 	dir, err := os.MkdirTemp("", "tollgate-bench-secrets-")
 	if err != nil {
 		return nil, fmt.Errorf("temp dir: %w", err)
@@ -85,6 +86,7 @@ func StartProcess(bin, redisAddr string) (*Process, error) {
 	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--admin-listen", "shared", "--rls-listen", "127.0.0.1:0",
 		"--redis-addrs", redisAddr, "--sync-secret-file", filepath.Join(dir, "sync-secret"),
 		"--admin-token-file", filepath.Join(dir, "admin-token"), "--log-format", "json")
+	cmd.Args = append(cmd.Args, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	var env []string
 	for _, kv := range os.Environ() {
@@ -261,15 +263,16 @@ func (r RLSResult) per(d time.Duration) float64 {
 	return float64(d.Microseconds()) / float64(r.Load.Checks)
 }
 
-// ServiceCPUPerCheck, ClientCPUPerCheck and RedisCPUPerCheck are µs per check.
+// ServiceCPUPerCheck, ClientCPUPerCheck and RedisCPUPerCheck are µs per check (Redis:
+// the redis-server process's CPU from /proc, all its threads).
 func (r RLSResult) ServiceCPUPerCheck() float64 { return r.per(r.ServiceCPU) }
 func (r RLSResult) ClientCPUPerCheck() float64  { return r.per(r.ClientCPU) }
-func (r RLSResult) RedisCPUPerCheck() float64   { return r.Load.RedisCPUPerCheck() }
+func (r RLSResult) RedisCPUPerCheck() float64   { return r.Load.RedisWholeCPUPerCheck() }
 
 // ChecksPerCore is checks per CPU second of every process involved (service, Redis and
 // the load generator): what one core of the whole arrangement answers.
 func (r RLSResult) ChecksPerCore() float64 {
-	cpu := r.ServiceCPU.Seconds() + r.ClientCPU.Seconds() + r.Load.Redis.CPU
+	cpu := r.ServiceCPU.Seconds() + r.ClientCPU.Seconds() + r.Load.Redis.WholeCPU()
 	if cpu <= 0 {
 		return 0
 	}
@@ -392,15 +395,21 @@ func RunRLSRedisRate(rdb *redis.Client, o LoadOptions) (RLSResult, error) {
 	return res, nil
 }
 
-// RLSComparison is the gRPC benchmark at each key count: the service and the
-// per-request baseline, run one after the other on the same Redis.
+// RLSComparison is the gRPC benchmark at each key count: the service deciding from
+// leases, the same service with --rls-leases=false (every check a script call in
+// Redis), and the per-request baseline, run one after the other on the same Redis.
 type RLSComparison struct {
-	Keys      int
-	RLS, Rate RLSResult
+	Keys                 int
+	Leases, Strict, Rate RLSResult
 }
 
-// CompareRLS builds (or takes, bin not empty) the service, starts it on rdb's Redis
-// with RLSRules and runs RunRLS and RunRLSRedisRate at each of keyCounts.
+// RLSKeys are the gRPC benchmark's key counts: 10 hot keys and 10,000 keys.
+var RLSKeys = []int{10, 10_000}
+
+// CompareRLS builds (or takes, bin not empty) the service and, at each of keyCounts,
+// starts it on rdb's Redis with RLSRules, leases on, then off (a new process each, so
+// neither's background work falls in the other's measurement), and runs RunRLS on each
+// and RunRLSRedisRate, on keys of their own.
 func CompareRLS(bin string, rdb *redis.Client, o LoadOptions, keyCounts []int) ([]RLSComparison, error) {
 	if bin == "" {
 		dir, err := os.MkdirTemp("", "tollgate-bench-bin-")
@@ -412,22 +421,32 @@ func CompareRLS(bin string, rdb *redis.Client, o LoadOptions, keyCounts []int) (
 			return nil, err
 		}
 	}
-	p, err := StartProcess(bin, rdb.Options().Addr)
-	if err != nil {
-		return nil, err
-	}
-	defer p.Stop()
-	if err := p.PutRules(RLSRules); err != nil {
-		return nil, err
+	run := func(lo LoadOptions, args ...string) (RLSResult, error) {
+		p, err := StartProcess(bin, rdb.Options().Addr, args...)
+		if err != nil {
+			return RLSResult{}, err
+		}
+		defer p.Stop()
+		if err := p.PutRules(RLSRules); err != nil {
+			return RLSResult{}, err
+		}
+		return RunRLS(p, rdb, lo)
 	}
 	var out []RLSComparison
 	for _, n := range keyCounts {
 		lo := o
-		lo.KeySpace, lo.Keys, lo.KeyPrefix = n, nil, ""
+		lo.KeySpace, lo.Keys = n, nil
 		c := RLSComparison{Keys: n}
-		if c.RLS, err = RunRLS(p, rdb, lo); err != nil {
-			return nil, fmt.Errorf("rls, %d keys: %w", n, err)
+		var err error
+		lo.KeyPrefix = "leases-" + strconv.Itoa(n)
+		if c.Leases, err = run(lo); err != nil {
+			return nil, fmt.Errorf("rls with leases, %d keys: %w", n, err)
 		}
+		lo.KeyPrefix = "strict-" + strconv.Itoa(n)
+		if c.Strict, err = run(lo, "--rls-leases=false"); err != nil {
+			return nil, fmt.Errorf("rls without leases, %d keys: %w", n, err)
+		}
+		lo.KeyPrefix = "rate-" + strconv.Itoa(n)
 		if c.Rate, err = RunRLSRedisRate(rdb, lo); err != nil {
 			return nil, fmt.Errorf("redis_rate, %d keys: %w", n, err)
 		}

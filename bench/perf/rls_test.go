@@ -57,21 +57,28 @@ func TestCompareRLS(t *testing.T) {
 	}
 	for _, c := range out {
 		t.Run(fmt.Sprint(c.Keys, " keys"), func(t *testing.T) {
-			s, r := c.RLS, c.Rate
-			if s.Load.Checks == 0 || s.Load.Errors != 0 || s.Load.Admitted != s.Load.Checks {
-				t.Errorf("service: %d checks, %d errors, %d admitted", s.Load.Checks, s.Load.Errors, s.Load.Admitted)
+			r := c.Rate
+			for _, s := range []RLSResult{c.Leases, c.Strict} {
+				if s.Load.Checks == 0 || s.Load.Errors != 0 || s.Load.Admitted != s.Load.Checks {
+					t.Errorf("service: %d checks, %d errors, %d admitted", s.Load.Checks, s.Load.Errors, s.Load.Admitted)
+				}
+				if s.RoundTrips < 0 || s.RoundTrips > s.Load.Checks {
+					t.Errorf("service: %d round trips for %d checks", s.RoundTrips, s.Load.Checks)
+				}
+				if s.ServiceCPU <= 0 || s.Load.Redis.CPU <= 0 {
+					t.Errorf("service CPU %v, Redis CPU %v s", s.ServiceCPU, s.Load.Redis.CPU)
+				}
 			}
-			if s.RoundTrips <= 0 || s.RoundTrips > s.Load.Checks {
-				t.Errorf("service: %d round trips for %d checks", s.RoundTrips, s.Load.Checks)
-			}
-			if s.ServiceCPU <= 0 || s.Load.Redis.CPU <= 0 {
-				t.Errorf("service CPU %v, Redis CPU %v s", s.ServiceCPU, s.Load.Redis.CPU)
+			if c.Strict.RoundTrips == 0 || c.Leases.RoundTripsPerCheck() >= c.Strict.RoundTripsPerCheck() {
+				t.Errorf("round trips per check: %.4f with leases, %.4f without: leases should decide most checks in memory",
+					c.Leases.RoundTripsPerCheck(), c.Strict.RoundTripsPerCheck())
 			}
 			if r.Load.Checks == 0 || r.Load.Errors != 0 || r.RoundTrips != r.Load.Checks {
 				t.Errorf("redis_rate: %d checks, %d errors, %d round trips", r.Load.Checks, r.Load.Errors, r.RoundTrips)
 			}
-			t.Logf("service %d checks, %.3f round trips/check, %.0f µs CPU/check; redis_rate %d checks", s.Load.Checks,
-				s.RoundTripsPerCheck(), s.ServiceCPUPerCheck(), r.Load.Checks)
+			t.Logf("leases %d checks, %.4f round trips/check, %.0f µs CPU/check; without %d checks, %.3f, %.0f µs; redis_rate %d checks",
+				c.Leases.Load.Checks, c.Leases.RoundTripsPerCheck(), c.Leases.ServiceCPUPerCheck(),
+				c.Strict.Load.Checks, c.Strict.RoundTripsPerCheck(), c.Strict.ServiceCPUPerCheck(), r.Load.Checks)
 		})
 	}
 }

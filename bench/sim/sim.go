@@ -10,6 +10,7 @@ import (
 	"github.com/tollgate-rl/tollgate/filter/nativehost"
 	"github.com/tollgate-rl/tollgate/internal/memservice"
 	"github.com/tollgate-rl/tollgate/shared/algo"
+	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
 // epochUs is where the simulated clock starts (2023-11-14 in Unix µs): realistic
@@ -309,7 +310,7 @@ func (s *sim) dispatch(g *gateway) {
 		switch path := c.Header(":path"); {
 		case f.sync:
 			s.res.Syncs++
-		case path == "/healthz":
+		case path == wire.AlivePath:
 			// a liveness probe while a sync is slow: no Redis work, not an acquire
 		default:
 			s.res.Checks++

@@ -10,7 +10,7 @@ import (
 )
 
 // settle runs the fleet's syncs until every gateway trusts the fleet size the service
-// counts (plugin fleetSettleUs, 3 s): cold-start allowances are sized by it.
+// counts (lease.FleetSettleUs, 3 s): cold-start allowances are sized by it.
 func (f *fleet) settle() {
 	for range 35 {
 		f.tick(100)

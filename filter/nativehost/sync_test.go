@@ -11,6 +11,7 @@ import (
 	"github.com/tollgate-rl/tollgate/filter/nativehost"
 	"github.com/tollgate-rl/tollgate/internal/memservice"
 	"github.com/tollgate-rl/tollgate/shared/lease"
+	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
 // fleet is gateways of the filter, natively, against an in-memory sync service, on one
@@ -264,7 +265,7 @@ func TestUnansweredSyncHedgedThenDegraded(t *testing.T) {
 			// the service hangs).
 			var hedge []*nativehost.Callout
 			for _, c := range h.TakeCallouts() {
-				if c.Header(":path") != "/healthz" {
+				if c.Header(":path") != wire.AlivePath {
 					hedge = append(hedge, c)
 				}
 			}
@@ -488,7 +489,7 @@ func TestHotKeyAcquiresOncePerInterval(t *testing.T) {
 
 // A sync that is slow — its reply takes 240 ms, within the callout's timeout (250 ms),
 // while the service answers everything else (a busy Redis, a loaded host) — is not a
-// failure: the leader asks the service's /healthz while the sync waits, and the answers
+// failure: the leader asks the service's liveness probe while the sync waits, and the answers
 // keep the gateway healthy (no degraded answer, the breaker gauge stays 0). The same
 // sync unanswered by a service that answers nothing (hung) makes every worker degraded
 // within two intervals and a quarter, as before; syncs that fail (500) or time out (the
@@ -511,7 +512,7 @@ func TestSlowSyncIsNotAFailure(t *testing.T) {
 					switch {
 					case mode == "hung":
 						// nothing answers (the callouts would time out after 250 ms)
-					case path == "/healthz" || path == "/v1/check":
+					case path == wire.AlivePath || path == "/v1/check":
 						status, body := f.svc.Handle(path, c.Body, f.now)
 						h.Respond(c, [][2]string{{":status", strconv.Itoa(status)}}, body)
 					case mode == "failing":

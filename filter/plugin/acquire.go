@@ -220,7 +220,7 @@ func (s *Stream) retryAcquire(now int64) (Action, bool) {
 				return s.answer(now, s.stillShort(now, v), st.ops, nil), true
 			}
 			act := s.ask(now)
-			return act, act != Pause
+			return act, !s.pending()
 		}
 	}
 	if now-st.waitSinceUs > maxAcquireRounds*p.acquireWaitUs() {

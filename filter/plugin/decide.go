@@ -59,10 +59,11 @@ type verdict struct {
 // charged it (lease.ColdAllowance), per the rule's cold_start. The allowance is sized by
 // the fleet size N, and the bound it keeps (RATIONALE.md §3) needs N at least the number
 // of gateways: N is the larger of sync.expected_nodes and the fleet size of the sync
-// replies, once this gateway has heard that size for fleetSettleUs (the service counts a
+// replies, once this gateway has heard that size for lease.FleetSettleUs (the service counts a
 // gateway about two seconds after its first sync, so a fleet that starts together first
-// hears sizes too small). Before, N is expected_nodes if the operator set it above 1,
-// and otherwise unknown: the allowance is 0 and first requests wait for an acquire.
+// hears sizes too small; lease.AllowanceNodes). Before, N is expected_nodes if the
+// operator set it above 1, and otherwise unknown: the allowance is 0 and first requests
+// wait for an acquire.
 func (p *Plugin) coldAllowance(now int64, op *bucketOp) int64 {
 	if !p.cfg.syncEnabled() {
 		return 0
@@ -74,25 +75,16 @@ func (p *Plugin) coldAllowance(now int64, op *bucketOp) int64 {
 	case rule.ColdAdmit:
 		atLeast = op.a.Cost
 	}
-	n, expected := int64(p.sync.state.Nodes), p.cfg.Sync.ExpectedNodes
+	n := int64(p.sync.state.Nodes)
 	if n > 0 && p.sync.fleetSinceUs == 0 {
 		p.sync.fleetSinceUs = now // the leader learns the size from its own reply
 	}
-	switch {
-	case n > 0 && now-p.sync.fleetSinceUs >= fleetSettleUs:
-		n = max(n, expected)
-	case expected > 1:
-		n = max(n, expected)
-	default:
+	n = lease.AllowanceNodes(n, now-p.sync.fleetSinceUs, p.cfg.Sync.ExpectedNodes)
+	if n == 0 {
 		return atLeast
 	}
 	return lease.ColdAllowance(op.params, n, atLeast)
 }
-
-// fleetSettleUs is how long a gateway hears the service's fleet size before it trusts it
-// to size cold-start allowances: the service's count takes in a new gateway about two
-// seconds after its first sync (RATIONALE.md §3, "Fleet size").
-const fleetSettleUs = 3_000_000
 
 func (p *Plugin) env(now int64, acquireFailed bool) lease.Env {
 	e := lease.Env{Sync: p.cfg.syncEnabled(), AcquireFailed: acquireFailed}
@@ -358,7 +350,8 @@ func (p *Plugin) shape(now int64, op *bucketOp, env lease.Env) {
 	*d = lease.Decision{
 		Allowed: true, Degraded: d.Degraded, ResetUs: reset,
 		Leased: op.next.Pending.Leased - before.Leased, Over: op.next.Pending.Over - before.Over,
-		Urgent: op.next.Urgent && !op.s.rec.Urgent,
+		RateUsed: op.next.Pending.RateUsed - before.RateUsed,
+		Urgent:   op.next.Urgent && !op.s.rec.Urgent,
 	}
 	op.delayUs = max(wait, 1)
 }

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/tollgate-rl/tollgate/shared/algo"
@@ -487,6 +488,13 @@ func (s *Stream) unavailable(now int64) Action {
 	return s.answer(now, v, st.ops, nil)
 }
 
+// pending reports whether the paused request still waits: for its own callout, or for
+// another request's acquire.
+func (s *Stream) pending() bool {
+	st := s.paused
+	return st != nil && !st.settled && (st.askedUs > 0 || slices.Contains(s.p.waiters, s))
+}
+
 // settle answers a paused request without waiting for its callout any longer: the
 // service was found down while it waited, and a request must not wait out the callout
 // timeout to learn what every other request of this gateway is already answered
@@ -532,7 +540,7 @@ func (s *Stream) onCheckResponse(now int64, headers [][2]string, body []byte) {
 			return
 		}
 	}
-	s.paused.askedUs = 0
+	s.paused.askedUs = 0 // answered
 	var reply wire.Reply
 	var act Action
 	if headerValue(headers, ":status") != "200" || wire.DecodeReply(body, &reply) != nil || len(reply.States) != len(s.paused.checks) {
@@ -542,6 +550,11 @@ func (s *Stream) onCheckResponse(now int64, headers [][2]string, body []byte) {
 	} else {
 		p.sync.answered(now)
 		act = s.decided(now, reply.States)
+	}
+	if s.pending() {
+		// Still short: it asked again, or waits for another request's acquire of a
+		// bucket; that answer decides it.
+		return
 	}
 	// Decided: a tick that finds the service down must not answer it again (it may be
 	// held for its permit, or on its way upstream).

@@ -49,7 +49,7 @@ type syncer struct {
 	unhealthy bool // what this worker last added to the breaker_state gauge
 	buf       []byte
 	// fleetSinceUs is when this worker first saw a fleet size from the service (0: not
-	// yet): cold-start allowances trust that size fleetSettleUs later.
+	// yet): cold-start allowances trust that size lease.FleetSettleUs later.
 	fleetSinceUs int64
 }
 
@@ -451,21 +451,22 @@ func (s *syncer) sendHedge() {
 	p.m.inc(p.m.syncSent)
 }
 
-// probe runs on every tick: while the batch in flight has waited a quarter interval, the leader asks the service's /healthz
-// (answered without Redis) every half interval. An answer is a sign of life (answered),
-// so a sync that is slow — Redis busy, the service loaded — does not make the gateway
-// degraded: only a failed sync, one that timed out (the callout's timeout_ms), or a
-// service that answers nothing at all for two intervals does (healthyNow). A hung
-// service answers no probe, and one that is down refuses it, so either is still counted
-// down within two intervals and a quarter of its last answer. A healthy sync is answered
-// long before a quarter interval, and then no probe is sent.
+// probe runs on every tick: while the batch in flight has waited a quarter interval, the
+// leader asks the service's wire.AlivePath every half interval. A 200 is a sign of life
+// (answered), so a sync that is slow — Redis busy, the service loaded — does not make the
+// gateway degraded: only a failed sync, one that timed out (the callout's timeout_ms), or
+// a service that answers nothing alive for two intervals does (healthyNow). A hung
+// service answers no probe, one that is down refuses it, and one whose Redis has stalled
+// answers 503, so each is counted down within two intervals and a quarter of its last
+// answer. A healthy sync is answered long before a quarter interval, and then no probe
+// is sent.
 func (s *syncer) probe(now int64) {
 	iv := s.intervalUs()
 	if !s.inflight || s.probeToken != 0 || now-s.sentUs < iv/4 || now-s.probeUs < iv/2 || s.term == 0 {
 		return
 	}
 	cfg := s.cfg()
-	hdr := append(s.p.hdrBuf[:0], [2]string{":method", "GET"}, [2]string{":path", "/healthz"}, [2]string{":authority", cfg.Authority})
+	hdr := append(s.p.hdrBuf[:0], [2]string{":method", "GET"}, [2]string{":path", wire.AlivePath}, [2]string{":authority", cfg.Authority})
 	s.p.hdrBuf = hdr
 	token, err := s.p.host.HTTPCall(cfg.Cluster, hdr, nil, uint32(cfg.TimeoutMs))
 	if err != nil {
@@ -641,6 +642,9 @@ func (s *syncer) apply(now int64, st *wire.State, d *wire.Delta, id string, seq 
 			// The service will never take this delta: forget it.
 			if rec.CutSeq == seq {
 				rec.CutSeq = 0
+				if d.Flags&wire.FlagRate != 0 {
+					rec.Rate, rec.Stock = 0, 0 // it stopped accruing with the cut, and nothing renews it
+				}
 			}
 			p.m.inc(p.m.deltasRefused)
 		} else {
@@ -668,31 +672,10 @@ func (s *syncer) apply(now int64, st *wire.State, d *wire.Delta, id string, seq 
 	}
 }
 
-// batchRetry holds a gateway that is refusing far more than the bucket refills off the
-// service until the next sync interval. Left alone, a key held above its limit asks
-// (an acquire, a Redis round trip) every time its lease runs dry, and a spent bucket
-// grants a permit or a small lease at a time: about one round trip per admitted request,
-// what a limiter that asks Redis every time costs. A gateway that refused more than an
-// interval's refill since its last report (rejected) counts the bucket as spent until
-// an interval's refill from now (never longer than the whole capacity takes): it uses
-// its lease, refuses beyond it, and then one acquire brings a lease of what refilled
-// meanwhile. What the fleet admits stays the limit; the refused learn a Retry-After
-// of at most an interval. A caller near its limit, refused now and then, is left alone.
-//
-// Only the buckets that refill a permit at a time (token_bucket, gcra) are held: a
-// window's count comes back at the window's end, which the service's retry time
-// already says, and a hold there would refuse what a new window (a month's quota on the
-// 1st) just gave.
+// batchRetry holds a gateway refusing far more than the bucket refills off the service
+// until the next sync interval (lease.BatchRetry).
 func (s *syncer) batchRetry(rec lease.Record, params algo.Params, rejected, now int64) lease.Record {
-	if params.Kind != algo.TokenBucket && params.Kind != algo.GCRA {
-		return rec
-	}
-	if lease.RefillUs(params, now, rejected) < s.intervalUs() {
-		return rec
-	}
-	rec.RetryUs = max(rec.RetryUs, now+min(s.intervalUs(), lease.RefillUs(params, now, params.Capacity())))
-	rec.GlobalRemaining = min(rec.GlobalRemaining, 0)
-	return rec
+	return lease.BatchRetry(rec, params, rejected, now, s.intervalUs())
 }
 
 // uncut gives a refused batch's consumption back to its buckets.

@@ -116,8 +116,9 @@ func (sv *Service) Apply(b *wire.Batch, now int64, check bool) *wire.Reply {
 					r := lease.SyncResult{Replay: true, Allowed: true, NowUs: rec.now}
 					if rec.seq == b.Seq && j < len(rec.results) {
 						o := rec.results[j]
-						r.Grant, r.Held, r.Epoch, r.ValidUs, r.LowWater = o.Grant, o.Held, o.Epoch, o.ValidUs, o.LowWater
+						r.Grant, r.Held, r.Epoch, r.ValidUs, r.LowWater, r.Rate, r.Stock = o.Grant, o.Held, o.Epoch, o.ValidUs, o.LowWater, o.Rate, o.Stock
 					}
+					r.RateAnswer = b.Deltas[i].Flags&wire.FlagRate != 0
 					r.Fill(&rep.States[i])
 					sv.Replays++
 				}
@@ -245,11 +246,11 @@ func ceilMs(us int64) int64 {
 }
 
 // Handle answers one HTTP request of a gateway as the service would: path is
-// "/v1/sync" or "/v1/check", body the encoded batch, or "/healthz". It returns the status and the
-// encoded reply (or the error text).
+// "/v1/sync" or "/v1/check", body the encoded batch, or wire.AlivePath. It returns the
+// status and the encoded reply (or the error text).
 func (sv *Service) Handle(path string, body []byte, now int64) (status int, reply []byte) {
-	if path == "/healthz" {
-		return 200, []byte("ok\n") // the service's liveness, answered without Redis
+	if path == wire.AlivePath {
+		return 200, []byte("ok\n") // the service and its store answer
 	}
 	var b wire.Batch
 	if err := wire.DecodeBatch(body, &b); err != nil {

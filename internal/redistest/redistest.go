@@ -112,6 +112,17 @@ func (p *proc) start() error {
 }
 
 // kill sends sig and waits (bounded) until the process is gone.
+// signal sends sig to the running process.
+func (p *proc) signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	cmd := p.cmd
+	p.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return fmt.Errorf("redis-server on port %d is not running", p.port)
+	}
+	return cmd.Process.Signal(sig)
+}
+
 func (p *proc) kill(sig syscall.Signal, wait time.Duration) error {
 	p.mu.Lock()
 	cmd, done := p.cmd, p.done
@@ -334,6 +345,14 @@ func (s *Server) Addrs() []string { return []string{s.Addr()} }
 
 // Kill SIGKILLs the server and waits until it is gone.
 func (s *Server) Kill() error { return s.p.kill(syscall.SIGKILL, 10*time.Second) }
+
+// Pause stops the server with SIGSTOP: it keeps its connections and accepts new ones
+// (the kernel does), and answers nothing until Resume. A hung Redis, as a stalled
+// host or a partition without resets shows it to clients.
+func (s *Server) Pause() error { return s.p.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() error { return s.p.signal(syscall.SIGCONT) }
 
 // Restart starts a killed server again on the same port and waits for PING.
 func (s *Server) Restart() error {

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -41,6 +42,7 @@ type env struct {
 	srv    *Server
 	st     *store.Store
 	client rlsv3.RateLimitServiceClient
+	addr   string // the gRPC listener
 }
 
 type opts struct {
@@ -48,6 +50,7 @@ type opts struct {
 	addrs    []string
 	insecure bool
 	store    func(*store.Config)
+	leases   LeaseOptions // Off: every descriptor a strict check
 }
 
 func start(t testing.TB, o opts) *env {
@@ -81,7 +84,7 @@ func start(t testing.TB, o opts) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := New(svc, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv := New(svc, slog.New(slog.NewTextHandler(io.Discard, nil)), o.leases)
 	g := srv.GRPCServer()
 	go func() { _ = g.Serve(ln) }()
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -91,9 +94,10 @@ func start(t testing.TB, o opts) *env {
 	t.Cleanup(func() {
 		_ = conn.Close()
 		g.Stop()
+		srv.Close()
 		_ = st.Close()
 	})
-	return &env{svc: svc, srv: srv, st: st, client: rlsv3.NewRateLimitServiceClient(conn)}
+	return &env{svc: svc, srv: srv, st: st, client: rlsv3.NewRateLimitServiceClient(conn), addr: ln.Addr().String()}
 }
 
 // putRules makes body the service's rule set.
@@ -126,3 +130,8 @@ var uniqN atomic.Int64
 
 // uniq names a test's caller keys: the package's tests share Redis.
 func uniq(prefix string) string { return fmt.Sprintf("%s-%d-%d", prefix, os.Getpid(), uniqN.Add(1)) }
+
+// testutilCount is how many calls the service answered with code.
+func testutilCount(e *env, code string) float64 {
+	return testutil.ToFloat64(e.srv.m.requests.WithLabelValues(code))
+}

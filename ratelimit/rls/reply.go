@@ -23,6 +23,9 @@ type reply struct {
 	// cfg is the rule set the descriptors were matched against: whether an applied
 	// rule is shadowed for this caller is its decision (rule.Config.Shadowed).
 	cfg *rule.Config
+	// degradedDelta: the delta's state was decided without Redis (a replica's leases
+	// while Redis is unreachable); nil when every state came from Redis.
+	degradedDelta []bool
 
 	degraded   bool       // some check could not reach Redis
 	failClosed *rule.Rule // a fail-closed rule that refused because of that
@@ -48,16 +51,21 @@ func (r *reply) verdict(c *check, out *store.Outcome) (verdict, *wire.State) {
 		return unavailable, nil
 	}
 	st := &out.States[c.delta]
+	degraded := c.delta < len(r.degradedDelta) && r.degradedDelta[c.delta]
 	switch {
 	case st.Flags&wire.StateRefused != 0:
 		return gone, st
-	case st.ServerMs == 0:
+	case st.ServerMs == 0, degraded && st.Allowed():
+		// Unknown, or admitted on the replica's own state: the rule's fail mode decides.
 		return unavailable, st
 	case st.Allowed():
 		return admitted, st
 	case r.cfg.Shadowed(&r.applied[c.ai]):
 		return shadowRefused, st
 	default:
+		if degraded {
+			r.degraded = true // refused on the replica's own state
+		}
 		return refused, st
 	}
 }

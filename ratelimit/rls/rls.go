@@ -1,11 +1,12 @@
 // Package rls is Envoy's rate limit service (envoy.service.ratelimit.v3.RateLimitService,
 // the gRPC API of Envoy's native envoy.filters.http.ratelimit filter) on Tollgate's
 // quotas. A request's descriptors select the rules whose descriptor match they fit
-// (rule.Config.ApplyDescriptor), and each selected window is decided as a strict check
-// through the sync service's check path (service.Check): the same Redis buckets, keyed
-// by rule id, caller key, tier and window, that the Wasm filter's leases and strict
-// checks charge. A fleet may mix both filters on one quota, whichever way a request
-// arrives.
+// (rule.Config.ApplyDescriptor), and each selected window is decided on the same Redis
+// buckets, keyed by rule id, caller key, tier and window, that the Wasm filter charges:
+// from leases the replica holds in memory, as a gateway decides (leases.go), or, for
+// strict rules and with leases off, as a strict check through the sync service's check
+// path (service.Check). A fleet may mix both filters on one quota, whichever way a
+// request arrives.
 //
 // It authenticates like the sync endpoints (the sync secret as "authorization: Bearer
 // <secret>" in the call's metadata, or nothing with --insecure), answers every
@@ -13,7 +14,7 @@
 // adds the RateLimit headers the Wasm filter sends, so Envoy forwards them. Shadow rules
 // are charged but never refuse; while Redis is unreachable a rule's fail mode decides
 // (open: OK with x-ratelimit-policy: degraded; closed: OVER_LIMIT); penalties are the
-// store's, as for every strict check.
+// store's, as for every node of the fleet.
 package rls
 
 import (
@@ -34,23 +35,38 @@ import (
 	"github.com/tollgate-rl/tollgate/ratelimit/service"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
 	"github.com/tollgate-rl/tollgate/shared/algo"
+	"github.com/tollgate-rl/tollgate/shared/lease"
 	"github.com/tollgate-rl/tollgate/shared/rule"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
-// Bounds of one request: Envoy sends one descriptor per rate limit action list that
-// applies to the route, a handful in practice. Anything larger is refused
-// (INVALID_ARGUMENT) before any work.
+// Bounds of one request. What a client controls (descriptor values built from its
+// headers, hits_addend where a route takes it from the request) never makes the call
+// fail: an error answer lets Envoy's failure_mode_deny: false admit the request with no
+// limit at all. So a value of any length is matched and keyed (a caller key longer than
+// rule.MaxKeyLen is limited under its shortened form, a prefix and a hash of the whole
+// value), an empty value is a value (emptyValueKey), hits_addend above algo.MaxCost is
+// clamped to it (counted), and a request of more than MaxDescriptors descriptors is
+// answered OVER_LIMIT without deciding any (counted). Only what Envoy's configuration
+// decides (the domain, is_negative_hits) is refused with INVALID_ARGUMENT.
 const (
 	MaxDescriptors = 64
-	MaxEntries     = 16       // entries per descriptor
-	MaxMessageSize = 64 << 10 // bytes of one request
-	maxText        = 256      // domain, entry key or value
+	// MaxMessageSize bounds one request: 64 descriptors carrying a 60 KiB header value
+	// each (Envoy's default max_request_headers_kb is 60) fit.
+	MaxMessageSize = 4 << 20
+	maxText        = 256 // domain
 )
 
-// Node is the node id the service's checks carry: the store counts it among the
-// gateways that sync (one more node in the fleet size, whatever the number of
-// instances), which only makes the gateways' cold-start allowances a little more conservative.
+// emptyValueKey stands for an empty descriptor value (a header sent empty): such a
+// value is limited as one caller of its own, as envoyproxy/ratelimit does, instead of
+// selecting no rule (which let an empty x-api-key through unlimited). A header value
+// cannot contain NUL, so no caller's value shares this key.
+const emptyValueKey = "\x00"
+
+// Node is the node id the service's checks carry with leases off: the store counts it
+// among the nodes (one more in the fleet size, whatever the number of instances), which
+// only makes the gateways' cold-start allowances a little more conservative. With
+// leases each replica has a node id of its own (LeaseOptions.Node).
 const Node = "tollgate-rls"
 
 // Server answers ShouldRateLimit. Create with New, serve with GRPCServer.
@@ -60,17 +76,35 @@ type Server struct {
 	log *slog.Logger
 	m   *metrics
 	seq atomic.Uint64
+	// leases decide from leases held in memory (nil: every window a strict check).
+	leases *leases
+	node   string
 }
 
 // New builds the server on svc (whose rule set, check path, sync secrets and metrics
-// registry it uses).
-func New(svc *service.Service, log *slog.Logger) *Server {
+// registry it uses). Unless o.Off, it decides from leases and syncs them in the
+// background until Close.
+func New(svc *service.Service, log *slog.Logger, o LeaseOptions) *Server {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{svc: svc, log: log, m: newMetrics(svc.Metrics().Registry)}
+	s := &Server{svc: svc, log: log, m: newMetrics(svc.Metrics().Registry), node: Node}
 	s.seq.Store(uint64(time.Now().UnixMicro()))
+	if !o.Off {
+		s.leases = newLeases(svc, log, s.m, o)
+		s.node = s.leases.o.Node
+	}
 	return s
+}
+
+// NodeID is the node id the server's calls to the store carry.
+func (s *Server) NodeID() string { return s.node }
+
+// Close stops the lease sync after a last report that gives every lease back.
+func (s *Server) Close() {
+	if s.leases != nil {
+		s.leases.close()
+	}
 }
 
 // GRPCServer returns a gRPC server with the service registered behind the sync
@@ -136,27 +170,38 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest, now ti
 	if err := validate(req); err != nil {
 		return nil, "invalid", status.Error(codes.InvalidArgument, err.Error())
 	}
+	if len(req.Descriptors) > MaxDescriptors {
+		return s.tooMany(req), "too_many_descriptors", nil
+	}
 	cfg := s.svc.RuleSet(ctx)
-	b := wire.Batch{Node: Node, Seq: s.seq.Add(1)}
+	b := wire.Batch{Node: s.node, Seq: s.seq.Add(1)}
 	type bucket struct {
 		key, rule, tier string
 		w               int
 	}
 	index := map[bucket]int{}
 	perDesc := make([][]check, len(req.Descriptors))
-	entries := make([]rule.DescriptorEntry, 0, MaxEntries)
+	var first []int // the applied rule that made each delta
+	entries := make([]rule.DescriptorEntry, 0, 8)
 	var applied []rule.Applied
 	ends := make([]int, len(req.Descriptors)) // applied[ends[i-1]:ends[i]] are descriptor i's
 	for i, d := range req.Descriptors {
 		entries = entries[:0]
 		for _, e := range d.Entries {
-			entries = append(entries, rule.DescriptorEntry{Key: e.Key, Value: e.Value})
+			v := e.Value
+			if v == "" {
+				v = emptyValueKey
+			}
+			entries = append(entries, rule.DescriptorEntry{Key: e.Key, Value: v})
 		}
 		start := len(applied)
 		if !cfg.Off() { // enforcement off: no rule applies, every descriptor is OK
 			applied = cfg.ApplyDescriptor(req.Domain, entries, applied)
 		}
-		cost := hits(req, i)
+		cost, clamped := hits(req, i)
+		if clamped {
+			s.m.clamped.Inc()
+		}
 		for j := start; j < len(applied); j++ {
 			if cost > 0 {
 				applied[j].Cost = cost
@@ -184,6 +229,7 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest, now ti
 					// are charged together.
 					di = len(b.Deltas)
 					index[k] = di
+					first = append(first, j)
 					b.Deltas = append(b.Deltas, wire.Delta{Key: a.Key, Rule: a.Rule.ID, Tier: a.Tier, Window: uint8(w),
 						Flags: wire.FlagStrict, Algo: uint8(prm.Kind), Limit: u32(prm.Limit), WindowMs: u32(prm.WindowUs / 1000), Burst: u32(prm.Burst)})
 				}
@@ -193,7 +239,15 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest, now ti
 		}
 	}
 	var out *store.Outcome
-	if len(b.Deltas) > 0 {
+	var degraded []bool
+	switch {
+	case len(b.Deltas) > 0 && s.leases != nil:
+		var err error
+		out, degraded, err = s.decideLeased(ctx, &b, applied, first, cfg)
+		if err != nil {
+			return nil, "internal", status.Error(codes.Internal, err.Error())
+		}
+	case len(b.Deltas) > 0:
 		var err error
 		out, err = s.svc.Check(ctx, "rls", &b)
 		if errors.Is(err, store.ErrInvalid) {
@@ -203,7 +257,7 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest, now ti
 			s.log.Warn("rls check failed: rules' fail modes decide", "descriptors", len(req.Descriptors), "deltas", len(b.Deltas), "err", err)
 		}
 	}
-	r := reply{now: now, applied: applied, jitterUs: 1000_000, cfg: cfg}
+	r := reply{now: now, applied: applied, jitterUs: 1000_000, cfg: cfg, degradedDelta: degraded}
 	if cfg != nil {
 		r.jitterUs = cfg.RetryJitterMs * 1000
 	}
@@ -240,47 +294,139 @@ func replacedRules(applied []rule.Applied) map[string]bool {
 }
 
 // hits is the cost of descriptor i: its own hits_addend, else the request's, else 0
-// (the rule's cost). Zero means "not set", as Envoy sends it.
-func hits(req *rlsv3.RateLimitRequest, i int) int64 {
-	if h := req.Descriptors[i].GetHitsAddend(); h != nil && h.Value > 0 {
-		return int64(h.Value)
+// (the rule's cost). Zero means "not set", as Envoy sends it. A value above
+// algo.MaxCost is clamped to it (clamped true): no bucket admits that much at once, so
+// the request is refused as over its limit rather than failing the call.
+func hits(req *rlsv3.RateLimitRequest, i int) (cost int64, clamped bool) {
+	h := uint64(req.HitsAddend)
+	if d := req.Descriptors[i].GetHitsAddend(); d != nil && d.Value > 0 {
+		h = d.Value
 	}
-	return int64(req.HitsAddend)
+	if h > uint64(algo.MaxCost) {
+		return algo.MaxCost, true
+	}
+	return int64(h), false
 }
 
-// validate bounds a request and refuses what the service does not do.
+// validate refuses what Envoy's configuration, not a client, decides and the service
+// does not do: a missing or oversized domain, a refund (is_negative_hits).
 func validate(req *rlsv3.RateLimitRequest) error {
 	if req.Domain == "" || len(req.Domain) > maxText {
 		return errors.New("domain: must be 1.." + strconv.Itoa(maxText) + " bytes")
 	}
-	if len(req.Descriptors) > MaxDescriptors {
-		return errors.New("descriptors: " + strconv.Itoa(len(req.Descriptors)) + " descriptors, at most " + strconv.Itoa(MaxDescriptors))
-	}
-	if int64(req.HitsAddend) > algo.MaxCost {
-		return errors.New("hits_addend: " + strconv.FormatUint(uint64(req.HitsAddend), 10) + " is more than " + strconv.FormatInt(algo.MaxCost, 10))
-	}
 	for i, d := range req.Descriptors {
-		at := "descriptors[" + strconv.Itoa(i) + "]"
-		if len(d.Entries) > MaxEntries {
-			return errors.New(at + ".entries: " + strconv.Itoa(len(d.Entries)) + " entries, at most " + strconv.Itoa(MaxEntries))
-		}
-		for j, e := range d.Entries {
-			if len(e.Key) > maxText || len(e.Value) > maxText {
-				return errors.New(at + ".entries[" + strconv.Itoa(j) + "]: key and value must be at most " + strconv.Itoa(maxText) + " bytes")
-			}
-		}
 		if d.IsNegativeHits {
 			// A refund would let any caller with the sync secret give permits back.
-			return errors.New(at + ".is_negative_hits: not supported")
-		}
-		if h := d.GetHitsAddend(); h != nil && h.Value > uint64(algo.MaxCost) {
-			return errors.New(at + ".hits_addend: " + strconv.FormatUint(h.Value, 10) + " is more than " + strconv.FormatInt(algo.MaxCost, 10))
+			return errors.New("descriptors[" + strconv.Itoa(i) + "].is_negative_hits: not supported")
 		}
 	}
 	return nil
+}
+
+// tooMany answers a request of more than MaxDescriptors descriptors: every descriptor
+// OVER_LIMIT, nothing decided or charged (Envoy builds one descriptor per rate limit
+// action list of a route, a handful; more is not a request the rules were written for).
+func (s *Server) tooMany(req *rlsv3.RateLimitRequest) *rlsv3.RateLimitResponse {
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT,
+		Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.Descriptors))}
+	for i := range resp.Statuses {
+		resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT}
+	}
+	s.m.descriptors.WithLabelValues("too_many").Add(float64(len(req.Descriptors)))
+	return resp
 }
 
 func u32(v int64) uint32 { return uint32(min(max(v, 0), 1<<32-1)) }
 
 // jitter draws the Retry-After jitter's randomness.
 func jitter() uint64 { return rand.Uint64() }
+
+// decideLeased decides b's deltas on a replica with leases: strict rules' windows (and
+// new buckets while the lease table is full) are strict checks in Redis (first: a refusal there decides the call and nothing else is
+// charged), the others are decided from the replica's leases (leases.decide). It
+// returns each delta's state as the check path would, and which were decided without
+// Redis (degraded: the rules' fail modes answer them).
+func (s *Server) decideLeased(ctx context.Context, b *wire.Batch, applied []rule.Applied, first []int, cfg *rule.Config) (*store.Outcome, []bool, error) {
+	out := &store.Outcome{States: make([]wire.State, len(b.Deltas))}
+	degraded := make([]bool, len(b.Deltas))
+	var strict []int
+	items := make([]item, 0, len(b.Deltas))
+	var at []int // delta of each item
+	ids := make([]bucketID, len(b.Deltas))
+	for i := range b.Deltas {
+		d := &b.Deltas[i]
+		ids[i] = bucketID{d.Key, d.Rule, d.Tier, d.Window}
+	}
+	room := s.leases.held(ids)
+	for i := range b.Deltas {
+		a := &applied[first[i]]
+		if !a.Rule.Strict && !room[i] {
+			s.m.tableFull.Inc()
+		}
+		if a.Rule.Strict || !room[i] {
+			strict = append(strict, i)
+			continue
+		}
+		d := &b.Deltas[i]
+		items = append(items, item{id: ids[i], rule: a.Rule,
+			prm: a.Windows[d.Window], cost: int64(d.Over), shadow: cfg.Shadowed(a)})
+		at = append(at, i)
+	}
+	commit := true
+	if len(strict) > 0 {
+		sb := wire.Batch{Node: b.Node, Seq: b.Seq}
+		for _, i := range strict {
+			sb.Deltas = append(sb.Deltas, b.Deltas[i])
+		}
+		so, err := s.svc.Check(ctx, "rls", &sb)
+		if errors.Is(err, store.ErrInvalid) {
+			return nil, nil, err
+		}
+		if err != nil {
+			s.log.Warn("rls check failed: rules' fail modes decide", "deltas", len(sb.Deltas), "err", err)
+		}
+		for j, i := range strict {
+			if so == nil || j >= len(so.States) {
+				continue // unavailable
+			}
+			st := so.States[j]
+			out.States[i] = st
+			if st.ServerMs != 0 && st.Flags&wire.StateRefused == 0 && !st.Allowed() && !cfg.Shadowed(&applied[first[i]]) {
+				commit = false
+			}
+		}
+	}
+	if len(items) > 0 {
+		s.leases.decide(ctx, items, commit)
+		now := nowUs()
+		for j := range items {
+			it := &items[j]
+			i := at[j]
+			switch {
+			case it.fromService:
+				out.States[i] = it.st
+			default:
+				out.States[i] = stateOf(&it.dec, now)
+				degraded[i] = it.dec.Degraded
+			}
+		}
+	}
+	return out, degraded, nil
+}
+
+// stateOf is a lease decision as the state a strict check answers (what the reply
+// reads). A bucket left undecided (it waits for an acquire while another refused the
+// call) shows as admitting: it took nothing and is not why the call is refused.
+func stateOf(d *lease.Decision, now int64) wire.State {
+	st := wire.State{Remaining: d.Remaining, ResetInMs: ceilMs(d.ResetUs - now), RetryInMs: ceilMs(d.RetryAfterUs),
+		PenaltyLevel: d.PenaltyLevel, ServerMs: uint64(max(now/1000, 1))}
+	if d.Penalized {
+		st.PenaltyInMs = ceilMs(d.PenaltyLeftUs)
+	}
+	if d.Allowed || d.Acquire {
+		st.Flags = wire.StateAllowed
+	}
+	return st
+}
+
+func ceilMs(us int64) uint32 { return u32((us + 999) / 1000) }

@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -132,9 +133,17 @@ func TestSharesTheFiltersBucket(t *testing.T) {
 }
 
 // TestHitsAddend: the request's hits_addend is the cost, a descriptor's own overrides
-// it, and a descriptor that selects two rules charges both.
+// it, and a descriptor that selects two rules charges both; decided from leases (a cost
+// above what the lease holds takes that part from it and acquires the rest) and in
+// Redis.
 func TestHitsAddend(t *testing.T) {
-	e := start(t, opts{mode: store.Cluster})
+	for _, leases := range []LeaseOptions{{}, {Off: true}} {
+		t.Run(fmt.Sprintf("leases off %v", leases.Off), func(t *testing.T) { testHitsAddend(t, leases) })
+	}
+}
+
+func testHitsAddend(t *testing.T, leases LeaseOptions) {
+	e := start(t, opts{mode: store.Cluster, leases: leases})
 	e.putRules(t, rulesDoc)
 	key := uniq("carol")
 	upload := desc("route", "upload", "api_key", key)
@@ -225,9 +234,18 @@ func TestFailModes(t *testing.T) {
 	if err := own.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := e.call(t, secret, open)
-	if err != nil {
-		t.Fatal(err)
+	// The replica's leases are valid reservations: it decides from them until its syncs
+	// fail (within a few sync intervals), then degraded.
+	var resp *rlsv3.RateLimitResponse
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if resp, err = e.call(t, secret, open); err != nil {
+			t.Fatal(err)
+		}
+		if headers(resp)[header.XPolicy] == header.PolicyDegraded || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	if h := headers(resp); resp.OverallCode != rlsv3.RateLimitResponse_OK || h[header.XPolicy] != header.PolicyDegraded || h[header.XRemaining] != header.RemainingUnknown {
 		t.Errorf("fail-open rule, Redis down: %v headers %v, want OK degraded", resp.OverallCode, h)
@@ -245,30 +263,18 @@ func TestFailModes(t *testing.T) {
 	}
 }
 
-// TestRefusesMalformedRequests: oversized or unsupported requests get INVALID_ARGUMENT
-// naming the field, before any work.
+// TestRefusesMalformedRequests: what Envoy's configuration decides and the service
+// does not do gets INVALID_ARGUMENT naming the field, before any work.
 func TestRefusesMalformedRequests(t *testing.T) {
 	e := start(t, opts{})
-	many := make([]*commonv3.RateLimitDescriptor, MaxDescriptors+1)
-	for i := range many {
-		many[i] = desc("api_key", "x")
-	}
-	long := desc()
-	for i := 0; i <= MaxEntries; i++ {
-		long.Entries = append(long.Entries, &commonv3.RateLimitDescriptor_Entry{Key: "k", Value: "v"})
-	}
 	for _, tt := range []struct {
 		name  string
 		req   *rlsv3.RateLimitRequest
 		field string
 	}{
 		{"no domain", &rlsv3.RateLimitRequest{Descriptors: []*commonv3.RateLimitDescriptor{desc("api_key", "x")}}, "domain"},
-		{"too many descriptors", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: many}, "descriptors"},
-		{"too many entries", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*commonv3.RateLimitDescriptor{long}}, "descriptors[0].entries"},
 		{"negative hits", &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*commonv3.RateLimitDescriptor{
 			{Entries: desc("api_key", "x").Entries, IsNegativeHits: true}}}, "descriptors[0].is_negative_hits"},
-		{"hits above the maximum cost", &rlsv3.RateLimitRequest{Domain: "api", HitsAddend: uint32(algo.MaxCost + 1),
-			Descriptors: []*commonv3.RateLimitDescriptor{desc("api_key", "x")}}, "hits_addend"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := e.call(t, secret, tt.req)
@@ -277,6 +283,119 @@ func TestRefusesMalformedRequests(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestClientInputIsLimited: what a client controls — a descriptor value of any length
+// or empty, a hits_addend of any size, any number of descriptors — is answered, never
+// an error (with Envoy's failure_mode_deny: false an error admits the request with no
+// limit). Each case is limited by the per-key rule (5 per hour).
+func TestClientInputIsLimited(t *testing.T) {
+	e := start(t, opts{})
+	e.putRules(t, rulesDoc)
+	long := func(n int) string { return uniq("k") + strings.Repeat("v", n) }
+	one := func(v string) *rlsv3.RateLimitRequest {
+		return &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*commonv3.RateLimitDescriptor{desc("api_key", v)}}
+	}
+	// admitsFive sends req six times: five admitted, the sixth refused.
+	admitsFive := func(t *testing.T, req *rlsv3.RateLimitRequest) {
+		t.Helper()
+		for i := 1; i <= 6; i++ {
+			resp, err := e.call(t, secret, req)
+			if err != nil {
+				t.Fatalf("call %d: %v, want an answer", i, err)
+			}
+			if want := map[bool]rlsv3.RateLimitResponse_Code{true: rlsv3.RateLimitResponse_OK, false: rlsv3.RateLimitResponse_OVER_LIMIT}[i <= 5]; resp.OverallCode != want {
+				t.Fatalf("call %d: %v, want %v", i, resp.OverallCode, want)
+			}
+		}
+	}
+	t.Run("value of 257 bytes", func(t *testing.T) { admitsFive(t, one(long(257))) })
+	t.Run("value of 1 MiB", func(t *testing.T) { admitsFive(t, one(long(1<<20))) })
+	t.Run("long values with one prefix are distinct callers", func(t *testing.T) {
+		prefix := long(300)
+		admitsFive(t, one(prefix+"a"))
+		admitsFive(t, one(prefix+"b"))
+	})
+	t.Run("empty value", func(t *testing.T) {
+		// One bucket for every empty value: the test's Redis is shared, so it starts
+		// from what is there, and must refuse within five more calls.
+		refused := false
+		for i := 0; i < 6 && !refused; i++ {
+			resp, err := e.call(t, secret, one(""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			refused = resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT
+			if !refused && (len(resp.Statuses) != 1 || resp.Statuses[0].CurrentLimit == nil) {
+				t.Fatalf("empty value answered OK with no limit: %v", resp)
+			}
+		}
+		if !refused {
+			t.Fatal("six calls with an empty value were all admitted, limit 5")
+		}
+	})
+	clamped := func() float64 { return testutil.ToFloat64(e.srv.m.clamped) }
+	for _, tt := range []struct {
+		name    string
+		req     func(key string) *rlsv3.RateLimitRequest
+		clamped float64
+	}{
+		{"hits_addend above every rule's capacity", func(key string) *rlsv3.RateLimitRequest {
+			r := one(key)
+			r.HitsAddend = 5000
+			return r
+		}, 0},
+		{"hits_addend above the largest cost", func(key string) *rlsv3.RateLimitRequest {
+			r := one(key)
+			r.HitsAddend = 1<<32 - 1
+			return r
+		}, 1},
+		{"a descriptor's hits_addend above the largest cost", func(key string) *rlsv3.RateLimitRequest {
+			return &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*commonv3.RateLimitDescriptor{
+				{Entries: desc("api_key", key).Entries, HitsAddend: wrapperspb.UInt64(1 << 60)}}}
+		}, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			key := uniq("hits")
+			before := clamped()
+			resp, err := e.call(t, secret, tt.req(key))
+			if err != nil {
+				t.Fatalf("%v, want OVER_LIMIT", err)
+			}
+			if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].LimitRemaining != 5 {
+				t.Fatalf("%v remaining %d, want OVER_LIMIT with the key's 5 untouched", resp.OverallCode, resp.Statuses[0].LimitRemaining)
+			}
+			if got := clamped() - before; got != tt.clamped {
+				t.Errorf("clamps counted %v, want %v", got, tt.clamped)
+			}
+			admitsFive(t, one(key)) // the refused request took nothing
+		})
+	}
+	t.Run("more than 64 descriptors", func(t *testing.T) {
+		key := uniq("many")
+		many := make([]*commonv3.RateLimitDescriptor, MaxDescriptors+1)
+		for i := range many {
+			many[i] = desc("api_key", key)
+		}
+		resp, err := e.call(t, secret, &rlsv3.RateLimitRequest{Domain: "api", Descriptors: many})
+		if err != nil {
+			t.Fatalf("%v, want OVER_LIMIT", err)
+		}
+		if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || len(resp.Statuses) != len(many) {
+			t.Fatalf("%v with %d statuses, want OVER_LIMIT for each of %d", resp.OverallCode, len(resp.Statuses), len(many))
+		}
+		resp, err = e.call(t, secret, &rlsv3.RateLimitRequest{Domain: "api", Descriptors: many[:MaxDescriptors]})
+		if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("64 descriptors of one key, limit 5: %v %v, want OVER_LIMIT (charged together)", resp, err)
+		}
+		admitsFive(t, one(key)) // neither request took anything
+	})
+	t.Run("no descriptors", func(t *testing.T) {
+		resp, err := e.call(t, secret, &rlsv3.RateLimitRequest{Domain: "api"})
+		if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK || len(resp.Statuses) != 0 {
+			t.Fatalf("%v %v, want OK with no statuses (nothing to limit)", resp, err)
+		}
+	})
 }
 
 // TestUnmatchedDescriptors: descriptors no rule selects are OK, with no limit.

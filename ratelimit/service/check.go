@@ -51,3 +51,39 @@ func (s *Service) Check(ctx context.Context, endpoint string, b *wire.Batch) (*s
 	s.m.batchSeconds.WithLabelValues(endpoint).Observe(time.Since(start).Seconds())
 	return out, err
 }
+
+// Sync applies b as /v1/sync does — exactly once per (node, seq): a resent batch is
+// answered from the idempotency records; leases granted and renewed — for a node that
+// lives in this process (the rate limit service's replicas, which decide from leases as
+// gateways do). A batch without deltas (a heartbeat: the fleet keeps counting the node)
+// pings Redis, so that its answer says Redis is up. With grant false no lease is granted
+// (a node's last report, which gives its leases back). It counts under endpoint in the
+// batch metrics.
+func (s *Service) Sync(ctx context.Context, endpoint string, b *wire.Batch, grant bool) (*store.Outcome, error) {
+	start := time.Now()
+	if !s.rulesReady() {
+		s.m.error("no_rules")
+		s.m.batches.WithLabelValues(endpoint, "unavailable").Inc()
+		return nil, errNoRules
+	}
+	refuse := s.resolver(ctx)
+	opts := store.Options{Idempotent: true, NoLease: !grant, Refuse: refuse, NoLearn: refuse != nil, StoreKey: s.storeKeyFunc(s.ruleSet(ctx))}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.BatchTimeout)
+	out, err := s.st.Apply(ctx, b, opts)
+	if err == nil && len(b.Deltas) == 0 {
+		err = s.st.Ping(ctx)
+	}
+	cancel()
+	outcome := "ok"
+	if err == nil {
+		s.m.batch(endpoint, b, out.Results, out.States)
+		s.observeTop(b, out.Results, out.States)
+		s.m.fleet.Set(float64(out.Nodes))
+	} else {
+		outcome = "unavailable"
+		s.m.error("redis")
+	}
+	s.m.batches.WithLabelValues(endpoint, outcome).Inc()
+	s.m.batchSeconds.WithLabelValues(endpoint).Observe(time.Since(start).Seconds())
+	return out, err
+}

@@ -86,7 +86,7 @@ func NewMetrics() *Metrics {
 	m.readsDropped = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_sync_reads_dropped_total", Help: "Deltas that reported nothing (no consumption, refusal, lease or acquire), answered without the bucket's numbers: refused on /v1/sync, admitted at cost 0 on /v1/check."}, []string{"endpoint"})
 	m.early = prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_early_requests_total", Help: "Rejected requests that came back before their Retry-After (penalty signal)."})
 	m.penalized = prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_penalized_answers_total", Help: "Bucket states answered while the caller key was in a penalty cooldown."})
-	m.errors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_errors_total", Help: "Errors by kind (decode, auth, too_large, invalid, redis, policy, timeout, rules_invalid, internal)."}, []string{"kind"})
+	m.errors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_errors_total", Help: "Errors by kind (decode, auth, too_large, invalid, redis, policy, timeout, rules_invalid, internal, alive)."}, []string{"kind"})
 	m.rulesVersion = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tollgate_rules_version", Help: "Current rule-set version known to this instance."})
 	m.fleet = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tollgate_fleet_nodes", Help: "Gateways seen syncing recently."})
 	m.insecure = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tollgate_insecure", Help: "1 when the service runs with --insecure: without a sync secret, /v1/sync, /v1/check and /v1/sync/rules accept any caller."})

@@ -45,14 +45,17 @@ func boundRejected(b *wire.Batch) (dropped int64) {
 }
 
 // isRead reports a delta that reports nothing and asks for nothing: no consumption,
-// refusal, early retry, returned or held lease, no acquire. Its only effect would be the
+// refusal, early retry, returned or held lease, no rate lease held or used out of
+// (FlagRate: a rate lease is reported once per lease.RateReportUs even when it admitted
+// nothing, and that report renews it), no acquire. Its only effect would be the
 // reply: the bucket's remaining, reset, retry and penalty, for any key a gateway names.
 // A gateway never sends one to /v1/sync (a bucket is reported only with something
 // pending or a lease to renew, lease.Record.Due); to /v1/check it is a strict check of
 // cost 0, which is admitted whatever the bucket holds.
 func isRead(d *wire.Delta) bool {
 	return d.Leased == 0 && d.Over == 0 && d.Returned == 0 && d.Held == 0 && d.Rejected == 0 &&
-		d.Early == 0 && d.Flags&wire.FlagAcquire == 0
+		d.Early == 0 && d.Flags&wire.FlagAcquire == 0 &&
+		(d.Flags&wire.FlagRate == 0 || (d.Rate == 0 && d.RateUsed == 0))
 }
 
 // readRefusal is the reason a read delta on /v1/sync is refused with.

@@ -178,6 +178,18 @@ func TestAttackReads(t *testing.T) {
 	read := delta(key, "rd", algo.TokenBucket, 100, 3_600_000)
 	refusal := delta(key, "rd", algo.TokenBucket, 100, 3_600_000)
 	refusal.Rejected = 1
+	// A gateway holding a rate lease reports it once per lease.RateReportUs whatever it
+	// did (lease.Record.Due): the rate it holds, and what it admitted out of it, is a
+	// report that renews the lease, not a read. Without FlagRate the script ignores
+	// those fields, and the delta reports nothing.
+	rateHeld := delta(key, "rd", algo.TokenBucket, 100, 3_600_000)
+	rateHeld.Flags |= wire.FlagRate
+	rateHeld.Rate, rateHeld.RateEpoch = 5000, 1
+	rateUsed := delta(key, "rd", algo.TokenBucket, 100, 3_600_000)
+	rateUsed.Flags |= wire.FlagRate
+	rateUsed.RateUsed = 1
+	rateNoFlag := rateHeld
+	rateNoFlag.Flags &^= wire.FlagRate
 	for _, tc := range []struct {
 		name          string
 		path          string
@@ -188,6 +200,9 @@ func TestAttackReads(t *testing.T) {
 		{"sync: a read", "/v1/sync", read, wire.StateRefused, 0},
 		{"check: a read (cost 0)", "/v1/check", read, wire.StateAllowed, 0},
 		{"sync: a refusal report is answered", "/v1/sync", refusal, wire.StateAllowed, -1},
+		{"sync: a rate lease report is answered", "/v1/sync", rateHeld, wire.StateAllowed, -1},
+		{"sync: a rate lease's consumption is answered", "/v1/sync", rateUsed, wire.StateAllowed, -1},
+		{"sync: rate fields without the rate flag are a read", "/v1/sync", rateNoFlag, wire.StateRefused, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, out := n.in.do(t, http.MethodPost, tc.path, n.atkCred,

@@ -87,6 +87,7 @@ type Service struct {
 	rules   *rules.Store
 	watcher *rules.Watcher
 	pol     *durable // nil without a policy store
+	alive   aliveCache
 	m       *Metrics
 	log     *slog.Logger
 	mux     *http.ServeMux
@@ -224,9 +225,10 @@ func (s *Service) Run(ctx context.Context) {
 
 func (s *Service) routes() {
 	sync := map[string]http.Handler{
-		"POST /v1/sync":      s.handleBatch("sync", false),
-		"POST /v1/check":     s.handleBatch("check", true),
-		"GET /v1/sync/rules": http.HandlerFunc(s.handleSyncRules),
+		"POST /v1/sync":         s.handleBatch("sync", false),
+		"POST /v1/check":        s.handleBatch("check", true),
+		"GET /v1/sync/rules":    http.HandlerFunc(s.handleSyncRules),
+		"GET " + wire.AlivePath: http.HandlerFunc(s.handleAlive),
 	}
 	admin := map[string]http.Handler{
 		"GET /v1/rules":                     s.admin(s.handleGetRules),
@@ -419,7 +421,16 @@ func (s *Service) handleBatch(endpoint string, check bool) http.HandlerFunc {
 		}
 		// A gateway that hangs up must not cut a batch in half: finish it (bounded).
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.BatchTimeout)
-		out, err := s.st.Apply(ctx, &b, opts)
+		var out *store.Outcome
+		err = nil
+		if len(b.Deltas) == 0 {
+			// A heartbeat needs no Redis command, but its answer tells the gateway the
+			// service can vouch for its leases: not while Redis has stalled (alive.go).
+			err = s.redisAlive(ctx)
+		}
+		if err == nil {
+			out, err = s.st.Apply(ctx, &b, opts)
+		}
 		cancel()
 		if errors.Is(err, store.ErrInvalid) {
 			fail(http.StatusBadRequest, "invalid", err.Error())

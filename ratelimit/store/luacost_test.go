@@ -2,12 +2,15 @@ package store
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/tollgate-rl/tollgate/shared/algo"
+	"github.com/tollgate-rl/tollgate/shared/lease"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
@@ -156,46 +159,63 @@ func evalshaUsec(b *testing.B, s *Store) (usec, calls int64) {
 }
 
 // A batch recorded by the script before its idempotency records were packed
-// ("<seq>:<now>:<lease fields, comma-separated>") is still replayed: a gateway that
-// resends it across the service's upgrade gets the grant it lost, not a second one.
+// ("<seq>:<now>:<lease fields, comma-separated>"), or packed before rate leases
+// ("<seq>;<now>;" and five fields per delta), is still replayed: a gateway that resends
+// it across the service's upgrade gets the grant it lost, not a second one.
 func TestReplayOfUnpackedRecord(t *testing.T) {
+	formats := map[string]func(r lease.SyncResult) string{
+		"text": func(r lease.SyncResult) string {
+			return fmt.Sprintf("9:%d:%d,%d,%d,%d,%d", r.NowUs, r.Grant, r.Held, r.Epoch, r.ValidUs, r.LowWater)
+		},
+		"packed without rate": func(r lease.SyncResult) string {
+			b := fmt.Appendf(nil, "9;%d;", r.NowUs)
+			b = binary.LittleEndian.AppendUint32(b, uint32(r.Grant))
+			b = binary.LittleEndian.AppendUint32(b, uint32(r.Held))
+			b = binary.LittleEndian.AppendUint32(b, r.Epoch)
+			b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(r.ValidUs)))
+			b = binary.LittleEndian.AppendUint32(b, uint32(r.LowWater))
+			return string(b)
+		},
+	}
 	for _, mode := range modes {
-		t.Run(string(mode), func(t *testing.T) {
-			s, _ := clockedStore(t, mode, nil)
-			ctx := context.Background()
-			node := uniq("gw:old")
-			b := &wire.Batch{Node: node, Seq: 9}
-			d := mkDelta(algo.GCRA, uniq("old"), "api")
-			d.Leased, d.ElapsedMs = 10, 100
-			b.Deltas = append(b.Deltas, d)
-			first, err := s.Apply(ctx, b, Options{Idempotent: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := first.Results[0]
-			if r.Grant == 0 {
-				t.Fatalf("no grant to replay: %+v", r)
-			}
-			slot := 0
-			if mode == Cluster {
-				groups, err := s.plan(ctx, b, (&Options{}).storeKeys(b), []bool{true})
+		for fname, format := range formats {
+			t.Run(string(mode)+"/"+fname, func(t *testing.T) {
+				s, _ := clockedStore(t, mode, nil)
+				ctx := context.Background()
+				node := uniq("gw:old")
+				b := &wire.Batch{Node: node, Seq: 9}
+				d := mkDelta(algo.GCRA, uniq("old"), "api")
+				d.Leased, d.ElapsedMs = 10, 100
+				b.Deltas = append(b.Deltas, d)
+				first, err := s.Apply(ctx, b, Options{Idempotent: true})
 				if err != nil {
 					t.Fatal(err)
 				}
-				slot = groups[0].slot
-			}
-			old := fmt.Sprintf("9:%d:%d,%d,%d,%d,%d", r.NowUs, r.Grant, r.Held, r.Epoch, r.ValidUs, r.LowWater)
-			if err := s.rdb.HSet(ctx, idemKey(slot, node), "0", old).Err(); err != nil {
-				t.Fatal(err)
-			}
-			again, err := s.Apply(ctx, b, Options{Idempotent: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			g := again.Results[0]
-			if !g.Replay || g.Grant != r.Grant || g.Held != r.Held || g.Epoch != r.Epoch || g.ValidUs != r.ValidUs || g.LowWater != r.LowWater || g.NowUs != r.NowUs {
-				t.Fatalf("replay of the old record: %+v, want the lease fields of %+v", g, r)
-			}
-		})
+				r := first.Results[0]
+				if r.Grant == 0 {
+					t.Fatalf("no grant to replay: %+v", r)
+				}
+				slot := 0
+				if mode == Cluster {
+					groups, err := s.plan(ctx, b, (&Options{}).storeKeys(b), []bool{true})
+					if err != nil {
+						t.Fatal(err)
+					}
+					slot = groups[0].slot
+				}
+				old := format(r)
+				if err := s.rdb.HSet(ctx, idemKey(slot, node), "0", old).Err(); err != nil {
+					t.Fatal(err)
+				}
+				again, err := s.Apply(ctx, b, Options{Idempotent: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				g := again.Results[0]
+				if !g.Replay || g.Grant != r.Grant || g.Held != r.Held || g.Epoch != r.Epoch || g.ValidUs != r.ValidUs || g.LowWater != r.LowWater || g.NowUs != r.NowUs {
+					t.Fatalf("replay of the old record: %+v, want the lease fields of %+v", g, r)
+				}
+			})
+		}
 	}
 }

@@ -483,6 +483,7 @@ func (s *Store) Apply(ctx context.Context, b *wire.Batch, o Options) (*Outcome, 
 		out.ServerTimeUs = max(out.ServerTimeUs, nowUs)
 		for _, i := range grp.idx {
 			st := &out.States[i]
+			out.Results[i].RateAnswer = b.Deltas[i].Flags&wire.FlagRate != 0
 			out.Results[i].Fill(st)
 		}
 	}
@@ -750,8 +751,8 @@ func isRedisError(err error) bool {
 
 // packDelta encodes a delta's numbers as the script's DELTA format: kind and flags
 // (u8), leased, over, returned, held, rejected, early, epoch, elapsed_ms, limit (u32),
-// window_us (float64, exact below 2^53), burst, capacity and want (u32), and the node's
-// tag (u32, lease.NodeTag), little-endian.
+// window_us (float64, exact below 2^53), burst, capacity, want, rate, rate_used,
+// rate_epoch, rate_stock and the node's tag (u32, lease.NodeTag), little-endian.
 func packDelta(d *wire.Delta, flags uint8, tag uint32) string {
 	p := lease.ParamsOf(d)
 	b := make([]byte, 0, deltaSize)
@@ -763,16 +764,20 @@ func packDelta(d *wire.Delta, flags uint8, tag uint32) string {
 	b = binary.LittleEndian.AppendUint32(b, d.Burst)
 	b = binary.LittleEndian.AppendUint32(b, uint32(min(max(p.Capacity(), 0), math.MaxUint32)))
 	b = binary.LittleEndian.AppendUint32(b, d.Want)
+	b = binary.LittleEndian.AppendUint32(b, d.Rate)
+	b = binary.LittleEndian.AppendUint32(b, d.RateUsed)
+	b = binary.LittleEndian.AppendUint32(b, d.RateEpoch)
+	b = binary.LittleEndian.AppendUint32(b, d.RateStock)
 	b = binary.LittleEndian.AppendUint32(b, tag)
 	return string(b)
 }
 
 // deltaSize is the length of packDelta's encoding.
-const deltaSize = 2 + 9*4 + 8 + 4*4
+const deltaSize = 2 + 9*4 + 8 + 8*4
 
 // resultFields is the number of reply values per delta, each a little-endian float64
 // (the script's RESULT format).
-const resultFields = 16
+const resultFields = 18
 
 // parseResults checks the script's reply shape (lease.lua's {now, results}) and stores
 // the results of the deltas idx into res. It returns the server time of the call.
@@ -799,7 +804,7 @@ func parseResults(v any, idx []int, res []lease.SyncResult) (int64, error) {
 		res[i] = lease.SyncResult{
 			Replay: r[0] == 1, Allowed: r[1] == 1, Remaining: r[2], Grant: r[3], Held: r[4],
 			Epoch: uint32(r[5]), ValidUs: r[6], LowWater: r[7], ResetUs: r[8], RetryUs: r[9],
-			PenaltyUs: r[10], Level: r[11], Overshoot: r[12], Reclaimed: r[13], Clamped: r[14], Excess: r[15], NowUs: now,
+			PenaltyUs: r[10], Level: r[11], Overshoot: r[12], Reclaimed: r[13], Clamped: r[14], Excess: r[15], Rate: r[16], Stock: r[17], NowUs: now,
 		}
 	}
 	return now, nil

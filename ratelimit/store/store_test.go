@@ -266,7 +266,7 @@ func TestKeysInRedis(t *testing.T) {
 					}
 				}
 				rec, err := s.rdb.HGet(ctx, rk, "0").Result()
-				if err != nil || !strings.HasPrefix(rec, "7;") {
+				if err != nil || !strings.HasPrefix(rec, "7|") {
 					t.Fatalf("record %q field 0: %q, %v; want seq 7", rk, rec, err)
 				}
 				if ttl := s.rdb.PTTL(ctx, rk).Val(); ttl <= 0 || ttl > s.cfg.IdempotencyTTL {

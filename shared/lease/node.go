@@ -67,17 +67,32 @@ type Record struct {
 	// Waiting is the cost of the requests of this gateway that wait for that answer: the
 	// next acquire asks the service to cover it (wire.Delta.Want).
 	Waiting int64
+	// Rate is the rate lease the service granted (milli-permits per second, rate.go),
+	// dated RateEpoch and usable until LeaseUntilUs: it accrues into Stock, at most
+	// RateCap permits, from RateAtUs on (0: paused while a report carrying it is in
+	// flight). RateBack is a rate given up (the rule changed) that the next report
+	// tells the service to stop counting.
+	Rate, Stock, RateAtUs, RateBack int64
+	RateEpoch                       uint32
+	// RateFrac is the part of a permit the rate had accrued when a report cut it
+	// (billionths of a permit: µs × milli-permits per second), carried into the next
+	// rate: the service charged it, and dropping it at every report lost half a permit
+	// per gateway and report.
+	RateFrac int64
 }
 
 // Pending is what a bucket's decisions consumed since its last report.
 type Pending struct {
 	Leased, Over, Returned, Rejected, Early int64
+	// RateUsed is what was admitted out of the rate lease's stock (charged at the
+	// service as it accrued: reported as demand only).
+	RateUsed int64
 	// Degraded: Over includes admissions made while the service was unreachable.
 	Degraded bool
 }
 
 func (p *Pending) empty() bool {
-	return p.Leased == 0 && p.Over == 0 && p.Returned == 0 && p.Rejected == 0 && p.Early == 0
+	return p.Leased == 0 && p.Over == 0 && p.Returned == 0 && p.Rejected == 0 && p.Early == 0 && p.RateUsed == 0
 }
 
 // Env is what a decision needs to know about the gateway beyond the bucket.
@@ -94,8 +109,9 @@ type Env struct {
 	RenewUs int64
 	// AcquireFailed: this request asked the service (an acquire) and got no answer
 	// while the sync is otherwise healthy (a lost or late callout). It is decided without
-	// the service: refused if the service last said the bucket cannot give the cost,
-	// admitted degraded (the gateway's own state) otherwise.
+	// the service: refused if the service last said the bucket cannot give the cost
+	// before a retry time still to come, admitted degraded (the gateway's own state)
+	// otherwise.
 	AcquireFailed bool
 	// ColdAllowance is what the bucket may admit outside a lease before the service has
 	// charged it (ColdAllowance): a request of a bucket without a lease period that fits
@@ -112,9 +128,9 @@ type Decision struct {
 	// Cold: admitted on the cold-start allowance (outside any lease, as Over); the
 	// bucket's report, due at the next sync, brings its lease (the background acquire).
 	Cold bool
-	// Leased and Over split the admitted cost as added to Record.Pending; Returned is
-	// lease dropped by this decision (expired). Undo needs them.
-	Leased, Over, Returned int64
+	// Leased, Over and RateUsed split the admitted cost as added to Record.Pending;
+	// Returned is lease dropped by this decision (expired). Undo needs them.
+	Leased, Over, Returned, RateUsed int64
 	// Rejected/Early are 1 when the request was refused (Early: before the Retry-After
 	// this bucket had announced).
 	Rejected, Early int64
@@ -179,6 +195,13 @@ func DecideIn(dst algo.State, r *Record, p algo.Params, now, cost int64, env Env
 			r.LeaseLeft = 0
 			urgent(r, &d)
 		}
+		if r.ParamsTag != 0 && r.Rate > 0 {
+			// A rate lease likewise: it stops accruing now and the next report gives
+			// it back.
+			r.RateBack += r.Rate
+			r.Rate, r.Stock, r.RateAtUs = 0, 0, 0
+			urgent(r, &d)
+		}
 		r.ParamsTag = tag
 	}
 	if r.LeaseLeft > 0 && now >= r.LeaseUntilUs {
@@ -188,7 +211,11 @@ func DecideIn(dst algo.State, r *Record, p algo.Params, now, cost int64, env Env
 		r.LeaseLeft = 0
 		urgent(r, &d)
 	}
-	if env.AcquireFailed && r.Synced() && r.GlobalRemaining < cost {
+	if env.AcquireFailed && r.Synced() && r.RetryUs > now && r.GlobalRemaining < cost {
+		// Refused only while the service's word stands: empty until RetryUs. A remaining
+		// read at an older sync is stale (the bucket refills, and what this gateway held
+		// was its own lease), and a slow service must not refuse callers within their
+		// limit: they are admitted degraded below.
 		d.RetryAfterUs = max(r.RetryUs-now, env.IntervalUs)
 		d.ResetUs = ResetAt(r, p, now)
 		reject(r, now, &d, true)
@@ -208,12 +235,48 @@ func DecideIn(dst algo.State, r *Record, p algo.Params, now, cost int64, env Env
 		return d
 	}
 	leaseTime := r.Synced() && now < r.LeaseUntilUs
+	if leaseTime && r.Rate > 0 && (r.GlobalRemaining >= 0 || r.Pending.Over == 0) {
+		// A rate lease: the gateway's share of the refill, accrued here. Within it the
+		// gateway decides alone, refusals included: when the stock cannot cover the
+		// cost, nothing else of the lease can and the service last said the bucket holds
+		// nothing unreserved, the request is refused with the wait the accrual gives,
+		// and the refusal is reported with the lease's next report (RateReportUs), not at
+		// the next sync (RATIONALE.md §3, keys at their limit). A bucket this gateway
+		// put in debt itself (a response's charge beyond its lease, not reported yet)
+		// does not use it: the debt is repaid first (the service shrinks the rates of a
+		// bucket in debt).
+		r.accrueRate(p, now)
+		if r.RateAtUs != 0 && now-r.SyncedUs >= RateReportUs {
+			urgent(r, &d)
+		}
+		if r.Stock >= cost {
+			r.Stock -= cost
+			d.RateUsed = cost
+			r.Pending.RateUsed += cost
+			admit(dst, r, p, now, cost, &d)
+			return d
+		}
+		if r.LeaseLeft < cost && r.GlobalRemaining < cost && cost <= RateCap(p, r.Rate) {
+			d.RetryAfterUs = max(RateWaitUs(r.Rate, r.RateAtUs, now, cost-r.Stock), 1000)
+			d.ResetUs = ResetAt(r, p, now)
+			reject(r, now, &d, false)
+			// Not an early request for progressive penalties: the wait is a permit's
+			// (33 ms at 30/s), which a client paced at its limit comes back within by
+			// chance; counted so, such clients were put in cooldowns and admitted 74 %
+			// of their requests. The rate lease holds the key to its limit anyway.
+			d.Early = 0
+			r.Pending.Rejected++
+			return d
+		}
+	}
 	switch {
 	case leaseTime && r.LeaseLeft >= cost:
 		r.LeaseLeft -= cost
 		d.Leased = cost
 		r.Pending.Leased += cost
-		if r.LeaseLeft <= r.LowWater || r.LeaseUntilUs-now <= env.RenewUs {
+		// With a rate lease the count is what is left beside it, and the rate's
+		// reports renew both: the low water does not call for a report.
+		if (r.LeaseLeft <= r.LowWater && r.Rate == 0) || r.LeaseUntilUs-now <= env.RenewUs {
 			urgent(r, &d)
 		}
 		admit(dst, r, p, now, cost, &d)
@@ -311,7 +374,7 @@ func RefillUs(p algo.Params, now, n int64) int64 {
 func admit(dst algo.State, r *Record, p algo.Params, now, cost int64, d *Decision) {
 	d.Allowed = true
 	r.Local = algo.TakeTo(dst, p, r.Local, now, cost)
-	d.Remaining = max(0, r.LeaseLeft+max(0, r.GlobalRemaining))
+	d.Remaining = min(max(0, r.LeaseLeft+r.Stock+max(0, r.GlobalRemaining)), p.Capacity())
 	d.ResetUs = ResetAt(r, p, now)
 }
 
@@ -364,6 +427,11 @@ func Undo(r Record, p algo.Params, now, cost int64, d *Decision) Record {
 	}
 	r.LeaseLeft += d.Leased
 	r.Pending.Leased = max(0, r.Pending.Leased-d.Leased)
+	if d.RateUsed > 0 && r.RateAtUs != 0 && r.Pending.RateUsed >= d.RateUsed {
+		// Not cut since (a cut drops the stock): the permits go back to it.
+		r.Stock = min(r.Stock+d.RateUsed, RateCap(p, r.Rate))
+		r.Pending.RateUsed -= d.RateUsed
+	}
 	r.Pending.Over = max(0, r.Pending.Over-d.Over)
 	if d.Cold {
 		r.Cold = max(0, r.Cold-d.Over)
@@ -402,6 +470,17 @@ func ChargeTo(dst algo.State, r Record, p algo.Params, now, n int64, env Env) Re
 	r.Local = algo.TakeTo(dst, p, r.Local, now, n)
 	if !env.Sync {
 		return r
+	}
+	if r.RateLive(now) {
+		// Out of the rate lease's stock first (charged as it accrued).
+		r.accrueRate(p, now)
+		s := min(n, r.Stock)
+		r.Stock -= s
+		r.Pending.RateUsed += s
+		n -= s
+		if n == 0 {
+			return r
+		}
 	}
 	leased := int64(0)
 	if r.Synced() && now < r.LeaseUntilUs {
@@ -443,6 +522,11 @@ func (r *Record) Due(now, staleUs, staleLeasedUs, renewUs int64, inflight uint32
 	if r.CutSeq != 0 && r.CutSeq == inflight {
 		return false
 	}
+	if r.RateBack > 0 || (r.Rate > 0 && r.RateAtUs != 0 && now-r.SyncedUs >= RateReportUs) {
+		// A rate lease is reported once per RateReportUs whatever it did: its
+		// consumption, its refusals (penalties) and a re-balanced share.
+		return true
+	}
 	live := r.LeaseLeft > 0 && now < r.LeaseUntilUs
 	if r.Pending.empty() {
 		return live && r.UsedUs > r.SyncedUs && r.LeaseUntilUs-now <= renewUs
@@ -477,6 +561,28 @@ func Cut(r Record, p algo.Params, now int64, seq uint32, d *wire.Delta) Record {
 	if r.Synced() {
 		d.ElapsedMs = clampU32((now - r.SyncedUs) / 1000)
 	}
+	d.Rate, d.RateUsed, d.RateEpoch, d.RateStock = 0, 0, 0, 0
+	if RateOf(p) > 0 || r.Rate+r.RateBack > 0 {
+		// The gateway takes rate leases on this bucket. The rate it holds stops
+		// accruing until the reply brings the new rate (the service stops counting it
+		// when it applies this report, so the old grant never overlaps the new one);
+		// its stock is kept, and the reply says how much of it the new lease covers
+		// (RATIONALE.md §3).
+		d.Flags |= wire.FlagRate
+		d.Rate, d.RateUsed, d.RateEpoch = clampU32(r.Rate+r.RateBack), clampU32(pd.RateUsed), r.RateEpoch
+		r.RateFrac = 0
+		if r.RateLive(now) && r.RateAtUs != 0 && now > r.RateAtUs {
+			r.accrueRate(p, now)
+			if r.RateAtUs != 0 && now > r.RateAtUs {
+				r.RateFrac = min((now-r.RateAtUs)*r.Rate, 999_999_999)
+			}
+		}
+		if !r.RateLive(now) {
+			r.Stock = 0
+		}
+		d.RateStock = clampU32(r.Stock)
+		r.RateAtUs, r.RateBack = 0, 0
+	}
 	r.Pending = Pending{}
 	r.Urgent = false
 	r.ColdCut += r.Cold
@@ -497,6 +603,11 @@ func Uncut(r Record, d *wire.Delta, seq uint32) Record {
 	r.CutSeq = 0
 	r.Cold += r.ColdCut
 	r.ColdCut = 0
+	if d.Flags&wire.FlagRate != 0 {
+		// The rate stopped with the cut and no reply brings a new one.
+		r.Rate, r.Stock = 0, 0
+		r.Pending.RateUsed += int64(d.RateUsed)
+	}
 	r.Pending.Leased += int64(d.Leased)
 	r.Pending.Over += int64(d.Over)
 	r.Pending.Rejected += int64(d.Rejected)
@@ -549,6 +660,24 @@ func (r *Record) applyLease(s *wire.State, sent *wire.Delta, now int64) {
 		r.LeaseEpoch, r.LeaseUntilUs = s.Epoch, min(until, r.LeaseUntilUs)
 	default:
 		r.LeaseEpoch, r.LeaseUntilUs = s.Epoch, until
+	}
+	if sent.Flags&wire.FlagRate != 0 {
+		// The new rate (0 when the service granted none, or answered without rates)
+		// accrues from a millisecond after now: the service charges it from the
+		// millisecond after it granted it (rate.go).
+		stock := r.Stock
+		r.Rate, r.RateEpoch, r.Stock, r.RateAtUs = 0, 0, 0, 0
+		if s.Flags&wire.StateRate != 0 && s.Rate > 0 && s.ValidMs > 0 {
+			// The stock: what the service says it covers, less what the gateway used of
+			// the stock it reported since.
+			used := max(int64(sent.RateStock)-stock, 0)
+			r.Rate, r.RateEpoch, r.RateAtUs = int64(s.Rate), s.Epoch, now+1000
+			r.Stock = max(min(int64(s.Stock), RateCap(ParamsOf(sent), r.Rate))-used, 0)
+			// The part of a permit the old rate had accrued counts at the new rate
+			// (rounded down): less than one permit, within the new stock's cap.
+			r.RateAtUs -= r.RateFrac / r.Rate
+			r.LeaseUntilUs = min(r.LeaseUntilUs, until)
+		}
 	}
 	r.LowWater = int64(s.LowWater)
 	r.SyncedUs = now
@@ -698,7 +827,7 @@ func (r *Record) Synced() bool { return r.SyncedUs != 0 }
 // (no lease, nothing to report), so its shared-data slot may be reused.
 func (r *Record) Idle(now, idleUs int64) bool {
 	last := max(r.SyncedUs, r.AnnouncedUs, r.UsedUs)
-	return (r.LeaseLeft == 0 || now >= r.LeaseUntilUs) && r.Pending.empty() && r.CutSeq == 0 &&
+	return (r.LeaseLeft == 0 && r.Rate == 0 || now >= r.LeaseUntilUs) && r.Pending.empty() && r.CutSeq == 0 && r.RateBack == 0 &&
 		now-last > idleUs && r.PenaltyUntilUs <= now
 }
 
@@ -729,12 +858,15 @@ func (r *Record) LastSeen() int64 { return max(r.SyncedUs, r.AnnouncedUs, r.Used
 //	       one (0: none, or already past base), Waiting; then the algorithm state (the
 //	       rest of the value)
 //
+// Version 6 adds uvarints after Waiting: Pending.RateUsed, Rate, Stock, RateBack,
+// RateEpoch, RateAtUs (absolute µs) and RateFrac; version 5 records decode with no rate
+// lease.
 // Versions 4 (no ParamsTag, a 61-byte header, and only the first six uvarints) and 3
 // (also with 32-bit relative times, ±24 days, and a 55-byte header) still decode, with
 // ParamsTag 0 and the cold-start fields 0, so records written before an upgrade keep
 // their leases and pending counts.
 const (
-	recordVersion = 5
+	recordVersion = 6
 	headerSize    = 65
 	relSize       = 5 // bytes of one relative time
 	flagSynced    = 1
@@ -742,6 +874,7 @@ const (
 	flagUrgent    = 8
 	flagDegraded  = 16
 
+	recordVersion5 = 5
 	recordVersion4 = 4
 	headerSize4    = 61
 	recordVersion3 = 3
@@ -761,8 +894,8 @@ var (
 )
 
 // MaxRecordSize bounds the encoded size for the fixed-size algorithms (counts below
-// 2^35, so five bytes a uvarint).
-const MaxRecordSize = headerSize + 10*5 + algo.MaxStateSize
+// 2^35, so five bytes a uvarint, and RateAtUs, a time in µs, ten at most).
+const MaxRecordSize = headerSize + 16*5 + 10 + algo.MaxStateSize
 
 // ErrRecord reports an undecodable record.
 var ErrRecord = errors.New("lease: malformed record")
@@ -811,7 +944,8 @@ func AppendRecord(dst []byte, r *Record) []byte {
 	if r.AcquireUntilUs != 0 {
 		acq = max(ceilDiv(r.AcquireUntilUs, 1000)-floorDiv(base, 1000)+1, 0)
 	}
-	for _, v := range [...]int64{r.LowWater, r.Pending.Leased, r.Pending.Over, r.Pending.Returned, r.Pending.Rejected, r.Pending.Early, r.Cold, r.ColdCut, acq, r.Waiting} {
+	for _, v := range [...]int64{r.LowWater, r.Pending.Leased, r.Pending.Over, r.Pending.Returned, r.Pending.Rejected, r.Pending.Early, r.Cold, r.ColdCut, acq, r.Waiting,
+		r.Pending.RateUsed, r.Rate, r.Stock, r.RateBack, int64(r.RateEpoch), r.RateAtUs, r.RateFrac} {
 		dst = binary.AppendUvarint(dst, uint64(max(v, 0)))
 	}
 	return append(dst, r.Local...)
@@ -820,10 +954,12 @@ func AppendRecord(dst []byte, r *Record) []byte {
 // DecodeRecord decodes data into r, reusing r.Local's capacity.
 func DecodeRecord(data []byte, r *Record) error {
 	var l *recordLayout
-	nvals := 10
+	nvals := 17
 	switch {
 	case len(data) >= headerSize && data[0] == recordVersion:
 		l = &layout5
+	case len(data) >= headerSize && data[0] == recordVersion5:
+		l, nvals = &layout5, 10
 	case len(data) >= headerSize4 && data[0] == recordVersion4:
 		l, nvals = &layout4, 6
 	case len(data) >= headerSize3 && data[0] == recordVersion3:
@@ -831,7 +967,7 @@ func DecodeRecord(data []byte, r *Record) error {
 	default:
 		return ErrRecord
 	}
-	var vals [10]int64
+	var vals [17]int64
 	i := l.header
 	for n := range vals[:nvals] {
 		v, k := binary.Uvarint(data[i:])
@@ -871,6 +1007,8 @@ func DecodeRecord(data []byte, r *Record) error {
 	r.LowWater = vals[0]
 	r.Pending = Pending{Leased: vals[1], Over: vals[2], Returned: vals[3], Rejected: vals[4], Early: vals[5], Degraded: f&flagDegraded != 0}
 	r.Cold, r.ColdCut, r.Waiting = vals[6], vals[7], vals[9]
+	r.Pending.RateUsed, r.Rate, r.Stock, r.RateBack, r.RateEpoch, r.RateAtUs = vals[10], vals[11], vals[12], vals[13], uint32(vals[14]), vals[15]
+	r.RateFrac = vals[16]
 	r.AcquireUntilUs = 0
 	if vals[8] > 0 {
 		r.AcquireUntilUs = (floorDiv(base, 1000) + vals[8] - 1) * 1000

@@ -139,6 +139,12 @@ type Leases struct {
 	// (admitted and refused) in Epoch and Epoch-1: the bucket's demand, which a
 	// gateway's own demand is compared with to size its fair share.
 	DemandCur, DemandPrev int64
+	// RateCur and RatePrev are the rate leases out (milli-permits per second) granted or
+	// renewed in Epoch and Epoch-1 (rate.go); AccOff is when their accrual was last
+	// charged to the state (ms after the start of Epoch) and AccFrac the part of a
+	// permit accrued beyond what was charged (millionths). All four are 0 when no rate
+	// lease is out.
+	RateCur, RatePrev, AccOff, AccFrac int64
 }
 
 // Outstanding is Σ of the outstanding leases.
@@ -234,7 +240,14 @@ type SyncResult struct {
 	// period the delta reports (ReportBound), which is not charged: a forged report
 	// cannot charge a key more than its rule allows in that time.
 	Excess int64
-	NowUs  int64 // server time of the call
+	// Rate is the rate lease granted (milli-permits per second, rate.go), answered when
+	// the delta asked with FlagRate (RateAnswer).
+	Rate       int64
+	RateAnswer bool
+	// Stock is what the rate lease starts with (permits the state held beyond what the
+	// stocks leave it, taken from the state).
+	Stock int64
+	NowUs int64 // server time of the call
 }
 
 // maxReportWindows bounds the windows ReportBound counts (2^20: the bound stays below
@@ -282,6 +295,12 @@ func (r *SyncResult) Fill(st *wire.State) {
 	st.PenaltyInMs = clampU32(ceilMs(r.PenaltyUs))
 	st.PenaltyLevel = uint8(min(max(r.Level, 0), 255))
 	st.ServerMs = uint64(max(r.NowUs, 0) / 1000)
+	st.Rate, st.Stock = 0, 0
+	if r.RateAnswer {
+		st.Flags |= wire.StateRate
+		st.Rate = clampU32(r.Rate)
+		st.Stock = clampU32(r.Stock)
+	}
 }
 
 func ceilMs(us int64) int64 {
@@ -349,28 +368,57 @@ func (l *Leases) advance(k uint32, j int64, win bool) (reclaimed int64) {
 		reclaimed = l.Prev
 		l.Prev, l.Cur = l.Cur, 0
 		l.DemandPrev, l.DemandCur = l.DemandCur, 0
+		l.RatePrev, l.RateCur = l.RateCur, 0
 	default:
 		reclaimed = l.Cur + l.Prev
 		l.Cur, l.Prev = 0, 0
 		l.DemandCur, l.DemandPrev = 0, 0
+		l.RateCur, l.RatePrev = 0, 0
 	}
 	l.Epoch = k
 	return reclaimed
 }
 
 // Advance moves b's leases to the lease epoch of now for a bucket of parameters p, as
-// the script does first on every call: what an ended epoch (or window) reserved stops
-// counting. It returns what it reclaimed. Readers of a stored bucket (the usage API)
-// call it so that they count what the script would, not what it last wrote.
+// the script does first on every call: the rate leases' accrual is charged to the state
+// and what an ended epoch (or window) reserved stops counting. It returns what it
+// reclaimed. Readers of a stored bucket (the usage API) call it so that they count what
+// the script would, not what it last wrote.
 func (b *Bucket) Advance(p algo.Params, now int64, cfg SyncConfig) int64 {
 	cfg = cfg.Normalized()
 	k, j, _, _, _ := epochClock(p, now, &cfg)
-	return b.Leases.advance(k, j, windowed(p))
+	reclaimed, _ := b.advance(p, now, k, j, &cfg)
+	return reclaimed
+}
+
+// advance is Advance at the epoch k (j within its window): the rate leases accrued
+// since the last call are charged first, at the rates of the epochs they were granted
+// in (rate.go), then the epochs move on and the state is cut to what the stocks leave
+// it. A bucket whose rule takes no rate lease any more (it changed) stops counting
+// them: its gateways give them back at their first decision under the new rule. It
+// returns what the epochs reclaimed and the time the accrual was charged to (-1: none).
+func (b *Bucket) advance(p algo.Params, now int64, k uint32, j int64, cfg *SyncConfig) (reclaimed, accMs int64) {
+	R, win := RateOf(p), windowed(p)
+	var accrued, fromMs int64
+	accMs = -1
+	if !b.Leases.rateEmpty() {
+		if R > 0 && !win {
+			accrued, accMs, fromMs = b.Leases.accrue(k, now, cfg.EpochMs)
+		} else {
+			b.Leases.RateCur, b.Leases.RatePrev = 0, 0
+		}
+	}
+	reclaimed = b.Leases.advance(k, j, win)
+	if accrued > 0 {
+		b.State = algo.Take(p, b.State, fromMs*1000, accrued)
+	}
+	b.State = capRates(p, b.State, now, R, b.Leases.RateCur+b.Leases.RatePrev)
+	return reclaimed, accMs
 }
 
 // empty reports a record with nothing outstanding and no demand counted.
 func (l *Leases) empty() bool {
-	return l.Cur == 0 && l.Prev == 0 && l.DemandCur == 0 && l.DemandPrev == 0
+	return l.Cur == 0 && l.Prev == 0 && l.DemandCur == 0 && l.DemandPrev == 0 && l.rateEmpty()
 }
 
 // slot returns the outstanding amount that leases of epoch e count in, or nil when
@@ -419,7 +467,11 @@ func SyncNode(b *Bucket, pen *Penalty, own *Leases, d *wire.Delta, now int64, cf
 	// 1. Epochs: leases of an ended epoch (or window) go back to the bucket. They were
 	// never taken from the state, so nothing is refunded: they just stop counting.
 	k, j, estart, elen, validUntil := epochClock(p, now, &cfg)
-	r.Reclaimed = b.Leases.advance(k, j, win)
+	// Rate leases accrued since the last call are charged first (Bucket.advance).
+	R := RateOf(p)
+	r.RateAnswer = d.Flags&wire.FlagRate != 0
+	var accMs int64
+	r.Reclaimed, accMs = b.advance(p, now, k, j, &cfg)
 	st := b.State
 	slot := b.Leases.slot(d.Epoch, j, win)
 	var oslot *int64
@@ -551,10 +603,35 @@ func SyncNode(b *Bucket, pen *Penalty, own *Leases, d *wire.Delta, now int64, cf
 			own.Cur += h
 		}
 	}
+	// The rate lease the gateway held stops counting: it stopped accruing it when it cut
+	// this report, and the grant below gives it its rate anew.
+	// Its stock, within the released rate's cap, is what the new rate keeps (below).
+	// With the gateway's own record, no more than it was granted (rclaim): a forged Rate
+	// releases no other gateway's rate lease, nor counts as its own in the grant.
+	var keep int64
+	rclaim := int64(d.Rate)
+	if r.RateAnswer {
+		if own != nil {
+			rclaim = 0
+			if ors := own.rateSlot(d.RateEpoch, j, win); ors != nil {
+				rclaim = min(int64(d.Rate), *ors)
+				*ors -= rclaim
+			}
+		}
+		if rs := b.Leases.rateSlot(d.RateEpoch, j, win); rs != nil {
+			held := min(rclaim, *rs)
+			*rs -= held
+			keep = min(int64(d.RateStock), RateCap(p, held))
+		}
+	}
 
 	// 5. Demand: the gateway's over the interval it reports, the bucket's over this
 	// epoch and the previous one (both in milli-permits per second).
-	count := min(leased+over+int64(d.Rejected), maxCount)
+	count := leased + over + int64(d.Rejected)
+	if r.RateAnswer {
+		count += int64(d.RateUsed) // charged as it accrued: demand only
+	}
+	count = min(count, maxCount)
 	elapsed := min(max(int64(d.ElapsedMs), cfg.MinElapsedMs), maxElapsedMs)
 	rate := min(count*1_000_000/elapsed, maxRate)
 	b.Leases.DemandCur = min(b.Leases.DemandCur+count, maxDemand)
@@ -598,6 +675,7 @@ func SyncNode(b *Bucket, pen *Penalty, own *Leases, d *wire.Delta, now int64, cf
 		if rate > 0 && target < 1 && first != 0 {
 			target = 1
 		}
+		demandTarget := target
 		var want int64
 		if acquire {
 			want = int64(d.Want)
@@ -626,10 +704,71 @@ func SyncNode(b *Bucket, pen *Penalty, own *Leases, d *wire.Delta, now int64, cf
 				own.Cur += g
 			}
 		}
+		// A rate lease, when the count cannot cover the gateway's demand (the bucket is
+		// spent: a key at its limit) and the bucket is not a cold start's: the gateway's
+		// share of the refill by demand, within what the stocks may reserve beside the
+		// counts out (ceil(C·Σrate/R) ≤ C − outstanding), what it held and half of the
+		// rest at most when other gateways share the bucket (RATIONALE.md §3).
+		// Only for a key asked for its whole refill or more: by this gateway alone, or
+		// by the fleet over the epochs (95 % of R: the estimate spans whole epochs). A
+		// key below its limit keeps counts: rates split its capacity into the gateways'
+		// stocks, and a burst on one gateway would be refused while the others' stocks
+		// hold permits (the fleet simulation's client at 90 % of its limit saw 12-20 %
+		// false rejections with rates granted below the limit).
+		if r.RateAnswer && R > 0 && capa > 0 && r.Held+r.Grant < demandTarget && first < 0 &&
+			(cfg.Nodes <= 1 || rate >= R || total*100 >= R*95) &&
+			(cfg.Nodes <= 1 || b.Leases.DemandCur+b.Leases.DemandPrev >= capa) {
+			// The stocks' share of the capacity, C·Σrate/R, stays within what the counts
+			// out and the bucket's debt leave: a debt of d permits beyond the first leaves
+			// the state a net refill of R·(d−1)/C to repay it. The first is rounding: the
+			// accrual is charged to the millisecond rounded up, and a state a fraction of a
+			// permit short reads as one permit owed.
+			// Its share of the bucket's demand (all of it alone): not its own demand,
+			// which at the limit is the refill give or take its noise (a client paced at
+			// its limit lost a fifth of its requests to leases sized by it).
+			wantR := R * dn / den
+			if cfg.Nodes <= 1 {
+				wantR = R
+			}
+			a := algo.Available(p, st, now)
+			room := max(capa-b.Leases.Outstanding()-max(-a-1, 0), 0)*R/capa - (b.Leases.RateCur + b.Leases.RatePrev)
+			availR := room
+			if held := min(rclaim, room); cfg.Nodes > 1 && room > 1 {
+				availR = max(held+(room-held)/2, room/2) // its own and half of the rest
+			}
+			// At least the rate whose cap covers the stock the gateway keeps, where the
+			// room allows (it did for the rate released, unless counts or a debt grew).
+			gr := max(min(wantR, availR), min((keep*R+capa-1)/capa, max(room, 0)))
+			if gr >= MinRate && RateCap(p, gr) >= 1 {
+				r.Rate = gr
+				b.Leases.RateCur += gr
+				if own != nil {
+					// Not capped per gateway as its counts are (ceil(capacity/MaxShare)):
+					// the grant above already keeps a fleet's gateway to its own rate and
+					// half of the rest (RATIONALE.md §3, "What one gateway can do").
+					own.RateCur += gr
+				}
+				// What the state holds beyond C − Σ stocks (never a count out: the room
+				// above) moves into this lease's stock, beside what it keeps, at most its
+				// cap: nothing is lost to the cap, and the state's permits reach the
+				// gateways.
+				keep = min(keep, RateCap(p, gr))
+				st = capRates(p, st, now, R, b.Leases.RateCur+b.Leases.RatePrev)
+				r.Stock = min(keep+max(max(a, 0)-max(algo.Available(p, st, now), 0), 0), RateCap(p, gr))
+			}
+		}
+	}
+	if b.Leases.rateEmpty() {
+		b.Leases.AccOff, b.Leases.AccFrac = 0, 0
+	} else {
+		if nowMs := ceilDiv(now, 1000); accMs < nowMs {
+			accMs = nowMs
+		}
+		b.Leases.AccOff = max(accMs-b.Leases.epochStartMs(k, now, cfg.EpochMs), 0)
 	}
 	r.LowWater = min((rate*cfg.RenewMs+999_999)/1_000_000, (r.Held+r.Grant)/2)
 	r.Epoch = b.Leases.Epoch // k, unless the stored epoch is ahead: the lease is kept there
-	if r.Held+r.Grant > 0 {
+	if r.Held+r.Grant > 0 || r.Rate > 0 {
 		margin := min(cfg.ValidMarginMs*1000, min(cfg.EpochMs*1000, max(p.WindowUs, 1))/10)
 		r.ValidUs = max(validUntil-now-margin, 0)
 	}
@@ -704,20 +843,30 @@ func penaltyCooldown(level int64, cfg SyncConfig) int64 {
 const FlagNoLease = 0x80
 
 // leaseTag starts a bucket value that carries leases (algorithm states start with
-// 0x10-0x15, or are empty).
-const leaseTag = 0x21
+// 0x10-0x15, or are empty); rateTag one that also carries rate leases.
+const (
+	leaseTag = 0x21
+	rateTag  = 0x22
+)
 
 // AppendValue encodes b as the Redis string the Lua script writes: the algorithm state
 // alone when no lease is outstanding and no demand counted; otherwise leaseTag, uvarint
-// Epoch, Cur, Prev, DemandCur and DemandPrev, then the state.
+// Epoch, Cur, Prev, DemandCur and DemandPrev, then the state; with rate leases out,
+// rateTag and the same followed by RateCur, RatePrev, AccOff and AccFrac.
 func (b *Bucket) AppendValue(dst []byte) []byte {
 	l := &b.Leases
-	if l.Cur == 0 && l.Prev == 0 && l.DemandCur == 0 && l.DemandPrev == 0 {
+	if l.empty() {
 		return append(dst, b.State...)
 	}
-	dst = append(dst, leaseTag)
+	vals := [...]int64{l.Cur, l.Prev, l.DemandCur, l.DemandPrev, l.RateCur, l.RatePrev, l.AccOff, l.AccFrac}
+	n := 4
+	tag := byte(leaseTag)
+	if !l.rateEmpty() {
+		n, tag = 8, rateTag
+	}
+	dst = append(dst, tag)
 	dst = binary.AppendUvarint(dst, uint64(l.Epoch))
-	for _, v := range [...]int64{l.Cur, l.Prev, l.DemandCur, l.DemandPrev} {
+	for _, v := range vals[:n] {
 		dst = binary.AppendUvarint(dst, uint64(max(v, 0)))
 	}
 	return append(dst, b.State...)
@@ -727,22 +876,27 @@ func (b *Bucket) AppendValue(dst []byte) []byte {
 // fresh state, as a malformed algorithm state does (a corrupt record costs at most one
 // bucket's worth of permits, never an error).
 func ParseValue(v []byte) Bucket {
-	if len(v) == 0 || v[0] != leaseTag {
+	if len(v) == 0 || (v[0] != leaseTag && v[0] != rateTag) {
 		return Bucket{State: algo.State(v)}
 	}
 	var b Bucket
 	i := 1
-	var vals [5]uint64
-	for n := range vals {
-		x, k := binary.Uvarint(v[i:])
-		if k <= 0 || k > 8 || (n == 0 && x > 1<<32-1) || x > 1<<40 {
+	var vals [9]uint64
+	n := 5
+	if v[0] == rateTag {
+		n = 9
+	}
+	for k := range vals[:n] {
+		x, w := binary.Uvarint(v[i:])
+		if w <= 0 || w > 8 || (k == 0 && x > 1<<32-1) || x > 1<<40 {
 			return Bucket{}
 		}
-		vals[n] = x
-		i += k
+		vals[k] = x
+		i += w
 	}
 	b.Leases = Leases{Epoch: uint32(vals[0]), Cur: int64(vals[1]), Prev: int64(vals[2]),
-		DemandCur: int64(vals[3]), DemandPrev: int64(vals[4])}
+		DemandCur: int64(vals[3]), DemandPrev: int64(vals[4]),
+		RateCur: int64(vals[5]), RatePrev: int64(vals[6]), AccOff: int64(vals[7]), AccFrac: int64(vals[8])}
 	b.State = algo.State(v[i:])
 	return b
 }

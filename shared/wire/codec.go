@@ -74,6 +74,12 @@ func AppendDelta(dst []byte, d *Delta) []byte {
 	if d.Flags&FlagWant != 0 {
 		dst = binary.AppendUvarint(dst, uint64(d.Want))
 	}
+	if d.Flags&FlagRate != 0 {
+		dst = binary.AppendUvarint(dst, uint64(d.Rate))
+		dst = binary.AppendUvarint(dst, uint64(d.RateUsed))
+		dst = binary.AppendUvarint(dst, uint64(d.RateEpoch))
+		dst = binary.AppendUvarint(dst, uint64(d.RateStock))
+	}
 	return dst
 }
 
@@ -134,6 +140,10 @@ func AppendReply(dst []byte, r *Reply) ([]byte, error) {
 		dst = append(dst, s.PenaltyLevel)
 		dst = binary.AppendUvarint(dst, s.ServerMs)
 		dst = appendString(dst, s.Reason)
+		if s.Flags&StateRate != 0 {
+			dst = binary.AppendUvarint(dst, uint64(s.Rate))
+			dst = binary.AppendUvarint(dst, uint64(s.Stock))
+		}
 	}
 	return dst, nil
 }
@@ -229,6 +239,12 @@ func (r *reader) batch(b *Batch) error {
 		if d.Flags&FlagWant != 0 {
 			d.Want = r.u32("want")
 		}
+		if d.Flags&FlagRate != 0 {
+			d.Rate = r.u32("rate")
+			d.RateUsed = r.u32("rate_used")
+			d.RateEpoch = r.u32("rate_epoch")
+			d.RateStock = r.u32("rate_stock")
+		}
 		if r.err != nil {
 			return r.err
 		}
@@ -280,6 +296,10 @@ func (r *reader) reply(rep *Reply) error {
 			PenaltyLevel: r.byte("penalty_level"),
 			ServerMs:     r.uvarint("server_ms"),
 			Reason:       r.strMax("reason", MaxTagLen),
+		}
+		if s.Flags&StateRate != 0 {
+			s.Rate = r.u32("rate")
+			s.Stock = r.u32("stock")
 		}
 		if r.err != nil {
 			return r.err

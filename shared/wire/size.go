@@ -3,9 +3,9 @@ package wire
 // Worst-case sizes of the fixed parts, for SplitDeltas: a batch header whose Seq and
 // RulesVersion take their longest varints, and a State whose numbers do.
 const (
-	maxBatchHeader = 1 + 10 + 10                               // version, seq, rules version (+ node, tag, count)
-	maxReplyHeader = 1 + 10 + 10 + 5                           // version, rules version, server time, nodes (+ tag, count)
-	maxStateFixed  = 1 + 1 + 10 + 8*5 + 1 + 10 + 1 + MaxTagLen // window, flags, remaining, 8 × u32, level, server ms, reason
+	maxBatchHeader = 1 + 10 + 10                                // version, seq, rules version (+ node, tag, count)
+	maxReplyHeader = 1 + 10 + 10 + 5                            // version, rules version, server time, nodes (+ tag, count)
+	maxStateFixed  = 1 + 1 + 10 + 10*5 + 1 + 10 + 1 + MaxTagLen // window, flags, remaining, 10 × u32 (rate and stock included), level, server ms, reason
 )
 
 // EncodedBatchSize is the exact number of bytes AppendBatch writes for b (whether or
@@ -32,6 +32,9 @@ func DeltaSize(d *Delta) int {
 	if d.Flags&FlagWant != 0 {
 		n += uvarintLen(uint64(d.Want))
 	}
+	if d.Flags&FlagRate != 0 {
+		n += uvarintLen(uint64(d.Rate)) + uvarintLen(uint64(d.RateUsed)) + uvarintLen(uint64(d.RateEpoch)) + uvarintLen(uint64(d.RateStock))
+	}
 	return n
 }
 
@@ -52,6 +55,9 @@ func StateSize(s *State) int {
 		uvarintLen(s.ServerMs) + stringSize(s.Reason)
 	for _, v := range [...]uint32{s.Lease, s.Held, s.Epoch, s.ValidMs, s.LowWater, s.ResetInMs, s.RetryInMs, s.PenaltyInMs} {
 		n += uvarintLen(uint64(v))
+	}
+	if s.Flags&StateRate != 0 {
+		n += uvarintLen(uint64(s.Rate)) + uvarintLen(uint64(s.Stock))
 	}
 	return n
 }

@@ -18,11 +18,13 @@
 //	Delta: str Key, str Rule, str Tier, u8 Window, u8 Flags, uv Leased, uv Over,
 //	       uv Returned, uv Held, uv Rejected, uv Early, uv Epoch, uv ElapsedMs,
 //	       u8 Algo, uv Limit, uv WindowMs, uv Burst[, uv Want when Flags has FlagWant]
+//	       [, uv Rate, uv RateUsed, uv RateEpoch, uv RateStock when Flags has FlagRate]
 //	Reply: u8 Version, uv RulesVersion, str RulesTag, sv ServerTimeUs, uv Nodes,
 //	       uv count, count × State
 //	State: str Key, str Rule, u8 Window, u8 flags, sv Remaining, uv Lease, uv Held,
 //	       uv Epoch, uv ValidMs, uv LowWater, uv ResetInMs, uv RetryInMs,
 //	       uv PenaltyInMs, u8 PenaltyLevel, uv ServerMs, str Reason
+//	       [, uv Rate, uv Stock when flags has StateRate]
 //
 // Version 1 (one batch per worker, leases kept per gateway in every bucket) is still
 // decoded by the service so that gateways not yet upgraded keep limiting during a
@@ -41,6 +43,13 @@ import "errors"
 
 // Version is the first byte of every encoded Batch and Reply.
 const Version = 2
+
+// AlivePath is the service's liveness probe for gateways whose sync is slow (GET,
+// answered 200 while the service and its Redis answer, 503 otherwise): a sync that is
+// slow while it answers 200 does not make the gateway degraded; one whose Redis has
+// stalled does, as if the service had. Kubernetes probes /healthz, which answers
+// without Redis, so a Redis outage never restarts the service.
+const AlivePath = "/v1/sync/alive"
 
 // Hard limits enforced by both Encode and Decode.
 const (
@@ -67,8 +76,16 @@ const (
 	// FlagAcquire is a paused request asking for Over permits now (decided like
 	// FlagStrict) together with a lease for the gateway.
 	FlagAcquire
+	// FlagRate says the gateway takes rate leases on this bucket (RATIONALE.md §3, keys
+	// at their limit) and that the delta carries Rate, RateUsed and RateEpoch after
+	// Want: the rate it held until this report (which the service stops counting), what
+	// it admitted out of that rate's accrual (charged already, counted only as demand)
+	// and the epoch the rate was granted in. Services
+	// before it refuse the bit as unknown, as with FlagWant: the service is upgraded
+	// first.
+	FlagRate
 
-	deltaFlags = FlagStrict | FlagWant | FlagDegraded | FlagAcquire
+	deltaFlags = FlagStrict | FlagWant | FlagDegraded | FlagAcquire | FlagRate
 )
 
 // State flags.
@@ -81,8 +98,11 @@ const (
 	// StateReplay: the delta belongs to a batch the service had applied already; the
 	// lease fields repeat what the first application granted and ServerMs is its time.
 	StateReplay
+	// StateRate says the state carries Rate and Stock after Reason: the rate lease
+	// granted to the gateway and the stock it starts with. The service sets it only in answer to a FlagRate delta.
+	StateRate
 
-	stateFlags = StateAllowed | StateRefused | StateReplay
+	stateFlags = StateAllowed | StateRefused | StateReplay | StateRate
 )
 
 // Batch is what one gateway (one Envoy, whatever its number of workers) sends per sync.
@@ -133,6 +153,17 @@ type Delta struct {
 	// wait for the acquire beyond Over: the service's grant covers it if the bucket holds
 	// it unreserved, before the share rules size the rest (RATIONALE.md §2).
 	Want uint32
+	// Rate (with FlagRate) is the rate lease, in milli-permits per second, the gateway
+	// held when it cut this report; it stopped accruing it then, and the service stops
+	// counting it. RateUsed is what the gateway admitted out of that rate since its last
+	// report: charged as it accrued, so only demand here. RateEpoch is the lease epoch
+	// of that rate (it may differ from Epoch, the count lease's, when an acquire's lease
+	// of another epoch is held beside it).
+	Rate, RateUsed, RateEpoch uint32
+	// RateStock is what that rate's stock held when the report was cut: the gateway
+	// keeps it (without accruing) until the reply, which says how much of it the new
+	// rate lease covers.
+	RateStock uint32
 }
 
 // Reply is the service's answer to a Batch.
@@ -175,6 +206,10 @@ type State struct {
 	// lets an older state overwrite a newer one of the same bucket.
 	ServerMs uint64
 	Reason   string // why a StateRefused delta was refused
+	// Rate (with StateRate) is the rate lease granted, in milli-permits per second: the
+	// gateway's share of the bucket's refill, accrued locally while the lease is valid
+	// (RATIONALE.md §3, keys at their limit). Stock is what the lease starts with.
+	Rate, Stock uint32
 }
 
 // Allowed reports the StateAllowed flag.

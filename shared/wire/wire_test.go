@@ -76,6 +76,7 @@ func TestBatchRoundTrip(t *testing.T) {
 				Held: math.MaxUint32, Rejected: math.MaxUint32, Early: math.MaxUint32, Epoch: math.MaxUint32,
 				ElapsedMs: math.MaxUint32, Algo: 255, Limit: math.MaxUint32,
 				WindowMs: math.MaxUint32, Burst: math.MaxUint32, Want: math.MaxUint32,
+				Rate: math.MaxUint32, RateUsed: math.MaxUint32, RateEpoch: math.MaxUint32, RateStock: math.MaxUint32,
 			}},
 		}},
 		{"max deltas", sampleBatch(MaxDeltas)},
@@ -117,7 +118,7 @@ func TestReplyRoundTrip(t *testing.T) {
 					Lease: math.MaxUint32, Held: math.MaxUint32, Epoch: math.MaxUint32, ValidMs: math.MaxUint32,
 					LowWater: math.MaxUint32, ResetInMs: math.MaxUint32,
 					RetryInMs: math.MaxUint32, PenaltyInMs: math.MaxUint32, PenaltyLevel: 255,
-					ServerMs: math.MaxUint64, Reason: long[:MaxTagLen]},
+					ServerMs: math.MaxUint64, Reason: long[:MaxTagLen], Rate: math.MaxUint32, Stock: math.MaxUint32},
 				{Remaining: math.MinInt64},
 			},
 		}},
@@ -497,7 +498,8 @@ func TestSplitDeltas(t *testing.T) {
 				rep.States = append(rep.States, State{Key: d.Key, Rule: d.Rule, Remaining: math.MinInt64,
 					Lease: math.MaxUint32, Held: math.MaxUint32, Epoch: math.MaxUint32, ValidMs: math.MaxUint32,
 					LowWater: math.MaxUint32, ResetInMs: math.MaxUint32, RetryInMs: math.MaxUint32,
-					PenaltyInMs: math.MaxUint32, ServerMs: math.MaxUint64, Reason: strings.Repeat("r", MaxTagLen)})
+					PenaltyInMs: math.MaxUint32, ServerMs: math.MaxUint64, Reason: strings.Repeat("r", MaxTagLen),
+					Flags: StateRate, Rate: math.MaxUint32, Stock: math.MaxUint32})
 			}
 			if size := EncodedReplySize(rep); size > maxBytes {
 				t.Errorf("worst reply to head is %d bytes > %d", size, maxBytes)
@@ -508,7 +510,8 @@ func TestSplitDeltas(t *testing.T) {
 				rep.States = append(rep.States, State{Key: tail[0].Key, Rule: tail[0].Rule, Remaining: math.MinInt64,
 					Lease: math.MaxUint32, Held: math.MaxUint32, Epoch: math.MaxUint32, ValidMs: math.MaxUint32,
 					LowWater: math.MaxUint32, ResetInMs: math.MaxUint32, RetryInMs: math.MaxUint32,
-					PenaltyInMs: math.MaxUint32, ServerMs: math.MaxUint64, Reason: strings.Repeat("r", MaxTagLen)})
+					PenaltyInMs: math.MaxUint32, ServerMs: math.MaxUint64, Reason: strings.Repeat("r", MaxTagLen),
+					Flags: StateRate, Rate: math.MaxUint32, Stock: math.MaxUint32})
 				if EncodedBatchSize(b) <= maxBytes && EncodedReplySize(rep) <= maxBytes {
 					t.Errorf("head of %d is not maximal: %d more fits", len(head), len(head)+1)
 				}

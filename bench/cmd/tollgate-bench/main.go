@@ -14,6 +14,7 @@
 //	go run ./bench/cmd/tollgate-bench -envoy-build-only   # section 12 alone, rewritten in -out
 //	go run ./bench/cmd/tollgate-bench -sections regimes,sim-regimes   # sections 10 and 11 alone, printed
 //	go run ./bench/cmd/tollgate-bench -sections regimes -out BENCHMARKS.md   # ... replaced in the report
+//	go run ./bench/cmd/tollgate-bench -sections envoy -out BENCHMARKS.md -readme README.md   # section 13 (make bench-envoy)
 package main
 
 import (
@@ -444,6 +445,10 @@ func measure(r *report, o options, logger *log.Logger) error {
 	if err := r.measureEnvoyBuild(o, logger); err != nil {
 		return fmt.Errorf("build steps in Envoy: %w", err)
 	}
+	// 13. Against Envoy's own rate limiting, in real Envoys.
+	if err := r.measureEnvoyCompare(o, logger); err != nil {
+		return err
+	}
 
 	// 8. Simulation.
 	logger.Print("fleet simulation")
@@ -456,13 +461,21 @@ func measure(r *report, o options, logger *log.Logger) error {
 	return nil
 }
 
-// rlsKeys are the caller key counts of the gRPC section: one hot key, and as many as
-// the load comparison's.
-var rlsKeys = []int{1, 10_000}
+// rlsKeys are the caller key counts of the gRPC section: 10 hot keys and 10,000.
+var rlsKeys = perf.RLSKeys
 
-// rlsOptions is the gRPC section's load: the load comparison's clients and durations.
+// rlsCallers is the gRPC section's concurrent callers (one gRPC connection).
+const rlsCallers = 32
+
+// rlsOptions is the gRPC section's load: 32 callers, 35 s measured after a warm-up of
+// 5 s. The warm-up: a replica sizes cold-start allowances once it has heard the fleet
+// size for 3 s, and its leases by the demand its first reports show (the measurement
+// is of a service that has been running, as a deployed one has). The 35 s: a lease
+// lives until the epoch after next begins (20–40 s with the default 20 s epochs) and is
+// renewed 2 s before, so every key's lease granted in the warm-up is renewed within the
+// measured time: its Redis work is counted, not left after the window.
 func rlsOptions(o options) perf.LoadOptions {
-	return perf.LoadOptions{Duration: o.dur(5 * time.Second), Warmup: o.dur(time.Second)}
+	return perf.LoadOptions{Concurrency: rlsCallers, Duration: o.dur(35 * time.Second), Warmup: o.dur(5 * time.Second)}
 }
 
 // measureRLSOnly runs the gRPC section alone on a Redis of its own and prints it.

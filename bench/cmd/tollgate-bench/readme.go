@@ -36,7 +36,8 @@ func (r *report) readmeRows() [][]string {
 	if d := r.diff; d != nil {
 		rows = append(rows, []string{"decisions vs redis_rate's GCRA (same Redis)", fmt.Sprintf("%d of %d differ off a boundary; retry-after within %.1f µs", d.Flips-d.BoundaryFlips, d.Steps, d.MaxRetryDiffUs)})
 	}
-	return append(rows, []string{"the module a user pulls, and in Envoy", r.envoyModuleLine()})
+	rows = append(rows, []string{"the module a user pulls, and in Envoy", r.envoyModuleLine()})
+	return append(rows, r.envoyReadmeRows()...)
 }
 
 // writeReadme replaces the measured table of the README at path.

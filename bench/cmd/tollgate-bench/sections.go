@@ -7,6 +7,7 @@ import (
 	"io"
 	"log"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -22,9 +23,11 @@ import (
 const (
 	sectionRegimes    = "regimes"     // section 10 and its Targets rows
 	sectionSimRegimes = "sim-regimes" // section 11 and its Targets rows
+	// sectionEnvoy (envoycompare.go): section 13, its Targets rows, its charts and its
+	// README rows.
 )
 
-var sectionNames = []string{sectionRegimes, sectionSimRegimes}
+var sectionNames = []string{sectionRegimes, sectionSimRegimes, sectionEnvoy}
 
 // parseSections reads -sections' comma-separated list.
 func parseSections(s string) ([]string, error) {
@@ -61,6 +64,21 @@ func measureSections(r *report, o options, names []string, splice bool, logger *
 	if slices.Contains(names, sectionSimRegimes) {
 		r.regimes.measureSim(logger)
 	}
+	if slices.Contains(names, sectionEnvoy) {
+		if err := r.measureEnvoyCompare(o, logger); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(o.charts, 0o755); err != nil {
+			return fmt.Errorf("charts directory: %w", err)
+		}
+		if err := r.envoyCharts(o.charts); err != nil {
+			return fmt.Errorf("chart: %w", err)
+		}
+		r.chartsRel = o.charts
+		if rel, err := filepath.Rel(filepath.Dir(o.out), o.charts); err == nil {
+			r.chartsRel = filepath.ToSlash(rel)
+		}
+	}
 	blocks := map[string]string{}
 	capture := func(name string, write func(io.Writer)) {
 		var b bytes.Buffer
@@ -77,6 +95,25 @@ func measureSections(r *report, o options, names []string, splice bool, logger *
 		capture(blockSimTargets, func(w io.Writer) { r.writeRegimeTarget(w, blockSimTargets) })
 		capture(blockSim, r.writeSimRegimes)
 		order = append(order, blockSimTargets, blockSim)
+	}
+	if slices.Contains(names, sectionEnvoy) {
+		capture(blockEnvoyTargets, r.writeEnvoyTargets)
+		capture(blockEnvoy, r.writeEnvoyCompare)
+		order = append(order, blockEnvoyTargets, blockEnvoy)
+		if o.readme != "" {
+			old, err := os.ReadFile(o.readme)
+			if err != nil {
+				return fmt.Errorf("readme: %w", err)
+			}
+			doc, err := spliceReadmeRows(string(old), r.envoyReadmeRows())
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(o.readme, []byte(doc), 0o644); err != nil {
+				return fmt.Errorf("readme: %w", err)
+			}
+			logger.Printf("replaced the real-Envoy rows of %s", o.readme)
+		}
 	}
 	if !splice {
 		for _, name := range order {

@@ -75,6 +75,8 @@ type config struct {
 	listen            string
 	adminListen       string
 	rlsListen         string
+	rlsLeases         bool
+	rlsInterval       time.Duration
 	insecure          bool
 	redisPassFile     string
 	adminTokenFile    string
@@ -137,6 +139,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.StringVar(&c.listen, "listen", ":8081", "listen address of the gateways' API (/v1/sync, /v1/check, /v1/sync/rules) and /healthz, /readyz, /metrics")
 	fs.StringVar(&c.adminListen, "admin-listen", defaultAdminListen, "listen address of the admin API (/v1/rules, /v1/lists, /v1/usage, /v1/reset, /v1/top) and /healthz, /readyz, /metrics; \""+sharedListener+"\": on the --listen listener")
 	fs.StringVar(&c.rlsListen, "rls-listen", "", "listen address of Envoy's rate limit service API (gRPC envoy.service.ratelimit.v3.RateLimitService, for Envoy's native ratelimit filter), authenticated like /v1/sync; empty: off")
+	fs.BoolVar(&c.rlsLeases, "rls-leases", true, "the rate limit service decides from leases held in memory, as a gateway does, synced to Redis every --rls-sync-interval (false: every descriptor is a strict check in Redis)")
+	fs.DurationVar(&c.rlsInterval, "rls-sync-interval", 100*time.Millisecond, "sync interval of the rate limit service's leases")
 	fs.BoolVar(&c.insecure, "insecure", false, "start without a sync secret: /v1/sync, /v1/check and /v1/sync/rules then accept any caller (logged at every start, gauge tollgate_insecure)")
 	fs.StringVar(&c.redisMode, "redis-mode", "standalone", "Redis deployment: standalone, cluster or sentinel")
 	fs.StringVar(&c.redisAddrs, "redis-addrs", "127.0.0.1:6379", "comma-separated Redis addresses host:port, or rediss://host:port for TLS (server; cluster seed nodes; sentinels)")
@@ -495,6 +499,7 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 		where = listening{sync: sl.Addr().String(), admin: al.Addr().String()}
 	}
 	var grpcSrv *grpc.Server
+	var rlsSrv *rls.Server
 	if c.rlsListen != "" {
 		ln, err := net.Listen("tcp", c.rlsListen)
 		if err != nil {
@@ -502,7 +507,8 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 			return 1
 		}
 		defer ln.Close()
-		grpcSrv = rls.New(svc, log).GRPCServer()
+		rlsSrv = rls.New(svc, log, rls.LeaseOptions{Off: !c.rlsLeases, Interval: c.rlsInterval})
+		grpcSrv = rlsSrv.GRPCServer()
 		where.rls = ln.Addr().String()
 		go func() {
 			if err := grpcSrv.Serve(ln); err != nil {
@@ -549,6 +555,7 @@ wait:
 	}
 	if grpcSrv != nil {
 		stopGRPC(sctx, grpcSrv)
+		rlsSrv.Close() // a last report gives the replica's leases back
 	}
 	cancelBG()
 	<-bgDone

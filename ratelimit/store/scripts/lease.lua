@@ -18,9 +18,11 @@
 -- name; the script builds none.
 --   bucket   tg:{<caller key>}:<rule id>:<window index>[:<tier>]
 --            a string: [0x21 uv epoch, cur, prev, demand_cur, demand_prev] then the
---            algorithm state
+--            algorithm state; with rate leases out [0x22 and the same, then
+--            rate_cur, rate_prev, acc_off, acc_frac] (Go lease.AppendValue)
 --   node     tg:{<caller key>}|o:<node tag>:<rule id>:<window index>[:<tier>]
 --            a string: the lease header alone, for one node's leases of the bucket
+--            (0x22 with its rate leases out: rate_cur, rate_prev; acc_off, acc_frac 0)
 --   penalty  tg:{<caller key>}:p   hash: l level, u cooldown end (µs), t last step (µs;
 --            at level 0 the last early claim), n tags of the nodes that claimed early;
 --            o, ol, ou, ot one node's own cooldown (its tag, level, end, last step)
@@ -37,16 +39,17 @@
 --               (1 strict, 2 want, 4 degraded, 8 acquire, 128 no lease: set by the
 --               service only), leased, over, returned, held, rejected, early, epoch,
 --               elapsed_ms, limit (u32 each), window_us (double), burst, capacity, want,
---               node tag (u32: lease.NodeTag of the batch's node, for penalties), then
---               the node-lease key. One string instead of sixteen arguments: Redis makes
---               an object of every argument and the script a number of every string,
---               which cost more than the delta's arithmetic.
+--               rate, rate_used, rate_epoch, rate_stock (u32; flag 16: a gateway that
+--               takes rate leases), node tag (u32: lease.NodeTag of the batch's node),
+--               then the node-lease key. One string instead of twenty arguments: Redis
+--               makes an object of every argument and the script a number of every
+--               string, which cost more than the delta's arithmetic.
 --
--- Returns {now_us, results}: results packs, per delta i, sixteen little-endian doubles
+-- Returns {now_us, results}: results packs, per delta i, eighteen little-endian doubles
 -- (RESULT below, Go store.parseResults): replay, allowed, remaining, grant, held, epoch,
 -- valid_us, low_water, reset_in_us, retry_in_us, penalty_in_us, penalty_level,
--- overshoot, reclaimed, clamped, excess. Every value is an integer below 2^53, exact in
--- a double; one string instead of 16 integers per delta for the same reason.
+-- overshoot, reclaimed, clamped, excess, rate, stock. Every value is an integer below 2^53, exact in
+-- a double; one string instead of 18 integers per delta for the same reason.
 --
 -- All arithmetic is on integers below 2^53 (exact in doubles) and every number written
 -- to Redis goes through istr: Redis would otherwise format large numbers in exponent form.
@@ -64,11 +67,16 @@ else
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local U32 = 4294967296
-local DELTA = '<BBI4I4I4I4I4I4I4I4I4dI4I4I4I4'
-local RESULT = '<dddddddddddddddd'
--- the idempotency record's lease fields per delta: grant, held, epoch, valid_us, low
-local SAVED = '<I4I4I4dI4'
-local SAVED_LEN = 24
+local DELTA = '<BBI4I4I4I4I4I4I4I4I4dI4I4I4I4I4I4I4I4'
+local RESULT = '<dddddddddddddddddd'
+-- the idempotency record's lease fields per delta: grant, held, epoch, valid_us, low,
+-- rate, stock (records before rate leases: without the last two, SAVED5)
+local SAVED = '<I4I4I4dI4I4I4'
+local SAVED_LEN = 32
+local SAVED5 = '<I4I4I4dI4'
+local SAVED5_LEN = 24
+local MAX_EPOCH_MS = 3600000
+local P52 = 4503599627370496
 
 local function istr(x)
   return string.format('%d', x)
@@ -104,14 +112,19 @@ local function signed(d)
   return d
 end
 
--- header returns the record's header: 0x21 then the five values as uvarints, built in
--- one byte array and one string.char (a string per byte and a concat per value cost
--- more Redis CPU than the bucket's arithmetic). Division by 128 is exact in doubles.
+-- header returns the record's header: 0x21 then the five values as uvarints (0x22 and
+-- nine with rate leases), built in one byte array and one string.char (a string per
+-- byte and a concat per value cost more Redis CPU than the bucket's arithmetic).
+-- Division by 128 is exact in doubles.
 local hbytes = {}
 local function header(...)
   local n = 1
+  local nv = select('#', ...)
   hbytes[1] = 0x21
-  for i = 1, 5 do
+  if nv == 9 then
+    hbytes[1] = 0x22
+  end
+  for i = 1, nv do
     local x = select(i, ...)
     while x >= 128 do
       local q = math.floor(x / 128)
@@ -143,21 +156,44 @@ local function read_uvarint(s, i)
   return nil
 end
 
--- parse a bucket value: epoch, cur, prev, demand_cur, demand_prev, algorithm state
--- (Go lease.ParseValue).
+-- parse a bucket value: epoch, cur, prev, demand_cur, demand_prev, rate_cur,
+-- rate_prev, acc_off, acc_frac, algorithm state (Go lease.ParseValue).
 local function parse_value(v)
-  if not v or #v == 0 or string.byte(v, 1) ~= 0x21 then
-    return 0, 0, 0, 0, 0, v or ''
+  local tag = v and string.byte(v, 1)
+  if not v or #v == 0 or (tag ~= 0x21 and tag ~= 0x22) then
+    return 0, 0, 0, 0, 0, 0, 0, 0, 0, v or ''
   end
-  local vals, i = {}, 2
-  for n = 1, 5 do
+  local vals, i = {0, 0, 0, 0, 0, 0, 0, 0, 0}, 2
+  local nv = 5
+  if tag == 0x22 then
+    nv = 9
+  end
+  for n = 1, nv do
     local x, nx = read_uvarint(v, i)
     if not x or (n == 1 and x >= U32) or x > 1099511627776 then
-      return 0, 0, 0, 0, 0, ''
+      return 0, 0, 0, 0, 0, 0, 0, 0, 0, ''
     end
     vals[n], i = x, nx
   end
-  return vals[1], vals[2], vals[3], vals[4], vals[5], string.sub(v, i)
+  return vals[1], vals[2], vals[3], vals[4], vals[5], vals[6], vals[7], vals[8], vals[9], string.sub(v, i)
+end
+
+-- rate_of is the bucket's refill in milli-permits per second for the rate leases (Go
+-- lease.RateOf): token_bucket and gcra only, 0 where the arithmetic would not be exact.
+local function rate_of(kind, limit, window_us, capacity)
+  if (kind ~= 0 and kind ~= 1) or limit <= 0 or window_us < 1000 or window_us % 1000 ~= 0 then
+    return 0
+  end
+  local r = idiv(limit * 1000000, window_us / 1000)
+  if r < 1 or r >= U32 or r * math.max(capacity, 2 * MAX_EPOCH_MS) >= P52 then
+    return 0
+  end
+  return r
+end
+
+-- ceil(a/b) for integers 0 <= a, a + b < 2^53, b > 0.
+local function cdiv(a, b)
+  return idiv(a + b - 1, b)
 end
 
 local function cooldown(level)
@@ -179,18 +215,33 @@ local NARG = 4
 
 local function apply(a)
   local bkey, pkey = ARGV[a], ARGV[a + 1]
-  local kind, flags, leased, over, returned, held_in, rejected, early, depoch, elapsed, limit, window_us, burst, capacity, want_in, ntag =
+  local kind, flags, leased, over, returned, held_in, rejected, early, depoch, elapsed, limit, window_us, burst, capacity, want_in, drate, drate_used, drate_epoch, drate_stock, ntag =
     struct.unpack(DELTA, ARGV[a + 2])
   local A = ALGOS[kind]
   local strict_only = flags % 2 == 1
   local degraded = math.floor(flags / 4) % 2 == 1
   local acquire = math.floor(flags / 8) % 2 == 1
   local nolease = flags >= 128
+  local rate_answer = math.floor(flags / 16) % 2 == 1
   local strict = strict_only or acquire
   local p = {limit = limit, window_us = window_us, burst = burst}
   local win = kind == 3 or kind == 4 or kind == 5
 
-  local epoch, cur, prev, dcur, dprev, st = parse_value(redis.call('GET', bkey))
+  local epoch, cur, prev, dcur, dprev, rcur, rprev, aoff, afrac, st = parse_value(redis.call('GET', bkey))
+  local R = rate_of(kind, limit, window_us, capacity)
+  -- cap_rates keeps the state at most C - ceil(C*sum/R) (Go capRates)
+  local function cap_rates(s, sum)
+    if sum <= 0 or R <= 0 then
+      return s
+    end
+    sum = math.min(sum, R)
+    local lim = capacity - cdiv(capacity * sum, R)
+    local av = A.available(p, s, now)
+    if av > lim then
+      s = A.take(p, s, now, av - lim)
+    end
+    return s
+  end
 
   -- 1. Epochs (Go epochClock, Leases.advance).
   local e = epoch_ms * 1000
@@ -224,21 +275,53 @@ local function apply(a)
   -- moves; an empty record simply takes the current epoch.
   local reclaimed = 0
   local de = signed(k - epoch)
-  local ahead = de < 0 and (cur ~= 0 or prev ~= 0 or dcur ~= 0 or dprev ~= 0)
+  local rempty = rcur == 0 and rprev == 0
+  -- Rate leases accrued since the last call are charged first (Go Leases.accrue).
+  local accrued, acc_ms, from_ms = 0, -1, 0
+  local now_ms = cdiv(now, 1000)
+  if not rempty then
+    if R > 0 and not win then
+      local s0 = (idiv(now, e) - de) * epoch_ms
+      local at = s0 + aoff
+      local x = afrac
+      local e1 = math.min(now_ms, s0 + 2 * epoch_ms)
+      if e1 > at then
+        x = x + rcur * (e1 - at)
+      end
+      local e2 = math.min(now_ms, s0 + epoch_ms)
+      if e2 > at then
+        x = x + rprev * (e2 - at)
+      end
+      accrued = idiv(x, 1000000)
+      afrac = x - accrued * 1000000
+      acc_ms = math.max(at, now_ms)
+      from_ms = at
+    else
+      rcur, rprev = 0, 0
+      rempty = true
+    end
+  end
+  local ahead = de < 0 and (cur ~= 0 or prev ~= 0 or dcur ~= 0 or dprev ~= 0 or not rempty)
   if ahead then
     -- nothing ended: the leases stay in their epoch, which the reply names
   elseif de == 1 and not (win and j == 0) then
     reclaimed = prev
     prev, cur = cur, 0
     dprev, dcur = dcur, 0
+    rprev, rcur = rcur, 0
   elseif de ~= 0 then
     reclaimed = cur + prev
     cur, prev = 0, 0
     dcur, dprev = 0, 0
+    rcur, rprev = 0, 0
   end
   if not ahead then
     epoch = k
   end
+  if accrued > 0 then
+    st = A.take(p, st, from_ms * 1000, accrued) -- when the accrual began (Go Sync)
+  end
+  st = cap_rates(st, rcur + rprev)
   -- which outstanding amount the delta's lease counts in (Go Leases.slot)
   local slot = nil
   if depoch ~= 0 then
@@ -256,18 +339,21 @@ local function apply(a)
     if slot == 'cur' then cur = cur - x elseif slot == 'prev' then prev = prev - x end
   end
   -- The node's own record of its leases of this bucket (Go SyncNode's own): the same
-  -- epochs and slots as the bucket's, for this node's leases alone. A node renews only
-  -- what it was granted, and in a fleet its leases outstanding stay within
-  -- capacity/max_share.
+  -- epochs and slots as the bucket's, for this node's leases alone (counts, and the
+  -- rate leases it holds). A node renews only what it was granted, releases only the
+  -- rate it was granted, and in a fleet its counts outstanding stay within
+  -- capacity/max_share (its rate leases are not capped per node: RATIONALE.md §3).
   local okey = ARGV[a + 3]
-  local oe, oc, op = parse_value(redis.call('GET', okey))
-  local oe0, oc0, op0 = oe, oc, op
+  local oe, oc, op, _, _, orc, orp = parse_value(redis.call('GET', okey))
+  local oe0, oc0, op0, orc0, orp0 = oe, oc, op, orc, orp
   local od = signed(k - oe)
-  if not (od < 0 and (oc ~= 0 or op ~= 0)) then
+  if not (od < 0 and (oc ~= 0 or op ~= 0 or orc ~= 0 or orp ~= 0)) then
     if od == 1 and not (win and j == 0) then
       op, oc = oc, 0
+      orp, orc = orc, 0
     elseif od ~= 0 then
       oc, op = 0, 0
+      orc, orp = 0, 0
     end
     oe = k
   end
@@ -285,6 +371,24 @@ local function apply(a)
   end
   local function osub(x)
     if oslot == 'cur' then oc = oc - x elseif oslot == 'prev' then op = op - x end
+  end
+  -- the rate slot of the delta's rate epoch (Go Leases.rateSlot), in the bucket's
+  -- record and in the node's own
+  local rslot = nil
+  if drate_epoch ~= 0 then
+    if drate_epoch == epoch then
+      rslot = 'cur'
+    elseif drate_epoch == (epoch - 1) % U32 and not (win and j == 0) then
+      rslot = 'prev'
+    end
+  end
+  local orslot = nil
+  if drate_epoch ~= 0 then
+    if drate_epoch == oe then
+      orslot = 'cur'
+    elseif drate_epoch == (oe - 1) % U32 and not (win and j == 0) then
+      orslot = 'prev'
+    end
   end
 
   -- 2. Consumption, charged now (Go Sync step 2).
@@ -427,10 +531,39 @@ local function apply(a)
   end
   cur = cur + held
   oc = oc + held
+  -- the rate the gateway held stops counting, as far as the node's own record says it
+  -- was granted it (rclaim: a forged rate releases no other node's); its stock, within
+  -- that rate's cap, is what the new rate keeps (Go SyncNode step 4)
+  local keep, rclaim = 0, 0
+  if rate_answer then
+    if orslot == 'cur' then
+      rclaim = math.min(drate, orc)
+      orc = orc - rclaim
+    elseif orslot == 'prev' then
+      rclaim = math.min(drate, orp)
+      orp = orp - rclaim
+    end
+    if rslot then
+      local rheld
+      if rslot == 'cur' then
+        rheld = math.min(rclaim, rcur)
+        rcur = rcur - rheld
+      else
+        rheld = math.min(rclaim, rprev)
+        rprev = rprev - rheld
+      end
+      if R > 0 and rheld > 0 then
+        keep = math.min(drate_stock, idiv(capacity * math.min(rheld, R), R))
+      end
+    end
+  end
 
   -- 5. Demand (milli-permits per second): the gateway's over the reported interval, the
   -- bucket's over this epoch and the previous one.
   local count = leased + over + rejected
+  if rate_answer then
+    count = count + drate_used
+  end
   if count > 4194304 then
     count = 4194304
   end
@@ -442,6 +575,7 @@ local function apply(a)
 
   -- 6. Grant.
   local grant = 0
+  local rgrant, rstock = 0, 0
   if not penalized and not strict_only and not nolease and (not acquire or allowed == 1) then
     local dn, den = math.min(rate, total), math.max(total, 1)
     if den > 1048576 then
@@ -461,6 +595,7 @@ local function apply(a)
     if rate > 0 and target < 1 and first ~= 0 then
       target = 1
     end
+    local demand_target = target
     local want = 0
     if acquire then
       want = want_in
@@ -483,17 +618,52 @@ local function apply(a)
       cur = cur + g
       oc = oc + g
     end
+    -- a rate lease (Go Sync step 6)
+    if rate_answer and R > 0 and capacity > 0 and held + grant < demand_target and first < 0 and
+      (nodes <= 1 or rate >= R or total * 100 >= R * 95) and (nodes <= 1 or dcur + dprev >= capacity) then
+      local want_r = idiv(R * dn, den)
+      if nodes <= 1 then
+        want_r = R
+      end
+      local av = A.available(p, st, now)
+      local room = idiv(math.max(capacity - (cur + prev) - math.max(-av - 1, 0), 0) * R, capacity) - (rcur + rprev)
+      local avail_r = room
+      local rheld = math.min(rclaim, room)
+      if nodes > 1 and room > 1 then
+        avail_r = math.max(rheld + idiv(room - rheld, 2), idiv(room, 2))
+      end
+      local gr = math.max(math.min(want_r, avail_r), math.min(cdiv(keep * R, capacity), math.max(room, 0)))
+      local gcap = idiv(capacity * math.min(gr, R), R)
+      if gr >= 1000 and gcap >= 1 then
+        rgrant = gr
+        rcur = rcur + gr
+        orc = orc + gr
+        keep = math.min(keep, gcap)
+        st = cap_rates(st, rcur + rprev)
+        rstock = math.min(keep + math.max(math.max(av, 0) - math.max(A.available(p, st, now), 0), 0), gcap)
+      end
+    end
+  end
+  if rcur == 0 and rprev == 0 then
+    aoff, afrac = 0, 0
+  else
+    if acc_ms < now_ms then
+      acc_ms = now_ms
+    end
+    aoff = math.max(acc_ms - (idiv(now, e) - signed(k - epoch)) * epoch_ms, 0)
   end
   local low = math.min(idiv(rate * renew_ms + 999999, 1000000), idiv(held + grant, 2))
   local valid = 0
-  if held + grant > 0 then
+  if held + grant > 0 or rgrant > 0 then
     local m = math.min(margin_ms * 1000, idiv(math.min(e, math.max(p.window_us, 1)), 10))
     valid = math.max(valid_until - now - m, 0)
   end
 
   -- Write back.
   local value = st
-  if cur ~= 0 or prev ~= 0 or dcur ~= 0 or dprev ~= 0 then
+  if rcur ~= 0 or rprev ~= 0 then
+    value = header(epoch, math.max(cur, 0), math.max(prev, 0), dcur, dprev, rcur, rprev, aoff, afrac) .. st
+  elseif cur ~= 0 or prev ~= 0 or dcur ~= 0 or dprev ~= 0 then
     value = header(epoch, math.max(cur, 0), math.max(prev, 0), dcur, dprev) .. st
   end
   local eff = A.take(p, st, now, cur + prev)
@@ -504,14 +674,16 @@ local function apply(a)
     ttl = reset_at - now + 2 * e
   end
   redis.call('SET', bkey, value, 'PX', idiv(ttl + 999, 1000))
-  if oe ~= oe0 or oc ~= oc0 or op ~= op0 then
-    if oc == 0 and op == 0 then
-      if oc0 ~= 0 or op0 ~= 0 then
+  if oe ~= oe0 or oc ~= oc0 or op ~= op0 or orc ~= orc0 or orp ~= orp0 then
+    if oc == 0 and op == 0 and orc == 0 and orp == 0 then
+      if oc0 ~= 0 or op0 ~= 0 or orc0 ~= 0 or orp0 ~= 0 then
         redis.call('DEL', okey)
       end
-    else
+    elseif orc == 0 and orp == 0 then
       -- three epochs: past the reclaim of everything it counts
       redis.call('SET', okey, header(oe, oc, op, 0, 0), 'PX', 3 * epoch_ms)
+    else
+      redis.call('SET', okey, header(oe, oc, op, 0, 0, orc, orp, 0, 0), 'PX', 3 * epoch_ms)
     end
   end
 
@@ -556,18 +728,19 @@ local function apply(a)
   if pen_us < 0 then
     pen_us = 0
   end
-  return struct.pack(RESULT, 0, allowed, remaining, grant, held, epoch, valid, low, reset, retry, pen_us, elevel, overshoot, reclaimed, clamped, excess),
-    struct.pack(SAVED, grant, held, epoch, valid, low)
+  return struct.pack(RESULT, 0, allowed, remaining, grant, held, epoch, valid, low, reset, retry, pen_us, elevel, overshoot, reclaimed, clamped, excess, rgrant, rstock),
+    struct.pack(SAVED, grant, held, epoch, valid, low, rgrant, rstock)
 end
 
--- The idempotency record is "<seq>;<now>;" and SAVED per delta (binary). Records
--- written before the fields were packed, "<seq>:<now>:<fields, comma-separated>", are
--- still read, so a replay across an upgrade answers what was granted.
+-- The idempotency record is "<seq>|<now>|" and SAVED per delta (binary). Records
+-- written before rate leases, "<seq>;<now>;" and SAVED5 per delta, and before the
+-- fields were packed, "<seq>:<now>:<fields, comma-separated>", are still read, so a
+-- replay across an upgrade answers what was granted.
 local n = (#ARGV - 13) / NARG
 if dfield ~= '' then
   local rec = redis.call('HGET', KEYS[1], dfield)
   if rec then
-    local s1 = string.find(rec, '[:;]')
+    local s1 = string.find(rec, '[:;|]')
     local rseq = string.sub(rec, 1, s1 - 1)
     if not newer(seq, rseq) then
       -- Replay: answer what the first call granted, at its time, with the current
@@ -577,27 +750,37 @@ if dfield ~= '' then
       local t0 = tonumber(string.sub(rec, s1 + 1, s2 - 1))
       local vals = {}
       if sep == ':' then
+        local k = 0
         for x in string.gmatch(string.sub(rec, s2 + 1), '[^,]+') do
-          vals[#vals + 1] = tonumber(x)
+          k = k + 1
+          vals[math.floor((k - 1) / 5) * 7 + (k - 1) % 5 + 1] = tonumber(x)
         end
       else
+        local fmt, len = SAVED, SAVED_LEN
+        if sep == ';' then
+          fmt, len = SAVED5, SAVED5_LEN
+        end
         for i = 1, n do
-          local at = s2 + 1 + (i - 1) * SAVED_LEN
-          if at + SAVED_LEN - 1 <= #rec then
-            local g, h, e, v, l = struct.unpack(SAVED, rec, at)
-            local b = (i - 1) * 5
-            vals[b + 1], vals[b + 2], vals[b + 3], vals[b + 4], vals[b + 5] = g, h, e, v, l
+          local at = s2 + 1 + (i - 1) * len
+          if at + len - 1 <= #rec then
+            local g, h, e, v, l, r, k = struct.unpack(fmt, rec, at)
+            if sep == ';' then
+              r, k = 0, 0
+            end
+            local b = (i - 1) * 7
+            vals[b + 1], vals[b + 2], vals[b + 3], vals[b + 4], vals[b + 5], vals[b + 6], vals[b + 7] = g, h, e, v, l, r, k
           end
         end
       end
       local res = {}
       for i = 1, n do
-        local g, h, e, v, l = 0, 0, 0, 0, 0
+        local g, h, e, v, l, r, k = 0, 0, 0, 0, 0, 0, 0
         if rseq == seq then
-          local b = (i - 1) * 5
+          local b = (i - 1) * 7
           g, h, e, v, l = vals[b + 1] or 0, vals[b + 2] or 0, vals[b + 3] or 0, vals[b + 4] or 0, vals[b + 5] or 0
+          r, k = vals[b + 6] or 0, vals[b + 7] or 0
         end
-        res[i] = struct.pack(RESULT, 1, 1, 0, g, h, e, v, l, 0, 0, 0, 0, 0, 0, 0, 0)
+        res[i] = struct.pack(RESULT, 1, 1, 0, g, h, e, v, l, 0, 0, 0, 0, 0, 0, 0, 0, r, k)
       end
       return {t0, table.concat(res)}
     end
@@ -609,7 +792,7 @@ for i = 1, n do
   res[i], saved[i] = apply(14 + NARG * (i - 1))
 end
 if dfield ~= '' then
-  redis.call('HSET', KEYS[1], dfield, seq .. ';' .. istr(now) .. ';' .. table.concat(saved))
+  redis.call('HSET', KEYS[1], dfield, seq .. '|' .. istr(now) .. '|' .. table.concat(saved))
   redis.call('PEXPIRE', KEYS[1], dttl)
 end
 return {now, table.concat(res)}
