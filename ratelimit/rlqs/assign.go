@@ -1,0 +1,65 @@
+package rlqs
+
+import (
+	"github.com/tollgate-rl/tollgate/shared/algo"
+)
+
+// share is the token bucket an Envoy enforces for one window: its share of the window's
+// rate and of its capacity.
+type share struct {
+	MaxTokens     uint32
+	TokensPerFill uint32
+	FillSec       int64 // whole seconds: Envoy 1.40 reads only the seconds of fill_interval
+}
+
+// rate is the share's refill rate in permits per second.
+func (s share) rate() float64 { return float64(s.TokensPerFill) / float64(s.FillSec) }
+
+// shareOf sizes one Envoy's token bucket for a window of parameters p in a fleet of
+// nodes nodes (every gateway, RLS replica and RLQS stream the service counts): a
+// 1/nodes share of the window's rate and of its capacity, the per-node share a
+// gateway's cold start and first lease are sized by (lease.ColdAllowance,
+// lease.FirstLeaseShare divide the capacity by the fleet size the same way). Shares of
+// every node sum to at most the rule: the fleet admits at most one capacity plus the
+// rule's rate over any span, before what the 5 s report interval adds (RATIONALE.md
+// "Envoy's rate_limit_quota filter").
+//
+// Envoy 1.40 computes the fill rate as tokens_per_fill / (whole seconds of
+// fill_interval), so the interval is whole seconds, at least 1: a window under a second
+// is refilled once a second with a second's worth of permits; a share under one permit
+// per window stretches the interval instead (1 permit every ceil(window·nodes/limit)
+// seconds). max_tokens is at least 1: a token bucket of 0 refuses everything, which is
+// the deny this path sends as a blanket rule when the bucket is spent.
+func shareOf(p algo.Params, nodes int64) share {
+	nodes = max(nodes, 1)
+	winUs := max(p.WindowUs, 1)
+	fill := max(1, (winUs+999_999)/1_000_000) // seconds
+	// permits per fill interval for the whole fleet, then this node's share
+	fleet := p.Limit * fill * 1_000_000 / winUs
+	per := fleet / nodes
+	if per < 1 {
+		// Fewer than one permit per interval: stretch the interval to one permit.
+		fill = max(1, (winUs*nodes+p.Limit*1_000_000-1)/(p.Limit*1_000_000))
+		per = 1
+	}
+	capShare := max(1, p.Capacity()/nodes)
+	return share{MaxTokens: u32(capShare), TokensPerFill: u32(per), FillSec: fill}
+}
+
+// tightest is the most restrictive of shares (lowest rate, then smallest burst): a
+// bucket several windows select is held to all of them only approximately, by the one
+// that admits least over time.
+func tightest(shares []share) (share, bool) {
+	if len(shares) == 0 {
+		return share{}, false
+	}
+	best := shares[0]
+	for _, s := range shares[1:] {
+		if s.rate() < best.rate() || (s.rate() == best.rate() && s.MaxTokens < best.MaxTokens) {
+			best = s
+		}
+	}
+	return best, true
+}
+
+func u32(v int64) uint32 { return uint32(min(max(v, 0), 1<<32-1)) }
