@@ -61,6 +61,9 @@ func start(t testing.TB, o Options) *env {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if os.Getenv("RLQS_DEBUG") != "" {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	rl := rls.New(svc, log, rls.LeaseOptions{Off: true})
 	g := rl.GRPCServer()
 	srv := New(svc, log, o)
@@ -76,8 +79,8 @@ func start(t testing.TB, o Options) *env {
 			return
 		}
 		stopped = true
-		srv.Close()
-		g.Stop()
+		srv.Close() // as tollgate-ratelimit stops: TTL-0 first, then a graceful stop
+		g.GracefulStop()
 		rl.Close()
 	}
 	t.Cleanup(func() {

@@ -208,7 +208,12 @@ type bucket struct {
 	// denyUntilUs: the global bucket was spent at the last report; the Envoy denies until
 	// then (a heartbeat lifts it).
 	denyUntilUs int64
-	sent        assignment // the last action sent
+	// burst caps the token bucket's max_tokens: this node's share of what the global
+	// bucket held at the last report (-1: not heard yet, the share's own). Envoy starts
+	// every new or changed token bucket full, so a changed assignment must never hold
+	// more than the global bucket backs.
+	burst int64
+	sent  assignment // the last action sent
 }
 
 // assignment is what an action said, to tell whether a new one differs.
@@ -300,7 +305,7 @@ func (st *stream) report(rep *rlqsv3.RateLimitQuotaUsageReports) {
 				st.s.m.buckets.WithLabelValues("table_full").Inc()
 				continue
 			}
-			bk = &bucket{id: u.GetBucketId(), entries: entries}
+			bk = &bucket{id: u.GetBucketId(), entries: entries, burst: -1}
 			st.buckets[k] = bk
 		}
 		allowed, denied := int64(min(u.GetNumRequestsAllowed(), 1<<32-1)), int64(min(u.GetNumRequestsDenied(), 1<<32-1))
@@ -365,18 +370,33 @@ func (st *stream) report(rep *rlqsv3.RateLimitQuotaUsageReports) {
 			st.s.m.reports.WithLabelValues("ok").Inc()
 			st.mu.Lock()
 			st.nodes, st.cfg = int64(out.nodes), cfg
-			// A spent global bucket: the Envoy denies until it has refilled.
+			// What the Envoy may take at once is bounded by its share of what the global
+			// bucket still holds (burstOf); a bucket short of one permit a node denies
+			// until it has refilled that much.
+			n := max(st.nodes, 1)
+			burst := map[string]int64{}
 			for _, r := range refs {
 				sta := out.states[r.delta]
-				if sta.Flags&wire.StateRefused != 0 || sta.Remaining > 0 {
+				if sta.Flags&wire.StateRefused != 0 {
 					continue
 				}
-				d := &b.Deltas[r.delta]
-				p := lease.ParamsOf(d)
-				wait := lease.RefillUs(p, now, 1-sta.Remaining)
+				m := burstOf(sta.Remaining, n)
+				if old, ok := burst[r.bucket]; !ok || m < old {
+					burst[r.bucket] = m
+				}
+				if m > 0 {
+					continue
+				}
+				p := lease.ParamsOf(&b.Deltas[r.delta])
+				wait := lease.RefillUs(p, now, n-sta.Remaining)
 				wait = min(max(wait, 1_000_000), st.s.o.ReportInterval.Microseconds())
 				if bk := st.buckets[r.bucket]; bk != nil && now+wait > bk.denyUntilUs {
 					bk.denyUntilUs = now + wait
+				}
+			}
+			for k, m := range burst {
+				if bk := st.buckets[k]; bk != nil {
+					bk.burst = m
 				}
 			}
 			st.mu.Unlock()
@@ -424,6 +444,9 @@ func (st *stream) push(keys []string, reason string, always bool) {
 		a, action := st.action(bk, now)
 		if !always && a == bk.sent {
 			continue
+		}
+		if reason != "report" {
+			st.s.log.Debug("rlqs: assignment changed", "node", st.node, "nodes", st.nodes, "was", bk.sent, "now", a)
 		}
 		bk.sent = a
 		if a.kind == 1 {
@@ -476,6 +499,10 @@ func (st *stream) action(bk *bucket, now int64) (assignment, *rlqsv3.RateLimitQu
 		// Envoy reads whole seconds of the TTL; the heartbeat lifts the deny on time.
 		ttl = time.Duration((bk.denyUntilUs-now+999_999)/1_000_000) * time.Second
 	default:
+		if bk.burst >= 0 && int64(sh.MaxTokens) > bk.burst {
+			// Lifted from a deny (burst 0) the bucket starts with one permit and the rate.
+			sh.MaxTokens = u32(max(bk.burst, 1))
+		}
 		a.kind, a.share = 3, sh
 		strategy.Strategy = &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
 			MaxTokens: sh.MaxTokens, TokensPerFill: wrapperspb.UInt32(sh.TokensPerFill), FillInterval: durationpb.New(time.Duration(sh.FillSec) * time.Second)}}

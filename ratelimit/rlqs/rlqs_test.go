@@ -89,9 +89,10 @@ func TestReportsChargeAndAssign(t *testing.T) {
 	if tb == nil || a.GetAssignmentTimeToLive().AsDuration() != 11*time.Second {
 		t.Fatalf("assignment %v, want a token bucket living 11 s", a)
 	}
-	// One stream in the fleet (or none counted yet): the whole rule.
-	if tb.GetMaxTokens() != 10 || tb.GetTokensPerFill().GetValue() != 10 || tb.GetFillInterval().AsDuration() != time.Minute {
-		t.Errorf("token bucket %v, want 10 per 60 s, burst 10", tb)
+	// One stream in the fleet (or none counted yet): the whole rule's rate, and at once
+	// no more than the bucket still holds (10 less the 4 charged).
+	if tb.GetMaxTokens() != 6 || tb.GetTokensPerFill().GetValue() != 10 || tb.GetFillInterval().AsDuration() != time.Minute {
+		t.Errorf("token bucket %v, want 10 per 60 s, at most 6 at once", tb)
 	}
 	if r := got["unlimited"].GetQuotaAssignmentAction().GetRateLimitStrategy(); r.GetBlanketRule() != typev3.RateLimitStrategy_ALLOW_ALL || r.GetTokenBucket() != nil {
 		t.Errorf("bucket no rule selects: %v, want ALLOW_ALL", r)

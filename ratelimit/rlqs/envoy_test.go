@@ -1,0 +1,203 @@
+package rlqs
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/tollgate-rl/tollgate/internal/envoyproc"
+)
+
+func envoyBinary(t *testing.T) (root, bin string) {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err = envoyproc.Binary(root, envoyproc.Newest)
+	if err != nil {
+		t.Fatal(err) // fails, not skips: `make envoy` installs it
+	}
+	return root, bin
+}
+
+// TestEnvoyValidates: the shipped deploy/envoy-rlqs.yaml is a configuration Envoy's
+// newest release accepts (envoy --mode validate builds every filter and matcher).
+func TestEnvoyValidates(t *testing.T) {
+	root, bin := envoyBinary(t)
+	out, err := exec.Command(bin, "--mode", "validate", "-c", filepath.Join(root, "deploy", "envoy-rlqs.yaml")).CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("OK")) {
+		t.Fatalf("envoy --mode validate: %v\n%s", err, out)
+	}
+}
+
+// envoyWith starts Envoy from deploy/envoy-rlqs.yaml with its RLQS cluster at rlqsAddr
+// and returns the listener's base URL.
+func envoyWith(t *testing.T, rlqsAddr string, workers int) (string, *envoyproc.Proc) {
+	t.Helper()
+	root, bin := envoyBinary(t)
+	yaml, err := os.ReadFile(filepath.Join(root, "deploy", "envoy-rlqs.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := freePort(t)
+	for _, r := range [][2]string{
+		{"address: 127.0.0.1, port_value: 9901}", "address: 127.0.0.1, port_value: 0}"},
+		{"address: 0.0.0.0, port_value: 10000}", "address: 127.0.0.1, port_value: " + strconv.Itoa(listen) + "}"},
+		{"address: 127.0.0.1, port_value: 8080}", "address: 127.0.0.1, port_value: " + portOf(t, httpBackend(t)) + "}"},
+		{"address: 127.0.0.1, port_value: 8083}", "address: 127.0.0.1, port_value: " + portOf(t, rlqsAddr) + "}"},
+		{"REPLACE-with-the-content-of-/etc/tollgate/sync-secret", secret},
+	} {
+		if bytes.Count(yaml, []byte(r[0])) != 1 {
+			t.Fatalf("envoy-rlqs.yaml: %q occurs %d times, want once", r[0], bytes.Count(yaml, []byte(r[0])))
+		}
+		yaml = bytes.Replace(yaml, []byte(r[0]), []byte(r[1]), 1)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	proc, err := envoyproc.Start(ctx, envoyproc.Options{Binary: bin, Config: yaml, Dir: t.TempDir(), Concurrency: workers, LogLevel: "info"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("envoy log:\n%s", proc.LogTail(40))
+		}
+		_ = proc.Stop()
+	})
+	return "http://127.0.0.1:" + strconv.Itoa(listen), proc
+}
+
+// get sends one request with x-api-key key and returns its status.
+func get(t testing.TB, base, key string) int {
+	req, _ := http.NewRequest(http.MethodGet, base+"/x", nil)
+	req.Header.Set("X-Api-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestThroughEnvoy: Envoy's rate_limit_quota filter with this service and Redis. One
+// key of limit 20 an hour (nothing refills while it runs), offered 60 requests: the first (before any assignment) is
+// admitted as no_assignment_behavior says, the service's assignment (a token bucket of
+// the whole rule's rate, at most what the bucket holds at once: one Envoy) refuses
+// locally what is beyond it, and the next 5 s
+// report charges exactly what Envoy admitted to the rule's Redis bucket.
+func TestThroughEnvoy(t *testing.T) {
+	e := start(t, Options{})
+	e.putRules(t, `{"rules": [
+  {"id": "plan", "limit": 20, "window": "1h", "match": {"prefix": "/"},
+   "descriptors": {"domain": "tollgate", "entries": [{"key": "api_key"}]}}
+]}`)
+	base, _ := envoyWith(t, e.addr, 1)
+	key := uniq("k")
+	if got := get(t, base, key); got != http.StatusOK {
+		t.Fatalf("first request (no assignment, ALLOW_ALL): %d", got)
+	}
+	waitFor(t, 5*time.Second, "the first report's answer", func() bool {
+		return testutil.ToFloat64(e.srv.m.pushes.WithLabelValues("report")) >= 1
+	})
+	time.Sleep(200 * time.Millisecond) // Envoy applies it on its main thread
+	admitted, refused := 1, 0
+	for i := 0; i < 60; i++ {
+		switch c := get(t, base, key); c {
+		case http.StatusOK:
+			admitted++
+		case http.StatusTooManyRequests:
+			refused++
+		default:
+			t.Fatalf("status %d", c)
+		}
+	}
+	t.Logf("61 requests: %d admitted, %d refused locally", admitted, refused)
+	// The first, before the assignment, and the 19 the bucket held after it was charged
+	// (the assignment's max_tokens).
+	if admitted != 20 {
+		t.Errorf("admitted %d, want 20", admitted)
+	}
+	var charged int64
+	end := time.Now().Add(12 * time.Second)
+	for time.Now().Before(end) {
+		charged = e.consumed(t, key, "plan", 20)
+		if charged >= int64(admitted) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("reports ok %v failed %v, allowed reported %v", testutil.ToFloat64(e.srv.m.reports.WithLabelValues("ok")), testutil.ToFloat64(e.srv.m.reports.WithLabelValues("failed")), testutil.ToFloat64(e.srv.m.requests.WithLabelValues("allowed")))
+	if charged != int64(admitted) {
+		t.Errorf("charged %d to Redis, Envoy admitted %d", charged, admitted)
+	}
+	if d := testutil.ToFloat64(e.srv.m.requests.WithLabelValues("denied")); d < float64(refused) {
+		t.Errorf("reported denied %v, refused %d", d, refused)
+	}
+}
+
+// TestEnvoyNoAssignment: an Envoy whose service cannot be reached never gets an
+// assignment: its buckets follow no_assignment_behavior (ALLOW_ALL in the shipped
+// configuration), so nothing is refused.
+func TestEnvoyNoAssignment(t *testing.T) {
+	base, _ := envoyWith(t, "127.0.0.1:"+strconv.Itoa(freePort(t)), 1)
+	key := uniq("k")
+	for i := 0; i < 50; i++ {
+		if c := get(t, base, key); c != http.StatusOK {
+			t.Fatalf("request %d: %d, want 200 (no assignment: ALLOW_ALL)", i+1, c)
+		}
+	}
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(end) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// httpBackend is an upstream answering 200 to everything.
+func httpBackend(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return ln.Addr().String()
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func portOf(t *testing.T, addr string) string {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
