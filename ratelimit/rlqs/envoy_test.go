@@ -200,4 +200,3 @@ func portOf(t *testing.T, addr string) string {
 	}
 	return p
 }
-
