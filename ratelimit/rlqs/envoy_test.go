@@ -200,3 +200,80 @@ func portOf(t *testing.T, addr string) string {
 	}
 	return p
 }
+
+// TestTwoEnvoysOneKey: two Envoys share one key of limit 20 per 10 s (token bucket,
+// capacity 20), offered ten times that (10 requests a second each, paced) for
+// fleetSeconds. The fleet admits at most the rule's own bound, capacity + rate·T, plus
+// what RATIONALE.md "Envoy's rate_limit_quota filter" derives for this path: one more
+// capacity (the bursts of assignments sized from reports up to 5 s old), the rule's
+// rate over one report interval, and each Envoy's first request (before any
+// assignment). Redis is charged exactly what the Envoys admitted.
+func TestTwoEnvoysOneKey(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for 30 s")
+	}
+	const (
+		limit        = 20
+		windowS      = 10
+		capacity     = 20
+		fleetSeconds = 30
+		reportS      = 5
+		envoys       = 2
+	)
+	e := start(t, Options{})
+	e.putRules(t, `{"rules": [
+  {"id": "plan", "limit": 20, "window": "10s", "match": {"prefix": "/"},
+   "descriptors": {"domain": "tollgate", "entries": [{"key": "api_key"}]}}
+]}`)
+	var bases []string
+	for i := 0; i < envoys; i++ {
+		b, _ := envoyWith(t, e.addr, 1)
+		bases = append(bases, b)
+	}
+	key := uniq("k")
+	type count struct{ ok, refused int }
+	counts := make([]count, envoys)
+	done := make(chan int)
+	start := time.Now()
+	for i, base := range bases {
+		go func() {
+			tick := time.NewTicker(100 * time.Millisecond)
+			defer tick.Stop()
+			for time.Since(start) < fleetSeconds*time.Second {
+				switch get(t, base, key) {
+				case http.StatusOK:
+					counts[i].ok++
+				case http.StatusTooManyRequests:
+					counts[i].refused++
+				}
+				<-tick.C
+			}
+			done <- i
+		}()
+	}
+	for range bases {
+		<-done
+	}
+	elapsed := time.Since(start).Seconds()
+	admitted := 0
+	for i, c := range counts {
+		t.Logf("envoy %d: %d admitted, %d refused", i, c.ok, c.refused)
+		admitted += c.ok
+	}
+	ideal := capacity + limit*elapsed/windowS
+	bound := 2*capacity + limit*(elapsed+reportS)/windowS + envoys
+	t.Logf("fleet admitted %d over %.1f s: the rule's own bound %.0f, this path's %.0f", admitted, elapsed, ideal, bound)
+	if float64(admitted) > bound {
+		t.Errorf("fleet admitted %d, above the bound %.0f", admitted, bound)
+	}
+	if float64(admitted) < limit*elapsed/windowS*0.9 {
+		t.Errorf("fleet admitted %d, under 90%% of the rule's rate over %.1f s", admitted, elapsed)
+	}
+	want := float64(admitted)
+	waitFor(t, 2*reportS*time.Second, "the reports of every admitted request", func() bool {
+		return testutil.ToFloat64(e.srv.m.requests.WithLabelValues("allowed")) >= want
+	})
+	if got := testutil.ToFloat64(e.srv.m.requests.WithLabelValues("allowed")); got != want {
+		t.Errorf("Envoys reported %v admitted, clients saw %v", got, want)
+	}
+}

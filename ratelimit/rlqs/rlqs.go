@@ -369,7 +369,8 @@ func (st *stream) report(rep *rlqsv3.RateLimitQuotaUsageReports) {
 		} else {
 			st.s.m.reports.WithLabelValues("ok").Inc()
 			st.mu.Lock()
-			st.nodes, st.cfg = int64(out.nodes), cfg
+			st.setNodes(int64(out.nodes))
+			st.cfg = cfg
 			// What the Envoy may take at once is bounded by its share of what the global
 			// bucket still holds (burstOf); a bucket short of one permit a node denies
 			// until it has refilled that much.
@@ -411,6 +412,25 @@ func (st *stream) report(rep *rlqsv3.RateLimitQuotaUsageReports) {
 		return // no answer: the Envoy's assignment stands until its TTL
 	}
 	st.push(order, "report", true)
+}
+
+// setNodes sets the fleet size shares are sized by: what the store counts, and at
+// least the streams this replica holds (the store counts a node only after it has
+// synced for a second, and Envoys that start together would each be sized as alone).
+// The bursts already granted shrink in proportion, so a push of the new share holds no
+// more than the old one did (st.mu held).
+func (st *stream) setNodes(heard int64) {
+	st.s.mu.Lock()
+	n := max(heard, int64(len(st.s.streams)), 1)
+	st.s.mu.Unlock()
+	if old := st.nodes; old > 0 && n > old {
+		for _, bk := range st.buckets {
+			if bk.burst > 0 {
+				bk.burst = bk.burst * old / n
+			}
+		}
+	}
+	st.nodes = n
 }
 
 // storeOutcome is what a report needs of the store's answer.
@@ -535,8 +555,8 @@ func (st *stream) heartbeat() {
 		now := nowUs()
 		st.mu.Lock()
 		reason := "change"
-		if err == nil && out.Nodes > 0 {
-			st.nodes = int64(out.Nodes)
+		if err == nil {
+			st.setNodes(int64(out.Nodes))
 		}
 		if cfg != st.cfg {
 			st.cfg = cfg
