@@ -15,14 +15,15 @@ type share struct {
 // rate is the share's refill rate in permits per second.
 func (s share) rate() float64 { return float64(s.TokensPerFill) / float64(s.FillSec) }
 
-// shareOf sizes one Envoy's token bucket for a window of parameters p in a fleet of
-// nodes nodes (every gateway, RLS replica and RLQS stream the service counts): a
-// 1/nodes share of the window's rate and of its capacity, the per-node share a
-// gateway's cold start and first lease are sized by (lease.ColdAllowance,
-// lease.FirstLeaseShare divide the capacity by the fleet size the same way). Shares of
-// every node sum to at most the rule: the fleet admits at most one capacity plus the
-// rule's rate over any span, before what the 5 s report interval adds (RATIONALE.md
-// "Envoy's rate_limit_quota filter").
+// shareOf sizes one Envoy's token bucket for a window of parameters p shared by nodes
+// Envoys: a 1/nodes share of the window's rate and of its capacity. nodes counts the
+// Envoys (streams of this replica) that had requests on the key within two report
+// intervals, not the whole fleet: a key used through one Envoy of many gets the whole
+// rule, as a gateway's lease follows its demand (RATIONALE.md §2) instead of its share
+// of the fleet. Shares of the Envoys using a key sum to at most the rule; what other
+// paths (Wasm gateways, RLS, other replicas) take of the same bucket shows in what
+// remains, which caps bursts and denies (burstOf). RATIONALE.md "Envoy's
+// rate_limit_quota filter" states the bounds.
 //
 // Envoy 1.40 computes the fill rate as tokens_per_fill / (whole seconds of
 // fill_interval), so the interval is whole seconds, at least 1: a window under a second

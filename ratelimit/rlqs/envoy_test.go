@@ -201,14 +201,14 @@ func portOf(t *testing.T, addr string) string {
 	return p
 }
 
-// TestTwoEnvoysOneKey: two Envoys share one key of limit 20 per 10 s (token bucket,
-// capacity 20), offered ten times that (10 requests a second each, paced) for
-// fleetSeconds. The fleet admits at most the rule's own bound, capacity + rate·T, plus
+// TestEnvoysOneKey: four Envoys of two workers share one key of limit 20 per 10 s
+// (token bucket, capacity 20), offered ten times that (20 requests a second over the
+// fleet, paced, from two clients per Envoy) for fleetSeconds. The fleet admits at most the rule's own bound, capacity + rate·T, plus
 // what RATIONALE.md "Envoy's rate_limit_quota filter" derives for this path: one more
 // capacity (the bursts of assignments sized from reports up to 5 s old), the rule's
 // rate over one report interval, and each Envoy's first request (before any
 // assignment). Redis is charged exactly what the Envoys admitted.
-func TestTwoEnvoysOneKey(t *testing.T) {
+func TestEnvoysOneKey(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for 30 s")
 	}
@@ -218,7 +218,9 @@ func TestTwoEnvoysOneKey(t *testing.T) {
 		capacity     = 20
 		fleetSeconds = 30
 		reportS      = 5
-		envoys       = 2
+		envoys       = 4
+		clients      = 2                                                       // per Envoy, on their own connections
+		pace         = envoys * clients * windowS * time.Second / (10 * limit) // 10× the limit over the fleet
 	)
 	e := start(t, Options{})
 	e.putRules(t, `{"rules": [
@@ -227,17 +229,18 @@ func TestTwoEnvoysOneKey(t *testing.T) {
 ]}`)
 	var bases []string
 	for i := 0; i < envoys; i++ {
-		b, _ := envoyWith(t, e.addr, 1)
+		b, _ := envoyWith(t, e.addr, 2)
 		bases = append(bases, b)
 	}
 	key := uniq("k")
 	type count struct{ ok, refused int }
-	counts := make([]count, envoys)
+	counts := make([]count, envoys*clients)
 	done := make(chan int)
 	start := time.Now()
-	for i, base := range bases {
+	for i := range counts {
+		base := bases[i/clients]
 		go func() {
-			tick := time.NewTicker(100 * time.Millisecond)
+			tick := time.NewTicker(pace)
 			defer tick.Stop()
 			for time.Since(start) < fleetSeconds*time.Second {
 				switch get(t, base, key) {
@@ -251,18 +254,21 @@ func TestTwoEnvoysOneKey(t *testing.T) {
 			done <- i
 		}()
 	}
-	for range bases {
+	for range counts {
 		<-done
 	}
 	elapsed := time.Since(start).Seconds()
 	admitted := 0
 	for i, c := range counts {
-		t.Logf("envoy %d: %d admitted, %d refused", i, c.ok, c.refused)
+		t.Logf("envoy %d client %d: %d admitted, %d refused", i/clients, i%clients, c.ok, c.refused)
 		admitted += c.ok
 	}
 	ideal := capacity + limit*elapsed/windowS
 	bound := 2*capacity + limit*(elapsed+reportS)/windowS + envoys
 	t.Logf("fleet admitted %d over %.1f s: the rule's own bound %.0f, this path's %.0f", admitted, elapsed, ideal, bound)
+	t.Logf("streams %v; actions sent: report %v, change %v; reports ok %v failed %v", testutil.ToFloat64(e.srv.m.streams),
+		testutil.ToFloat64(e.srv.m.pushes.WithLabelValues("report")), testutil.ToFloat64(e.srv.m.pushes.WithLabelValues("change")),
+		testutil.ToFloat64(e.srv.m.reports.WithLabelValues("ok")), testutil.ToFloat64(e.srv.m.reports.WithLabelValues("failed")))
 	if float64(admitted) > bound {
 		t.Errorf("fleet admitted %d, above the bound %.0f", admitted, bound)
 	}

@@ -6,15 +6,17 @@
 //
 // Each Envoy holds one stream; each stream is a node of the fleet under a node id of its
 // own (counted in the fleet size like a gateway: the stream heartbeats while it is open,
-// since Envoy reports only every 5 s). A report's bucket (its BucketId's entries, in
+// since Envoy reports only every 5 s, so gateways size their cold starts with it). A report's bucket (its BucketId's entries, in
 // the order of their keys) selects rules as a descriptor does on the RLS path
 // (rule.Config.ApplyDescriptor, the report's domain), so one rule set serves both. What
 // the Envoy admitted is charged to every selected window through the store's batch path
 // (service.Sync: idempotent per stream and report, no lease granted: an Envoy's token
-// bucket is not a reservation). Every report is answered, and every change of the fleet
-// size or of the rule set pushed, with the Envoy's assignment: a token bucket of its
-// share of the window (shareOf), or a blanket deny while the global bucket is spent,
-// each with a time to live after which the Envoy's configured
+// bucket is not a reservation). Every report is answered, and every change of the
+// Envoys using a key or of the rule set pushed, with the Envoy's assignment: a token
+// bucket of its share of the window (shareOf: the rate and capacity divided among the
+// Envoys that had requests on the key lately, its max_tokens never above its share of
+// what the global bucket held at its last report), or a blanket deny while the global
+// bucket is spent, each with a time to live after which the Envoy's configured
 // expired_assignment_behavior decides. Before the service exits every stream gets a
 // TTL-0 assignment (the Envoy falls back at once, rather than when the TTL ends).
 // RATIONALE.md "Envoy's rate_limit_quota filter" states the bounds.
@@ -98,6 +100,41 @@ type Server struct {
 	streams map[*stream]struct{}
 	closed  bool
 	done    chan struct{} // closed by Close: every stream ends
+	// using: per bucket (canonical BucketId), the streams that had requests in it and
+	// when they last reported some.
+	using map[string]map[*stream]int64
+}
+
+// touch records that st had requests in bucket k (st.mu held; s.mu after it).
+func (s *Server) touch(k string, st *stream, now int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.using[k]
+	if m == nil {
+		m = map[*stream]int64{}
+		s.using[k] = m
+	}
+	m[st] = now
+}
+
+// users is how many streams had requests in bucket k within two report intervals (at
+// least 1): the Envoys its rate and capacity are shared among.
+func (s *Server) users(k string, now int64) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	horizon := 2*s.o.ReportInterval.Microseconds() + s.o.Heartbeat.Microseconds()
+	var n int64
+	for st, at := range s.using[k] {
+		if now-at <= horizon {
+			n++
+		} else {
+			delete(s.using[k], st)
+		}
+	}
+	if len(s.using[k]) == 0 {
+		delete(s.using, k)
+	}
+	return max(n, 1)
 }
 
 // New builds the service on svc (its rule set, batch path and metrics registry).
@@ -106,7 +143,7 @@ func New(svc *service.Service, log *slog.Logger, o Options) *Server {
 		log = slog.Default()
 	}
 	return &Server{svc: svc, log: log, o: o.normalized(), m: newMetrics(svc.Metrics().Registry), streams: map[*stream]struct{}{},
-		done: make(chan struct{})}
+		done: make(chan struct{}), using: map[string]map[*stream]int64{}}
 }
 
 // Register adds the service to g.
@@ -170,9 +207,19 @@ func (s *Server) StreamRateLimitQuotas(ss grpc.BidiStreamingServer[rlqsv3.RateLi
 	s.mu.Unlock()
 	s.m.streams.Inc()
 	defer func() {
+		st.mu.Lock()
 		s.mu.Lock()
 		delete(s.streams, st)
+		for k := range st.buckets {
+			if m := s.using[k]; m != nil {
+				delete(m, st)
+				if len(m) == 0 {
+					delete(s.using, k)
+				}
+			}
+		}
 		s.mu.Unlock()
+		st.mu.Unlock()
 		s.m.streams.Dec()
 		close(st.quit)
 	}()
@@ -213,7 +260,10 @@ type bucket struct {
 	// every new or changed token bucket full, so a changed assignment must never hold
 	// more than the global bucket backs.
 	burst int64
-	sent  assignment // the last action sent
+	// n is how many Envoys (streams of this replica) used the key lately: its rate and
+	// capacity are shared among them (Server.users).
+	n    int64
+	sent assignment // the last action sent
 }
 
 // assignment is what an action said, to tell whether a new one differs.
@@ -234,7 +284,6 @@ type stream struct {
 	seq     uint64
 	domain  string
 	buckets map[string]*bucket
-	nodes   int64
 	cfg     *rule.Config
 }
 
@@ -299,13 +348,14 @@ func (st *stream) report(rep *rlqsv3.RateLimitQuotaUsageReports) {
 			continue
 		}
 		k, entries := canonical(u.GetBucketId())
+		k = st.domain + "\x00" + k
 		bk := st.buckets[k]
 		if bk == nil {
 			if len(st.buckets) >= MaxBuckets {
 				st.s.m.buckets.WithLabelValues("table_full").Inc()
 				continue
 			}
-			bk = &bucket{id: u.GetBucketId(), entries: entries, burst: -1}
+			bk = &bucket{id: u.GetBucketId(), entries: entries, burst: -1, n: 1}
 			st.buckets[k] = bk
 		}
 		allowed, denied := int64(min(u.GetNumRequestsAllowed(), 1<<32-1)), int64(min(u.GetNumRequestsDenied(), 1<<32-1))
@@ -318,6 +368,7 @@ func (st *stream) report(rep *rlqsv3.RateLimitQuotaUsageReports) {
 		bk.lastUs = now
 		if allowed+denied > 0 || bk.usedUs == 0 {
 			bk.usedUs = now
+			st.s.touch(k, st, now)
 		}
 		order = append(order, k)
 		if cfg == nil || cfg.Off() {
@@ -369,14 +420,13 @@ func (st *stream) report(rep *rlqsv3.RateLimitQuotaUsageReports) {
 		} else {
 			st.s.m.reports.WithLabelValues("ok").Inc()
 			st.mu.Lock()
-			st.setNodes(int64(out.nodes))
 			st.cfg = cfg
 			// What the Envoy may take at once is bounded by its share of what the global
 			// bucket still holds (burstOf); a bucket short of one permit a node denies
 			// until it has refilled that much.
-			n := max(st.nodes, 1)
 			burst := map[string]int64{}
 			for _, r := range refs {
+				n := st.s.users(r.bucket, now)
 				sta := out.states[r.delta]
 				if sta.Flags&wire.StateRefused != 0 {
 					continue
@@ -397,7 +447,7 @@ func (st *stream) report(rep *rlqsv3.RateLimitQuotaUsageReports) {
 			}
 			for k, m := range burst {
 				if bk := st.buckets[k]; bk != nil {
-					bk.burst = m
+					bk.burst, bk.n = m, st.s.users(k, now)
 				}
 			}
 			st.mu.Unlock()
@@ -412,25 +462,6 @@ func (st *stream) report(rep *rlqsv3.RateLimitQuotaUsageReports) {
 		return // no answer: the Envoy's assignment stands until its TTL
 	}
 	st.push(order, "report", true)
-}
-
-// setNodes sets the fleet size shares are sized by: what the store counts, and at
-// least the streams this replica holds (the store counts a node only after it has
-// synced for a second, and Envoys that start together would each be sized as alone).
-// The bursts already granted shrink in proportion, so a push of the new share holds no
-// more than the old one did (st.mu held).
-func (st *stream) setNodes(heard int64) {
-	st.s.mu.Lock()
-	n := max(heard, int64(len(st.s.streams)), 1)
-	st.s.mu.Unlock()
-	if old := st.nodes; old > 0 && n > old {
-		for _, bk := range st.buckets {
-			if bk.burst > 0 {
-				bk.burst = bk.burst * old / n
-			}
-		}
-	}
-	st.nodes = n
 }
 
 // storeOutcome is what a report needs of the store's answer.
@@ -466,7 +497,7 @@ func (st *stream) push(keys []string, reason string, always bool) {
 			continue
 		}
 		if reason != "report" {
-			st.s.log.Debug("rlqs: assignment changed", "node", st.node, "nodes", st.nodes, "was", bk.sent, "now", a)
+			st.s.log.Debug("rlqs: assignment changed", "node", st.node, "envoys", bk.n, "was", bk.sent, "now", a)
 		}
 		bk.sent = a
 		if a.kind == 1 {
@@ -503,7 +534,7 @@ func (st *stream) action(bk *bucket, now int64) (assignment, *rlqsv3.RateLimitQu
 				continue
 			}
 			for _, p := range ap.Windows {
-				shares = append(shares, shareOf(p, st.nodes))
+				shares = append(shares, shareOf(p, bk.n))
 			}
 		}
 	}
@@ -550,13 +581,13 @@ func (st *stream) heartbeat() {
 		}
 		ctx := st.ss.Context()
 		hb := wire.Batch{Node: st.node}
-		out, err := st.s.svc.Sync(ctx, "rlqs", &hb, false)
+		_, err := st.s.svc.Sync(ctx, "rlqs", &hb, false)
 		cfg := st.s.svc.RuleSet(ctx)
 		now := nowUs()
 		st.mu.Lock()
 		reason := "change"
-		if err == nil {
-			st.setNodes(int64(out.Nodes))
+		if err != nil {
+			st.s.log.Debug("rlqs: heartbeat failed", "node", st.node, "err", err)
 		}
 		if cfg != st.cfg {
 			st.cfg = cfg
@@ -569,6 +600,15 @@ func (st *stream) heartbeat() {
 				abandon.BucketAction = append(abandon.BucketAction, &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: bk.id,
 					BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}}})
 				continue
+			}
+			if n := st.s.users(k, now); n != bk.n {
+				// Another Envoy joined or left the key: the share changes. Bursts already
+				// granted shrink with a larger count, so the pushed share holds no more than
+				// the global bucket backed.
+				if n > bk.n && bk.burst > 0 {
+					bk.burst = bk.burst * bk.n / n
+				}
+				bk.n = n
 			}
 			keys = append(keys, k)
 		}

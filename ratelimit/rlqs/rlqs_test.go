@@ -159,8 +159,8 @@ func TestShareOf(t *testing.T) {
 		want  share
 	}{
 		{"one node: the rule", perMin(100), 1, share{100, 100, 60}},
-		{"no fleet heard yet counts as one", perMin(100), 0, share{100, 100, 60}},
-		{"four nodes: a quarter", perMin(100), 4, share{25, 25, 60}},
+		{"none counted yet counts as one", perMin(100), 0, share{100, 100, 60}},
+		{"four Envoys on the key: a quarter", perMin(100), 4, share{25, 25, 60}},
 		{"share under a permit a window stretches the interval", perMin(3), 4, share{1, 1, 80}},
 		{"sub-second window refills once a second", algo.Params{Kind: algo.TokenBucket, Limit: 10, WindowUs: 100_000}, 2, share{5, 50, 1}},
 	} {
