@@ -218,6 +218,7 @@ func TestEnvoysOneKey(t *testing.T) {
 		capacity     = 20
 		fleetSeconds = 30
 		reportS      = 5
+		heartbeatS   = 1
 		envoys       = 4
 		clients      = 2                                                       // per Envoy, on their own connections
 		pace         = envoys * clients * windowS * time.Second / (10 * limit) // 10× the limit over the fleet
@@ -264,7 +265,7 @@ func TestEnvoysOneKey(t *testing.T) {
 		admitted += c.ok
 	}
 	ideal := capacity + limit*elapsed/windowS
-	bound := 2*capacity + limit*(elapsed+reportS)/windowS + envoys
+	bound := 2*capacity + limit*(elapsed+reportS+heartbeatS)/windowS + envoys
 	t.Logf("fleet admitted %d over %.1f s: the rule's own bound %.0f, this path's %.0f", admitted, elapsed, ideal, bound)
 	t.Logf("streams %v; actions sent: report %v, change %v; reports ok %v failed %v", testutil.ToFloat64(e.srv.m.streams),
 		testutil.ToFloat64(e.srv.m.pushes.WithLabelValues("report")), testutil.ToFloat64(e.srv.m.pushes.WithLabelValues("change")),
@@ -281,5 +282,46 @@ func TestEnvoysOneKey(t *testing.T) {
 	})
 	if got := testutil.ToFloat64(e.srv.m.requests.WithLabelValues("allowed")); got != want {
 		t.Errorf("Envoys reported %v admitted, clients saw %v", got, want)
+	}
+}
+
+// TestEnvoysNinetyPercent: a client at 90 % of its limit (20 per 10 s), spread evenly
+// over four Envoys of two workers, is refused at most falseRejectBound of its requests
+// (RATIONALE.md "Envoy's rate_limit_quota filter": what a client within its limit can
+// be refused on this path).
+func TestEnvoysNinetyPercent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for 30 s")
+	}
+	const (
+		envoys           = 4
+		seconds          = 30
+		falseRejectBound = 0.05
+	)
+	e := start(t, Options{})
+	e.putRules(t, `{"rules": [
+  {"id": "plan", "limit": 20, "window": "10s", "match": {"prefix": "/"},
+   "descriptors": {"domain": "tollgate", "entries": [{"key": "api_key"}]}}
+]}`)
+	var bases []string
+	for i := 0; i < envoys; i++ {
+		b, _ := envoyWith(t, e.addr, 2)
+		bases = append(bases, b)
+	}
+	key := uniq("k")
+	// 1.8 requests a second over the fleet, round robin over the Envoys.
+	tick := time.NewTicker(time.Second * 10 / 18)
+	defer tick.Stop()
+	sent, refused := 0, 0
+	for start := time.Now(); time.Since(start) < seconds*time.Second; <-tick.C {
+		if get(t, bases[sent%envoys], key) == http.StatusTooManyRequests {
+			refused++
+		}
+		sent++
+	}
+	rate := float64(refused) / float64(sent)
+	t.Logf("client at 90%%: %d sent, %d refused (%.2f%%)", sent, refused, 100*rate)
+	if rate > falseRejectBound {
+		t.Errorf("refused %.2f%% of a client within its limit, bound %.0f%%", 100*rate, 100*falseRejectBound)
 	}
 }
