@@ -325,3 +325,56 @@ func TestEnvoysNinetyPercent(t *testing.T) {
 		t.Errorf("refused %.2f%% of a client within its limit, bound %.0f%%", 100*rate, 100*falseRejectBound)
 	}
 }
+
+// TestEnvoyServiceRestart: the service stops while an Envoy enforces a deny on a spent
+// key, and a new one starts on the same address. The stop's TTL-0 assignment makes the
+// Envoy fall back at once to expired_assignment_behavior (ALLOW_ALL in the shipped
+// file): no request fails, and the spent key is admitted while no service answers. The
+// Envoy reopens its stream at its next report and the new service, on the same Redis,
+// denies the key again.
+func TestEnvoyServiceRestart(t *testing.T) {
+	rules := `{"rules": [
+  {"id": "plan", "limit": 5, "window": "1h", "match": {"prefix": "/"},
+   "descriptors": {"domain": "tollgate", "entries": [{"key": "api_key"}]}}
+]}`
+	e := start(t, Options{})
+	e.putRules(t, rules)
+	base, _ := envoyWith(t, e.addr, 1)
+	key := uniq("k")
+	statuses := func(n int) (ok, refused int) {
+		for i := 0; i < n; i++ {
+			switch c := get(t, base, key); c {
+			case http.StatusOK:
+				ok++
+			case http.StatusTooManyRequests:
+				refused++
+			default:
+				t.Fatalf("status %d: a request failed", c)
+			}
+		}
+		return ok, refused
+	}
+	statuses(1)
+	waitFor(t, 5*time.Second, "the first assignment", func() bool {
+		return testutil.ToFloat64(e.srv.m.pushes.WithLabelValues("report")) >= 1
+	})
+	time.Sleep(200 * time.Millisecond)
+	if ok, _ := statuses(10); ok != 4 {
+		t.Fatalf("admitted %d after the first, want 4 (limit 5)", ok)
+	}
+
+	e.stop()
+	time.Sleep(200 * time.Millisecond)
+	if ok, _ := statuses(10); ok != 10 {
+		t.Fatalf("service stopped: admitted %d of 10, want all (TTL 0, expired_assignment_behavior ALLOW_ALL)", ok)
+	}
+
+	e2 := startAt(t, Options{}, e.addr)
+	e2.putRules(t, rules)
+	restarted := time.Now()
+	waitFor(t, 15*time.Second, "a refusal from the new service's assignment", func() bool {
+		_, refused := statuses(1)
+		return refused > 0
+	})
+	t.Logf("refusals resumed %.1f s after the restart", time.Since(restarted).Seconds())
+}

@@ -47,7 +47,11 @@ type env struct {
 	stop  func()
 }
 
-func start(t testing.TB, o Options) *env {
+func start(t testing.TB, o Options) *env { t.Helper(); return startAt(t, o, "127.0.0.1:0") }
+
+// startAt is start with the gRPC listener on addr (a restarted service takes its
+// predecessor's).
+func startAt(t testing.TB, o Options, addr string) *env {
 	t.Helper()
 	cfg := store.Config{Mode: store.Standalone, Addrs: standalone.Addrs()}
 	m := service.NewMetrics()
@@ -56,7 +60,7 @@ func start(t testing.TB, o Options) *env {
 		t.Fatal(err)
 	}
 	svc := service.New(service.Config{SyncSecret: secret, AdminToken: adminToken, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, st, m)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
