@@ -66,9 +66,10 @@ func tightest(shares []share) (share, bool) {
 func u32(v int64) uint32 { return uint32(min(max(v, 0), 1<<32-1)) }
 
 // burstOf is one node's share of what a global bucket holds unreserved (remaining, from
-// the store's answer to a report): the most a fresh token bucket may hold. Envoy creates
-// every token bucket it is assigned anew, and full, whenever its parameters change, so
-// capping a changed assignment's max_tokens at remaining/nodes keeps what a fleet can
+// the store's answer to a report): the most an Envoy's token bucket may hold. Envoy 1.40
+// starts a first token bucket (or one after a blanket rule) full and a changed one at
+// the fill ratio of the one it replaces, so a bucket holds at most its max_tokens just
+// after an assignment: capping max_tokens at remaining/nodes keeps what a fleet can
 // admit at once within what the bucket holds, however often the shares change. 0: the
 // bucket is spent for this node (the Envoy is denied until it refills).
 func burstOf(remaining, nodes int64) int64 {

@@ -3,12 +3,14 @@ package rlqs
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,13 +66,21 @@ func envoyWith(t *testing.T, rlqsAddr string, workers int) (string, *envoyproc.P
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	proc, err := envoyproc.Start(ctx, envoyproc.Options{Binary: bin, Config: yaml, Dir: t.TempDir(), Concurrency: workers, LogLevel: "info"})
+	proc, err := envoyproc.Start(ctx, envoyproc.Options{Binary: bin, Config: yaml, Dir: t.TempDir(), Concurrency: workers, LogLevel: "info",
+		Args: []string{"--file-flush-interval-msec", "100"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("envoy log:\n%s", proc.LogTail(40))
+			// The filter's own lines: what it did with each assignment.
+			if b, err := os.ReadFile(proc.LogPath); err == nil {
+				for _, l := range strings.Split(string(b), "\n") {
+					if strings.Contains(l, "rate_limit_quota") {
+						t.Log(l)
+					}
+				}
+			}
 		}
 		_ = proc.Stop()
 	})
@@ -377,4 +387,43 @@ func TestEnvoyServiceRestart(t *testing.T) {
 		return refused > 0
 	})
 	t.Logf("refusals resumed %.1f s after the restart", time.Since(restarted).Seconds())
+}
+
+// TestEnvoyRuleChange: a rule raised while an Envoy refuses a key reaches the Envoy by
+// push, within a heartbeat, not at its next report. Envoy 1.40 starts a changed token
+// bucket as full as the one it replaces (a drained one empty): the raised limit admits
+// at its new rate (10 a second here) from the push on.
+func TestEnvoyRuleChange(t *testing.T) {
+	const rules = `{"rules": [
+  {"id": "plan", "limit": %d, "window": "1h", "match": {"prefix": "/"},
+   "descriptors": {"domain": "tollgate", "entries": [{"key": "api_key"}]}}
+]}`
+	e := start(t, Options{})
+	e.putRules(t, fmt.Sprintf(rules, 5))
+	base, _ := envoyWith(t, e.addr, 1)
+	key := uniq("k")
+	get(t, base, key)
+	waitFor(t, 5*time.Second, "the first assignment", func() bool {
+		return testutil.ToFloat64(e.srv.m.pushes.WithLabelValues("report")) >= 1
+	})
+	time.Sleep(200 * time.Millisecond)
+	for i := 0; i < 10; i++ {
+		get(t, base, key)
+	}
+	if c := get(t, base, key); c != http.StatusTooManyRequests {
+		t.Fatalf("key over its limit of 5: %d", c)
+	}
+	reports := testutil.ToFloat64(e.srv.m.reports.WithLabelValues("ok"))
+	e.putRules(t, fmt.Sprintf(rules, 36000))
+	changed := time.Now()
+	waitFor(t, 3*time.Second, "an admission under the raised limit", func() bool {
+		return get(t, base, key) == http.StatusOK
+	})
+	t.Logf("raised limit admitted %.2f s after the change", time.Since(changed).Seconds())
+	if r := testutil.ToFloat64(e.srv.m.reports.WithLabelValues("ok")); r != reports {
+		t.Logf("(a report arrived meanwhile: %v → %v)", reports, r)
+	}
+	if testutil.ToFloat64(e.srv.m.pushes.WithLabelValues("change")) < 1 {
+		t.Errorf("no assignment pushed for the rule change")
+	}
 }

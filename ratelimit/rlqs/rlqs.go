@@ -256,9 +256,10 @@ type bucket struct {
 	// then (a heartbeat lifts it).
 	denyUntilUs int64
 	// burst caps the token bucket's max_tokens: this node's share of what the global
-	// bucket held at the last report (-1: not heard yet, the share's own). Envoy starts
-	// every new or changed token bucket full, so a changed assignment must never hold
-	// more than the global bucket backs.
+	// bucket held at the last report (-1: not heard yet, the share's own). Envoy 1.40
+	// starts a first token bucket (and one after a blanket rule) full, and a changed
+	// one at the fill ratio of the one it replaces: either way it holds at most
+	// max_tokens, which must never exceed what the global bucket backs.
 	burst int64
 	// n is how many Envoys (streams of this replica) used the key lately: its rate and
 	// capacity are shared among them (Server.users).
