@@ -362,7 +362,11 @@ func (st *stream) report(rep *rlqsv3.RateLimitQuotaUsageReports) {
 		allowed, denied := int64(min(u.GetNumRequestsAllowed(), 1<<32-1)), int64(min(u.GetNumRequestsDenied(), 1<<32-1))
 		st.s.m.requests.WithLabelValues("allowed").Add(float64(allowed))
 		st.s.m.requests.WithLabelValues("denied").Add(float64(denied))
-		elapsedMs := int64(0)
+		// The span the counts cover bounds what the store charges (lease.ReportBound): the
+		// time since this stream's last report of the bucket, or, for a bucket new to the
+		// stream (an Envoy reconnected after a restart, with what it admitted meanwhile),
+		// the span Envoy itself reports, in whole seconds.
+		elapsedMs := min(u.GetTimeElapsed().AsDuration().Milliseconds(), 3_600_000)
 		if bk.lastUs > 0 {
 			elapsedMs = (now - bk.lastUs) / 1000
 		}
