@@ -176,3 +176,48 @@ func TestShareOf(t *testing.T) {
 		})
 	}
 }
+
+// TestSharePushedWhenAnEnvoyJoins: a second Envoy reporting requests on a key halves the
+// first one's share, pushed to the first within a heartbeat (not at its next report);
+// a key without requests for IdleAfter is abandoned.
+func TestSharePushedWhenAnEnvoyJoins(t *testing.T) {
+	e := start(t, Options{Heartbeat: 200 * time.Millisecond, IdleAfter: 3 * time.Second})
+	e.putRules(t, `{"rules": [
+  {"id": "plan", "limit": 100, "window": "1m", "match": {"prefix": "/"},
+   "descriptors": {"domain": "tollgate", "entries": [{"key": "api_key"}]}}
+]}`)
+	key := uniq("k")
+	rep := func(allowed uint64) *rlqsv3.RateLimitQuotaUsageReports {
+		return &rlqsv3.RateLimitQuotaUsageReports{Domain: "tollgate", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			usage(map[string]string{"api_key": key}, allowed, 0)}}
+	}
+	a, b := dial(t, e, secret), dial(t, e, secret)
+	if tb := exchange(t, a, rep(1))[key].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket(); tb.GetTokensPerFill().GetValue() != 100 {
+		t.Fatalf("one Envoy on the key: %v, want the whole rate", tb)
+	}
+	if tb := exchange(t, b, rep(1))[key].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket(); tb.GetTokensPerFill().GetValue() != 50 {
+		t.Fatalf("second Envoy on the key: %v, want half the rate", tb)
+	}
+	// a hears of it by push: one action, half the rate, no more at once than half of
+	// what remained at its report (99).
+	resp, err := a.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket()
+	if tb.GetTokensPerFill().GetValue() != 50 || tb.GetMaxTokens() > 49 {
+		t.Fatalf("pushed to the first Envoy: %v, want 50 a minute, at most 49 at once", tb)
+	}
+	// No more reports: after IdleAfter both streams abandon the key.
+	for name, c := range map[string]client{"a": a, "b": b} {
+		for {
+			resp, err := c.Recv()
+			if err != nil {
+				t.Fatalf("%s: %v before an abandon", name, err)
+			}
+			if act := resp.GetBucketAction()[0]; act.GetAbandonAction() != nil {
+				break
+			}
+		}
+	}
+}
