@@ -14,7 +14,12 @@ import (
 	"testing"
 	"time"
 
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/tollgate-rl/tollgate/internal/envoyproc"
 )
@@ -425,5 +430,69 @@ func TestEnvoyRuleChange(t *testing.T) {
 	}
 	if testutil.ToFloat64(e.srv.m.pushes.WithLabelValues("change")) < 1 {
 		t.Errorf("no assignment pushed for the rule change")
+	}
+}
+
+// TestEnvoyAndRLSOneKey: an Envoy on RLQS and a client of the gRPC RLS path (strict
+// checks) share one key of limit 20 per 10 s, each offered ten times that for 20 s. The
+// RLS path's admissions show in what the global bucket holds, which caps the Envoy's
+// bursts and denies it: the total stays within the bound of TestEnvoysOneKey with n = 1.
+func TestEnvoyAndRLSOneKey(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for 20 s")
+	}
+	const (
+		limit, windowS, capacity = 20, 10, 20
+		seconds, reportS, hbS    = 20, 5, 1
+	)
+	e := start(t, Options{})
+	e.putRules(t, `{"rules": [
+  {"id": "plan", "limit": 20, "window": "10s", "match": {"prefix": "/"},
+   "descriptors": {"domain": "tollgate", "entries": [{"key": "api_key"}]}}
+]}`)
+	base, _ := envoyWith(t, e.addr, 1)
+	conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rlsClient := rlsv3.NewRateLimitServiceClient(conn)
+	key := uniq("k")
+	req := &rlsv3.RateLimitRequest{Domain: "tollgate", Descriptors: []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "api_key", Value: key}}}}}
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+secret)
+	var viaEnvoy, viaRLS int
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for time.Since(start) < seconds*time.Second {
+			if get(t, base, key) == http.StatusOK {
+				viaEnvoy++
+			}
+			<-tick.C
+		}
+	}()
+	tick := time.NewTicker(100 * time.Millisecond)
+	for time.Since(start) < seconds*time.Second {
+		resp, err := rlsClient.ShouldRateLimit(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.OverallCode == rlsv3.RateLimitResponse_OK {
+			viaRLS++
+		}
+		<-tick.C
+	}
+	tick.Stop()
+	<-done
+	elapsed := time.Since(start).Seconds()
+	total := viaEnvoy + viaRLS
+	ideal := capacity + limit*elapsed/windowS
+	bound := 2*capacity + limit*(elapsed+reportS+hbS)/windowS + 1
+	t.Logf("admitted %d (Envoy %d, RLS %d) over %.1f s: the rule's own bound %.0f, this path's %.0f", total, viaEnvoy, viaRLS, elapsed, ideal, bound)
+	if float64(total) > bound {
+		t.Errorf("admitted %d, above the bound %.0f", total, bound)
 	}
 }
