@@ -53,7 +53,13 @@ func start(t testing.TB, o Options) *env { t.Helper(); return startAt(t, o, "127
 // predecessor's).
 func startAt(t testing.TB, o Options, addr string) *env {
 	t.Helper()
-	cfg := store.Config{Mode: store.Standalone, Addrs: standalone.Addrs()}
+	return startOn(t, o, addr, standalone.Addrs())
+}
+
+// startOn is startAt on the Redis at redisAddrs (a test that stops its Redis).
+func startOn(t testing.TB, o Options, addr string, redisAddrs []string) *env {
+	t.Helper()
+	cfg := store.Config{Mode: store.Standalone, Addrs: redisAddrs}
 	m := service.NewMetrics()
 	st, err := store.Open(cfg, m)
 	if err != nil {

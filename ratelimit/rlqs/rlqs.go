@@ -187,7 +187,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_rlqs_requests_total",
 			Help: "Requests Envoys reported, by their decision (allowed, denied)."}, []string{"decision"}),
 		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_rlqs_assignments_total",
-			Help: "Bucket actions sent, by why (report: the answer to a report; change: pushed because the share, the rule set or a deny changed; abandon: idle; shutdown: TTL 0)."}, []string{"reason"}),
+			Help: "Bucket actions sent, by why (report: the answer to a report; change: pushed because the share, the rule set or a deny changed; fail_closed: a fail-closed rule's bucket denied while Redis does not take reports; abandon: idle; shutdown: TTL 0)."}, []string{"reason"}),
 		buckets: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_rlqs_buckets_total",
 			Help: "Reported buckets by outcome (unmatched: no rule selects it, ALLOW_ALL; table_full: beyond 100,000 on one stream, not answered)."}, []string{"outcome"}),
 	}
@@ -453,6 +453,9 @@ func (st *stream) report(rep *rlqsv3.RateLimitQuotaUsageReports) {
 			for k, m := range burst {
 				if bk := st.buckets[k]; bk != nil {
 					bk.burst, bk.n = m, st.s.users(k, now)
+					if m > 0 {
+						bk.denyUntilUs = 0 // the bucket holds its share again (or Redis is back)
+					}
 				}
 			}
 			st.mu.Unlock()
@@ -464,9 +467,37 @@ func (st *stream) report(rep *rlqsv3.RateLimitQuotaUsageReports) {
 		st.mu.Unlock()
 	}
 	if failed {
-		return // no answer: the Envoy's assignment stands until its TTL
+		// Redis did not take the report: a bucket a fail-closed rule limits is denied
+		// until a report is charged again (at most a TTL); the others get no answer, so
+		// the Envoy's assignment stands until its TTL and then its
+		// expired_assignment_behavior decides (fail open).
+		var closed []string
+		st.mu.Lock()
+		for _, k := range order {
+			if bk := st.buckets[k]; bk != nil && failClosed(cfg, st.domain, bk.entries) {
+				bk.denyUntilUs = now + (2*st.s.o.ReportInterval + time.Second).Microseconds()
+				closed = append(closed, k)
+			}
+		}
+		st.mu.Unlock()
+		st.push(closed, "fail_closed", true)
+		return
 	}
 	st.push(order, "report", true)
+}
+
+// failClosed reports whether a rule with "fail": "closed" (not shadow) selects the
+// bucket of entries.
+func failClosed(cfg *rule.Config, domain string, entries []rule.DescriptorEntry) bool {
+	if cfg == nil || cfg.Off() {
+		return false
+	}
+	for _, a := range cfg.ApplyDescriptor(domain, entries, nil) {
+		if a.Rule.Fail == rule.FailClosed && !a.Rule.Shadow {
+			return true
+		}
+	}
+	return false
 }
 
 // storeOutcome is what a report needs of the store's answer.

@@ -7,6 +7,7 @@ import (
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/tollgate-rl/tollgate/internal/redistest"
 	"github.com/tollgate-rl/tollgate/shared/algo"
 )
 
@@ -219,5 +221,49 @@ func TestSharePushedWhenAnEnvoyJoins(t *testing.T) {
 				break
 			}
 		}
+	}
+}
+
+// TestRedisDownFailModes: while Redis does not take reports, a bucket of a fail-closed
+// rule is answered DENY_ALL until a report is charged again; a bucket of a fail-open rule
+// gets no answer (its assignment stands until its TTL, then the Envoy's
+// expired_assignment_behavior decides).
+func TestRedisDownFailModes(t *testing.T) {
+	rs := redistest.StartStandalone(t)
+	e := startOn(t, Options{}, "127.0.0.1:0", rs.Addrs())
+	e.putRules(t, `{"rules": [
+  {"id": "open", "limit": 10, "window": "1m", "fail": "open",
+   "descriptors": {"domain": "tollgate", "entries": [{"key": "api_key"}]}},
+  {"id": "closed", "limit": 10, "window": "1m", "fail": "closed",
+   "descriptors": {"domain": "tollgate", "entries": [{"key": "tenant"}]}}
+]}`)
+	c := dial(t, e, secret)
+	rep := &rlqsv3.RateLimitQuotaUsageReports{Domain: "tollgate", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		usage(map[string]string{"api_key": "a"}, 1, 0),
+		usage(map[string]string{"tenant": "t"}, 1, 0),
+	}}
+	got := exchange(t, c, rep)
+	if len(got) != 2 {
+		t.Fatalf("with Redis: %d actions, want 2", len(got))
+	}
+	if err := rs.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Send(rep); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(resp.GetBucketAction()); n != 1 {
+		t.Fatalf("Redis down: %d actions, want 1 (the fail-closed bucket only): %v", n, resp)
+	}
+	a := resp.GetBucketAction()[0]
+	if a.GetBucketId().GetBucket()["tenant"] != "t" || a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule() != typev3.RateLimitStrategy_DENY_ALL {
+		t.Fatalf("Redis down: %v, want DENY_ALL for the fail-closed bucket", a)
+	}
+	if f := testutil.ToFloat64(e.srv.m.reports.WithLabelValues("failed")); f != 1 {
+		t.Errorf("failed reports %v, want 1", f)
 	}
 }
