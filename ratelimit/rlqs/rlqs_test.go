@@ -17,6 +17,7 @@ import (
 
 	"github.com/tollgate-rl/tollgate/internal/redistest"
 	"github.com/tollgate-rl/tollgate/shared/algo"
+	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
 const planRules = `{"rules": [
@@ -181,7 +182,7 @@ func TestShareOf(t *testing.T) {
 
 // TestSharePushedWhenAnEnvoyJoins: a second Envoy reporting requests on a key halves the
 // first one's share, pushed to the first within a heartbeat (not at its next report);
-// a key without requests for IdleAfter is abandoned.
+// a key without requests for IdleAfter is abandoned; open streams count in the fleet.
 func TestSharePushedWhenAnEnvoyJoins(t *testing.T) {
 	e := start(t, Options{Heartbeat: 200 * time.Millisecond, IdleAfter: 3 * time.Second})
 	e.putRules(t, `{"rules": [
@@ -221,6 +222,11 @@ func TestSharePushedWhenAnEnvoyJoins(t *testing.T) {
 				break
 			}
 		}
+	}
+	// Both streams heartbeat: the fleet size gateways hear counts them.
+	out, err := e.svc.Sync(context.Background(), "test", &wire.Batch{Node: "probe"}, false)
+	if err != nil || out.Nodes < 2 {
+		t.Errorf("fleet size %v (%v), want the two streams counted", out, err)
 	}
 }
 
