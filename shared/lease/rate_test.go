@@ -19,6 +19,7 @@ func TestSyncRateLease(t *testing.T) {
 			Rejected: 2000, Rate: rate, RateEpoch: epoch, Epoch: epoch}
 	}
 	cfg := DefaultSyncConfig
+	cfg.RateLeases = true // the Go model's (off in the service)
 	for _, c := range []struct {
 		name  string
 		setup func(b *Bucket) // the state before the report
