@@ -64,7 +64,7 @@ func TestEnvoySoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer svc.Close()
-	backend, stop, err := perf.Backend()
+	backend, stop, err := envoyproc.Upstream()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,7 +72,7 @@ func StartEnvoy(ctx context.Context, dir string, o EnvoyOptions) (*Envoy, error)
 	if err := os.WriteFile(wasmPath, o.Wasm, 0o644); err != nil {
 		return nil, err
 	}
-	port, err := FreePort()
+	port, err := envoyproc.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -114,23 +114,6 @@ func portOf(hostport string) int {
 	_, p, _ := net.SplitHostPort(hostport)
 	n, _ := strconv.Atoi(p)
 	return n
-}
-
-// FreePort returns a loopback TCP port nothing listens on now.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// Backend serves 200 with a short body on a loopback port until stop is called.
-func Backend() (addr string, stop func(), err error) {
-	return serve(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = io.WriteString(w, "ok\n")
-	}))
 }
 
 // Stats reads Envoy's counters and gauges (/stats, "name: value" lines; histograms are

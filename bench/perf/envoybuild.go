@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tollgate-rl/tollgate/filter/wasmbuild"
+	"github.com/tollgate-rl/tollgate/internal/envoyproc"
 	"github.com/tollgate-rl/tollgate/internal/redistest"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
 )
@@ -177,7 +178,7 @@ func MeasureEnvoyBuild(variants []BuildVariant, wasms [][]byte, o EnvoyBuildOpti
 		return c, err
 	}
 	defer svc.Close()
-	backend, stop, err := Backend()
+	backend, stop, err := envoyproc.Upstream()
 	if err != nil {
 		return c, err
 	}

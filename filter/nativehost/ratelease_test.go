@@ -41,6 +41,7 @@ func TestRateLeaseFleetBound(t *testing.T) {
 			const gateways, workers, runMs, perMs = 4, 2, 60_000, 1 // 1,000 requests/s: 10× the limit
 			f := newFleetSync(t, gateways, workers, `"expected_nodes":4`, `[{"id":"api",`+c.rule+`}]`)
 			f.svc.NoPenalty = true
+			f.svc.Config.RateLeases = true // the Go model's (off in the service: lease.SyncConfig.RateLeases)
 			f.settle()
 			rng := rand.New(rand.NewPCG(uint64(len(c.name)), 3))
 			var at []int64 // admission times, ms from the start
@@ -122,6 +123,7 @@ func TestRateLeaseFleetBound(t *testing.T) {
 func TestRateLeaseDecidesLocally(t *testing.T) {
 	f := newFleet(t, 1, 2, `[{"id":"api","algorithm":"gcra","limit":1000,"window":"1s"}]`)
 	f.svc.NoPenalty = true
+	f.svc.Config.RateLeases = true // the Go model's (off in the service: lease.SyncConfig.RateLeases)
 	f.tick(100)
 	admitted, refusedLong := 0, 0
 	var batches0, acq0 int64

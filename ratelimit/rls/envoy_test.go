@@ -1,7 +1,6 @@
 package rls
 
 import (
-	"bytes"
 	"context"
 	"net"
 	"net/http"
@@ -40,23 +39,23 @@ func TestThroughEnvoysFilter(t *testing.T) {
 	e := start(t, opts{})
 	e.putRules(t, envoyRLSRules)
 	rlsAddr := e.addr
-	backend := httpBackend(t)
+	backend, stopBackend, err := envoyproc.Upstream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stopBackend)
 	yaml, err := os.ReadFile(filepath.Join(root, "deploy", "envoy-rls.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	listen := freePort(t)
-	for _, r := range [][2]string{
-		{"address: 127.0.0.1, port_value: 9901}", "address: 127.0.0.1, port_value: 0}"},
-		{"address: 0.0.0.0, port_value: 10000}", "address: 127.0.0.1, port_value: " + strconv.Itoa(listen) + "}"},
-		{"address: 127.0.0.1, port_value: 8080}", "address: 127.0.0.1, port_value: " + portOf(t, backend) + "}"},
-		{"address: 127.0.0.1, port_value: 8083}", "address: 127.0.0.1, port_value: " + portOf(t, rlsAddr) + "}"},
-		{"REPLACE-with-the-content-of-/etc/tollgate/sync-secret", secret},
-	} {
-		if bytes.Count(yaml, []byte(r[0])) != 1 {
-			t.Fatalf("envoy-rls.yaml: %q occurs %d times, want once", r[0], bytes.Count(yaml, []byte(r[0])))
-		}
-		yaml = bytes.Replace(yaml, []byte(r[0]), []byte(r[1]), 1)
+	listen, err := envoyproc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	yaml, err = envoyproc.GRPCServiceConfig("envoy-rls.yaml", yaml, envoyproc.Shipped{
+		Listener: listen, Backend: portOf(t, backend), GRPC: portOf(t, rlsAddr), SyncSecret: secret})
+	if err != nil {
+		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -112,34 +111,15 @@ func TestThroughEnvoysFilter(t *testing.T) {
 	}
 }
 
-// httpBackend is an upstream answering 200 to everything.
-func httpBackend(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	return ln.Addr().String()
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
-func portOf(t *testing.T, addr string) string {
+func portOf(t *testing.T, addr string) int {
 	t.Helper()
 	_, p, err := net.SplitHostPort(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p
+	n, err := strconv.Atoi(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

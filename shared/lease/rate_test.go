@@ -19,6 +19,7 @@ func TestSyncRateLease(t *testing.T) {
 			Rejected: 2000, Rate: rate, RateEpoch: epoch, Epoch: epoch}
 	}
 	cfg := DefaultSyncConfig
+	cfg.RateLeases = true // the Go model's (off in the service)
 	for _, c := range []struct {
 		name  string
 		setup func(b *Bucket) // the state before the report
@@ -163,6 +164,7 @@ func TestSyncNodeRateRelease(t *testing.T) {
 	R, C := RateOf(p), p.Capacity()
 	cfg := DefaultSyncConfig
 	cfg.Nodes = 2
+	cfg.RateLeases = true // the Go model's (off in the service)
 	atLimit := func(rate, epoch uint32) wire.Delta {
 		return wire.Delta{Flags: wire.FlagRate, Algo: uint8(p.Kind), Limit: 1000, WindowMs: 1000, ElapsedMs: 1000,
 			Rejected: 2000, Rate: rate, RateEpoch: epoch, Epoch: epoch}

@@ -21,6 +21,16 @@ import (
 
 // SyncConfig holds the service-side lease settings (flags of tollgate-ratelimit).
 type SyncConfig struct {
+	// RateLeases grants rate leases (RATIONALE.md §3, "Keys at their limit"), to a
+	// gateway alone, and in fleets of more than one. Off in the service, whose Lua twin
+	// grants none: through real proxies (e2e TestFleetOneKey, one key at 10× its limit
+	// over 4 gateways that start together) rates admitted 54–84 % of the allowance on a
+	// quiet machine and 112 % on a loaded one, where counts alone stay within 1 % — each
+	// gateway is a fleet of one to the service until it has counted the others (about
+	// two seconds), and a rate granted then lasts its epochs — and the Redis bucket
+	// showed accrual charged that the gateways' stocks had not used. The Go model keeps
+	// the paths under test.
+	RateLeases bool
 	// EpochMs is the lease epoch. A lease granted or renewed during epoch k is reclaimed
 	// when epoch k+2 begins: a gateway that stops reporting (it died) gives its leases
 	// back within two epochs, and a gateway renews a lease it still holds whenever it
@@ -715,7 +725,8 @@ func SyncNode(b *Bucket, pen *Penalty, own *Leases, d *wire.Delta, now int64, cf
 		// stocks, and a burst on one gateway would be refused while the others' stocks
 		// hold permits (the fleet simulation's client at 90 % of its limit saw 12-20 %
 		// false rejections with rates granted below the limit).
-		if r.RateAnswer && R > 0 && capa > 0 && r.Held+r.Grant < demandTarget && first < 0 &&
+		// Only with RateLeases (off in the service).
+		if cfg.RateLeases && r.RateAnswer && R > 0 && capa > 0 && r.Held+r.Grant < demandTarget && first < 0 &&
 			(cfg.Nodes <= 1 || rate >= R || total*100 >= R*95) &&
 			(cfg.Nodes <= 1 || b.Leases.DemandCur+b.Leases.DemandPrev >= capa) {
 			// The stocks' share of the capacity, C·Σrate/R, stays within what the counts

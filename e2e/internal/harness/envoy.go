@@ -216,16 +216,6 @@ type envoyGateway struct {
 	boot    EnvoyBootstrap // what was substituted in it
 }
 
-// freePort returns a loopback port free at the time of the call.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
 // reconfigure delivers a new plugin configuration by LDS: the listener file is written
 // beside the watched one and renamed over it (Envoy's file watch sees a move), and the
 // call returns once Envoy counts one more successful LDS update and no listener is
@@ -311,7 +301,7 @@ func startEnvoy(v string, cfg GatewayConfig, plugin []byte) (*envoyGateway, erro
 		UpstreamHTTP2: cfg.UpstreamHTTP2, FailurePolicy: cfg.FailurePolicy}
 	if cfg.Reloadable {
 		b.LDS = filepath.Join(dir, "lds.json")
-		if b.ListenPort, err = freePort(); err != nil {
+		if b.ListenPort, err = envoyproc.FreePort(); err != nil {
 			os.RemoveAll(dir)
 			return nil, err
 		}

@@ -30,6 +30,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tollgate-rl/tollgate/ratelimit/policy"
+	"github.com/tollgate-rl/tollgate/ratelimit/rlqs"
 	"github.com/tollgate-rl/tollgate/ratelimit/rls"
 	"github.com/tollgate-rl/tollgate/ratelimit/service"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
@@ -77,6 +78,7 @@ type config struct {
 	rlsListen         string
 	rlsLeases         bool
 	rlsInterval       time.Duration
+	rlqs              bool
 	insecure          bool
 	redisPassFile     string
 	adminTokenFile    string
@@ -141,6 +143,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.StringVar(&c.rlsListen, "rls-listen", "", "listen address of Envoy's rate limit service API (gRPC envoy.service.ratelimit.v3.RateLimitService, for Envoy's native ratelimit filter), authenticated like /v1/sync; empty: off")
 	fs.BoolVar(&c.rlsLeases, "rls-leases", true, "the rate limit service decides from leases held in memory, as a gateway does, synced to Redis every --rls-sync-interval (false: every descriptor is a strict check in Redis)")
 	fs.DurationVar(&c.rlsInterval, "rls-sync-interval", 100*time.Millisecond, "sync interval of the rate limit service's leases")
+	fs.BoolVar(&c.rlqs, "rlqs", true, "serve Envoy's rate limit quota service (gRPC envoy.service.rate_limit_quota.v3, for Envoy's rate_limit_quota filter) on --rls-listen beside the rate limit service")
 	fs.BoolVar(&c.insecure, "insecure", false, "start without a sync secret: /v1/sync, /v1/check and /v1/sync/rules then accept any caller (logged at every start, gauge tollgate_insecure)")
 	fs.StringVar(&c.redisMode, "redis-mode", "standalone", "Redis deployment: standalone, cluster or sentinel")
 	fs.StringVar(&c.redisAddrs, "redis-addrs", "127.0.0.1:6379", "comma-separated Redis addresses host:port, or rediss://host:port for TLS (server; cluster seed nodes; sentinels)")
@@ -500,6 +503,7 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	var grpcSrv *grpc.Server
 	var rlsSrv *rls.Server
+	var rlqsSrv *rlqs.Server
 	if c.rlsListen != "" {
 		ln, err := net.Listen("tcp", c.rlsListen)
 		if err != nil {
@@ -509,6 +513,11 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 		defer ln.Close()
 		rlsSrv = rls.New(svc, log, rls.LeaseOptions{Off: !c.rlsLeases, Interval: c.rlsInterval})
 		grpcSrv = rlsSrv.GRPCServer()
+		if c.rlqs {
+			// Same listener, same authentication (the RLS server's interceptors).
+			rlqsSrv = rlqs.New(svc, log, rlqs.Options{})
+			rlqsSrv.Register(grpcSrv)
+		}
 		where.rls = ln.Addr().String()
 		go func() {
 			if err := grpcSrv.Serve(ln); err != nil {
@@ -554,6 +563,10 @@ wait:
 		}
 	}
 	if grpcSrv != nil {
+		if rlqsSrv != nil {
+			// TTL-0 assignments first: Envoys fall back now, then their streams end.
+			rlqsSrv.Close()
+		}
 		stopGRPC(sctx, grpcSrv)
 		rlsSrv.Close() // a last report gives the replica's leases back
 	}

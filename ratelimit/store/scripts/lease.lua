@@ -67,6 +67,7 @@ else
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local U32 = 4294967296
+local RATE_LEASES = false
 local DELTA = '<BBI4I4I4I4I4I4I4I4I4dI4I4I4I4I4I4I4I4'
 local RESULT = '<dddddddddddddddddd'
 -- the idempotency record's lease fields per delta: grant, held, epoch, valid_us, low,
@@ -619,7 +620,8 @@ local function apply(a)
       oc = oc + g
     end
     -- a rate lease (Go Sync step 6)
-    if rate_answer and R > 0 and capacity > 0 and held + grant < demand_target and first < 0 and
+    -- (none while RATE_LEASES is off: Go SyncConfig.RateLeases says why)
+    if RATE_LEASES and rate_answer and R > 0 and capacity > 0 and held + grant < demand_target and first < 0 and
       (nodes <= 1 or rate >= R or total * 100 >= R * 95) and (nodes <= 1 or dcur + dprev >= capacity) then
       local want_r = idiv(R * dn, den)
       if nodes <= 1 then

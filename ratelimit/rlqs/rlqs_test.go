@@ -1,0 +1,275 @@
+package rlqs
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/tollgate-rl/tollgate/internal/redistest"
+	"github.com/tollgate-rl/tollgate/shared/algo"
+	"github.com/tollgate-rl/tollgate/shared/wire"
+)
+
+const planRules = `{"rules": [
+  {"id": "plan", "limit": 10, "window": "1m", "match": {"prefix": "/"},
+   "descriptors": {"domain": "tollgate", "entries": [{"key": "api_key"}]}}
+]}`
+
+type client = grpc.BidiStreamingClient[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]
+
+func dial(t *testing.T, e *env, token string) client {
+	t.Helper()
+	conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	if token != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	}
+	c, err := rlqsv3.NewRateLimitQuotaServiceClient(conn).StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func usage(bucket map[string]string, allowed, denied uint64) *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage {
+	return &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{BucketId: &rlqsv3.BucketId{Bucket: bucket},
+		TimeElapsed: durationpb.New(5 * time.Second), NumRequestsAllowed: allowed, NumRequestsDenied: denied}
+}
+
+// exchange sends one report and returns the answer's action for each bucket, by the
+// bucket's api_key (or "name" when it has none).
+func exchange(t *testing.T, c client, rep *rlqsv3.RateLimitQuotaUsageReports) map[string]*rlqsv3.RateLimitQuotaResponse_BucketAction {
+	t.Helper()
+	if err := c.Send(rep); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*rlqsv3.RateLimitQuotaResponse_BucketAction{}
+	for _, a := range resp.GetBucketAction() {
+		k := a.GetBucketId().GetBucket()["api_key"]
+		if k == "" {
+			k = a.GetBucketId().GetBucket()["name"]
+		}
+		out[k] = a
+	}
+	return out
+}
+
+// TestReportsChargeAndAssign: over one stream, a report is charged to the rule's Redis
+// bucket and answered with the Envoy's share as a token bucket; a report that spends
+// the bucket is answered with a deny; a bucket no rule selects is admitted; the
+// service's stop expires every assignment (TTL 0) and ends the stream.
+func TestReportsChargeAndAssign(t *testing.T) {
+	e := start(t, Options{})
+	e.putRules(t, planRules)
+	c := dial(t, e, secret)
+	key := uniq("k")
+
+	got := exchange(t, c, &rlqsv3.RateLimitQuotaUsageReports{Domain: "tollgate", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		usage(map[string]string{"api_key": key}, 4, 0),
+		usage(map[string]string{"name": "unlimited"}, 7, 0),
+	}})
+	a := got[key].GetQuotaAssignmentAction()
+	tb := a.GetRateLimitStrategy().GetTokenBucket()
+	if tb == nil || a.GetAssignmentTimeToLive().AsDuration() != 11*time.Second {
+		t.Fatalf("assignment %v, want a token bucket living 11 s", a)
+	}
+	// One stream in the fleet (or none counted yet): the whole rule's rate, and at once
+	// no more than the bucket still holds (10 less the 4 charged).
+	if tb.GetMaxTokens() != 6 || tb.GetTokensPerFill().GetValue() != 10 || tb.GetFillInterval().AsDuration() != time.Minute {
+		t.Errorf("token bucket %v, want 10 per 60 s, at most 6 at once", tb)
+	}
+	if r := got["unlimited"].GetQuotaAssignmentAction().GetRateLimitStrategy(); r.GetBlanketRule() != typev3.RateLimitStrategy_ALLOW_ALL || r.GetTokenBucket() != nil {
+		t.Errorf("bucket no rule selects: %v, want ALLOW_ALL", r)
+	}
+	if n := e.consumed(t, key, "plan", 10); n != 4 {
+		t.Fatalf("charged %d, want the 4 reported", n)
+	}
+
+	got = exchange(t, c, &rlqsv3.RateLimitQuotaUsageReports{BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		usage(map[string]string{"api_key": key}, 8, 3),
+	}})
+	a = got[key].GetQuotaAssignmentAction()
+	if a.GetRateLimitStrategy().GetBlanketRule() != typev3.RateLimitStrategy_DENY_ALL || a.GetRateLimitStrategy().GetTokenBucket() != nil {
+		t.Fatalf("after 12 of 10: %v, want DENY_ALL", a)
+	}
+	if ttl := a.GetAssignmentTimeToLive().AsDuration(); ttl < time.Second || ttl > 5*time.Second {
+		t.Errorf("deny TTL %v, want 1..5 s (until the bucket refills, at most a report interval)", ttl)
+	}
+	if n := e.consumed(t, key, "plan", 10); n != 12 {
+		t.Fatalf("charged %d, want 12 (the bucket in debt)", n)
+	}
+
+	done := make(chan struct{})
+	go func() { e.stop(); close(done) }()
+	resp, err := c.Recv()
+	if err != nil {
+		t.Fatalf("no TTL-0 assignment before the stream ended: %v", err)
+	}
+	for _, a := range resp.GetBucketAction() {
+		if ttl := a.GetQuotaAssignmentAction().GetAssignmentTimeToLive(); ttl == nil || ttl.AsDuration() != 0 {
+			t.Errorf("shutdown action %v, want TTL 0", a)
+		}
+	}
+	if len(resp.GetBucketAction()) != 2 {
+		t.Errorf("shutdown expired %d buckets, want 2", len(resp.GetBucketAction()))
+	}
+	if _, err := c.Recv(); status.Code(err) != codes.Unavailable {
+		t.Errorf("stream end: %v, want Unavailable", err)
+	}
+	<-done
+}
+
+// TestUnauthenticated: a stream without the sync secret is refused, as the RLS path.
+func TestUnauthenticated(t *testing.T) {
+	e := start(t, Options{})
+	e.putRules(t, planRules)
+	for _, tok := range []string{"", "wrong"} {
+		c := dial(t, e, tok)
+		_ = c.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "tollgate"})
+		if _, err := c.Recv(); status.Code(err) != codes.Unauthenticated {
+			t.Errorf("token %q: %v, want Unauthenticated", tok, err)
+		}
+	}
+}
+
+func TestShareOf(t *testing.T) {
+	perMin := func(limit int64) algo.Params {
+		return algo.Params{Kind: algo.TokenBucket, Limit: limit, WindowUs: 60_000_000}
+	}
+	for _, tt := range []struct {
+		name  string
+		p     algo.Params
+		nodes int64
+		want  share
+	}{
+		{"one node: the rule", perMin(100), 1, share{100, 100, 60}},
+		{"none counted yet counts as one", perMin(100), 0, share{100, 100, 60}},
+		{"four Envoys on the key: a quarter", perMin(100), 4, share{25, 25, 60}},
+		{"share under a permit a window stretches the interval", perMin(3), 4, share{1, 1, 80}},
+		{"sub-second window refills once a second", algo.Params{Kind: algo.TokenBucket, Limit: 10, WindowUs: 100_000}, 2, share{5, 50, 1}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := shareOf(tt.p, tt.nodes)
+			if got != tt.want {
+				t.Fatalf("shareOf(%+v, %d) = %+v, want %+v", tt.p, tt.nodes, got, tt.want)
+			}
+			// The shares of every node never exceed the rule's rate.
+			if fleet := got.rate() * float64(max(tt.nodes, 1)); fleet > float64(tt.p.Limit)*1e6/float64(tt.p.WindowUs)+1e-9 {
+				t.Errorf("fleet rate %.3f/s above the rule's", fleet)
+			}
+		})
+	}
+}
+
+// TestSharePushedWhenAnEnvoyJoins: a second Envoy reporting requests on a key halves the
+// first one's share, pushed to the first within a heartbeat (not at its next report);
+// a key without requests for IdleAfter is abandoned; open streams count in the fleet.
+func TestSharePushedWhenAnEnvoyJoins(t *testing.T) {
+	e := start(t, Options{Heartbeat: 200 * time.Millisecond, IdleAfter: 3 * time.Second})
+	e.putRules(t, `{"rules": [
+  {"id": "plan", "limit": 100, "window": "1m", "match": {"prefix": "/"},
+   "descriptors": {"domain": "tollgate", "entries": [{"key": "api_key"}]}}
+]}`)
+	key := uniq("k")
+	rep := func(allowed uint64) *rlqsv3.RateLimitQuotaUsageReports {
+		return &rlqsv3.RateLimitQuotaUsageReports{Domain: "tollgate", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			usage(map[string]string{"api_key": key}, allowed, 0)}}
+	}
+	a, b := dial(t, e, secret), dial(t, e, secret)
+	if tb := exchange(t, a, rep(1))[key].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket(); tb.GetTokensPerFill().GetValue() != 100 {
+		t.Fatalf("one Envoy on the key: %v, want the whole rate", tb)
+	}
+	if tb := exchange(t, b, rep(1))[key].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket(); tb.GetTokensPerFill().GetValue() != 50 {
+		t.Fatalf("second Envoy on the key: %v, want half the rate", tb)
+	}
+	// a hears of it by push: one action, half the rate, no more at once than half of
+	// what remained at its report (99).
+	resp, err := a.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket()
+	if tb.GetTokensPerFill().GetValue() != 50 || tb.GetMaxTokens() > 49 {
+		t.Fatalf("pushed to the first Envoy: %v, want 50 a minute, at most 49 at once", tb)
+	}
+	// No more reports: after IdleAfter both streams abandon the key.
+	for name, c := range map[string]client{"a": a, "b": b} {
+		for {
+			resp, err := c.Recv()
+			if err != nil {
+				t.Fatalf("%s: %v before an abandon", name, err)
+			}
+			if act := resp.GetBucketAction()[0]; act.GetAbandonAction() != nil {
+				break
+			}
+		}
+	}
+	// Both streams heartbeat: the fleet size gateways hear counts them.
+	out, err := e.svc.Sync(context.Background(), "test", &wire.Batch{Node: "probe"}, false)
+	if err != nil || out.Nodes < 2 {
+		t.Errorf("fleet size %v (%v), want the two streams counted", out, err)
+	}
+}
+
+// TestRedisDownFailModes: while Redis does not take reports, a bucket of a fail-closed
+// rule is answered DENY_ALL until a report is charged again; a bucket of a fail-open rule
+// gets no answer (its assignment stands until its TTL, then the Envoy's
+// expired_assignment_behavior decides).
+func TestRedisDownFailModes(t *testing.T) {
+	rs := redistest.StartStandalone(t)
+	e := startOn(t, Options{}, "127.0.0.1:0", rs.Addrs())
+	e.putRules(t, `{"rules": [
+  {"id": "open", "limit": 10, "window": "1m", "fail": "open",
+   "descriptors": {"domain": "tollgate", "entries": [{"key": "api_key"}]}},
+  {"id": "closed", "limit": 10, "window": "1m", "fail": "closed",
+   "descriptors": {"domain": "tollgate", "entries": [{"key": "tenant"}]}}
+]}`)
+	c := dial(t, e, secret)
+	rep := &rlqsv3.RateLimitQuotaUsageReports{Domain: "tollgate", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		usage(map[string]string{"api_key": "a"}, 1, 0),
+		usage(map[string]string{"tenant": "t"}, 1, 0),
+	}}
+	got := exchange(t, c, rep)
+	if len(got) != 2 {
+		t.Fatalf("with Redis: %d actions, want 2", len(got))
+	}
+	if err := rs.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Send(rep); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(resp.GetBucketAction()); n != 1 {
+		t.Fatalf("Redis down: %d actions, want 1 (the fail-closed bucket only): %v", n, resp)
+	}
+	a := resp.GetBucketAction()[0]
+	if a.GetBucketId().GetBucket()["tenant"] != "t" || a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule() != typev3.RateLimitStrategy_DENY_ALL {
+		t.Fatalf("Redis down: %v, want DENY_ALL for the fail-closed bucket", a)
+	}
+	if f := testutil.ToFloat64(e.srv.m.reports.WithLabelValues("failed")); f != 1 {
+		t.Errorf("failed reports %v, want 1", f)
+	}
+}
