@@ -1,8 +1,8 @@
 // Package memservice is the sync service without Redis: it answers the gateways' batches
 // and checks as ratelimit/service and ratelimit/store do — the same wire format, the same
 // per-delta refusals, the same idempotency per (gateway, seq), and every bucket updated by
-// shared/lease.Sync, the Go twin of the Lua script the store runs (the store's
-// differential test keeps the two equal). The fleet simulation runs thousands of gateways
+// shared/lease.SyncNode with each gateway's own record of its leases of it, the Go twin of
+// the Lua script the store runs (the store's differential test keeps the two equal). The fleet simulation runs thousands of gateways
 // against it, and native tests of the filter sync against it, where a real Redis would
 // only add time and noise. It does not model Redis Cluster shards, failover, or the
 // service's rule set (the gateways' parameters are applied as sent).
@@ -24,9 +24,13 @@ type Service struct {
 	// NoPenalty ignores the early-retry counts gateways report, so no caller is put in
 	// a progressive-penalty cooldown (a simulation that measures the leases alone).
 	NoPenalty bool
+	// NoNodeRecords applies deltas with lease.Sync, keeping no record of each gateway's
+	// own leases: what the per-gateway bounds cost an honest fleet is measured against it.
+	NoNodeRecords bool
 
 	buckets map[bucketKey]*entry
 	pens    map[string]*penEntry
+	owns    map[ownKey]*ownEntry // each gateway's own leases of a bucket (store.NodeLeaseKey)
 	idem    map[string]idemRec
 	seen    map[string]int64 // node -> last sync (fleet size)
 	nodes   int64            // the fleet size of the batch being applied
@@ -43,6 +47,17 @@ type bucketKey struct {
 
 type entry struct {
 	b      lease.Bucket
+	expire int64
+}
+
+// ownKey names a gateway's own record of a bucket as the store does: by its node tag.
+type ownKey struct {
+	bucketKey
+	tag uint32
+}
+
+type ownEntry struct {
+	l      lease.Leases
 	expire int64
 }
 
@@ -64,7 +79,7 @@ func New(cfg lease.SyncConfig) *Service {
 	}
 	return &Service{
 		Config: cfg.Normalized(), FleetWindowUs: 5_000_000,
-		buckets: map[bucketKey]*entry{}, pens: map[string]*penEntry{},
+		buckets: map[bucketKey]*entry{}, pens: map[string]*penEntry{}, owns: map[ownKey]*ownEntry{},
 		idem: map[string]idemRec{}, seen: map[string]int64{},
 	}
 }
@@ -138,8 +153,8 @@ func (sv *Service) Apply(b *wire.Batch, now int64, check bool) *wire.Reply {
 	return rep
 }
 
-// sync is one delta: load the bucket and penalty records (expired ones read as absent,
-// as Redis would), lease.Sync, write them back with the script's TTLs.
+// sync is one delta: load the bucket, penalty and node records (expired ones read as
+// absent, as Redis would), lease.SyncNode, write them back with the script's TTLs.
 func (sv *Service) sync(d *wire.Delta, node string, now int64) lease.SyncResult {
 	sv.Deltas++
 	if sv.NoPenalty {
@@ -160,7 +175,31 @@ func (sv *Service) sync(d *wire.Delta, node string, now int64) lease.SyncResult 
 	cfg := sv.Config
 	cfg.Nodes = sv.nodes
 	cfg.Claimant = lease.NodeTag(node)
-	r := lease.Sync(&e.b, &pen, d, now, cfg)
+	ok := ownKey{k, cfg.Claimant}
+	oe := sv.owns[ok]
+	var own lease.Leases
+	if oe != nil && now < oe.expire {
+		own = oe.l
+	}
+	ownBefore := own
+	var r lease.SyncResult
+	if sv.NoNodeRecords {
+		r = lease.Sync(&e.b, &pen, d, now, cfg)
+	} else {
+		r = lease.SyncNode(&e.b, &pen, &own, d, now, cfg)
+	}
+	if own != ownBefore {
+		// The script's: deleted once it counts nothing, else kept three epochs.
+		if own.Cur == 0 && own.Prev == 0 && own.DemandCur == 0 && own.DemandPrev == 0 && own.RateCur == 0 && own.RatePrev == 0 {
+			delete(sv.owns, ok)
+		} else {
+			if oe == nil {
+				oe = &ownEntry{}
+				sv.owns[ok] = oe
+			}
+			oe.l, oe.expire = own, now+3*sv.Config.EpochMs*1000
+		}
+	}
 	e.expire = now + ceilMs(lease.TTLUs(&e.b, d, now, sv.Config))*1000
 	if pen != before {
 		if pen.Level == 0 && pen.UntilUs == 0 && pen.Nodes == "" && pen.Owner == "" {
@@ -214,6 +253,11 @@ func (sv *Service) Expire(now int64) {
 	for k, p := range sv.pens {
 		if now >= p.expire {
 			delete(sv.pens, k)
+		}
+	}
+	for k, o := range sv.owns {
+		if now >= o.expire {
+			delete(sv.owns, k)
 		}
 	}
 }
