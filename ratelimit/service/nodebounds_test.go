@@ -240,7 +240,10 @@ func TestAttackReads(t *testing.T) {
 // gateway's share of a bucket (ceil(capacity/max_share): 25 of 100 at the tests'
 // max_share 4; before, a forger took a victim's remaining from 100 to 4 with 96
 // outstanding). The victim, through the honest gateway, is then admitted exactly the
-// rest (75 strict checks of one permit, the 76th refused) and charged exactly.
+// rest (75 strict checks of one permit, the 76th refused) and charged exactly. Beyond
+// its share a gateway holds no more than its reports were charged (lease.NodeCap, so a
+// gateway that carries a key's traffic holds what it uses): a forger that reported 40
+// permits consumed holds at most the 41 it was charged, acquire included.
 func TestAttackForgedDemand(t *testing.T) {
 	n := startTwoNodes(t, `{"rules":[{"id":"dem","algorithm":"token_bucket","limit":100,"window":"1h"}]}`)
 	const share = 25 // ceil(100/4)
@@ -256,16 +259,24 @@ func TestAttackForgedDemand(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name     string
+		consumed uint32 // consumption reported first (charged)
 		path     string
 		forge    func(key string) wire.Delta
 		attempts int
-		charged  int64 // what the forgery itself was charged (an acquire's cost)
+		charged  int64 // what the forgery was charged (the consumption, an acquire's cost)
 	}{
-		{"reports of forged demand", "/v1/sync", forgedReport, 20, 0},
-		{"acquires wanting 2^32-1", "/v1/check", forgedAcquire, 1, 1},
+		{"reports of forged demand", 0, "/v1/sync", forgedReport, 20, 0},
+		{"acquires wanting 2^32-1", 0, "/v1/check", forgedAcquire, 1, 1},
+		{"40 consumed, then acquires wanting 2^32-1", 40, "/v1/check", forgedAcquire, 3, 43},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key := uniq("dem")
+			if tc.consumed > 0 {
+				d := delta(key, "dem", algo.TokenBucket, 100, 3_600_000)
+				d.Over, d.ElapsedMs = tc.consumed, 1000 // admitted out of no lease: charged
+				n.post(t, true, d)
+			}
+			bound := max(int64(share), tc.charged) // lease.NodeCap
 			var granted int64
 			for i := 0; i < tc.attempts; i++ {
 				code, _, out := n.in.do(t, http.MethodPost, tc.path, n.atkCred,
@@ -284,8 +295,8 @@ func TestAttackForgedDemand(t *testing.T) {
 				t.Fatalf("usage: %d buckets, want 1", len(us.Buckets))
 			}
 			u := us.Buckets[0]
-			if u.Outstanding > share || granted > share {
-				t.Fatalf("the forger holds %d outstanding (granted %d), want at most its share %d", u.Outstanding, granted, share)
+			if u.Outstanding > bound || granted > bound {
+				t.Fatalf("the forger holds %d outstanding (granted %d), want at most %d (its share %d, or what it was charged)", u.Outstanding, granted, bound, share)
 			}
 			// The victim, through the honest gateway: strict checks of one permit each.
 			admitted := 0
@@ -307,7 +318,7 @@ func TestAttackForgedDemand(t *testing.T) {
 				admitted++
 			}
 			want := int(100 - tc.charged - u.Outstanding)
-			if admitted != want || want < 100-share-int(tc.charged) {
+			if admitted != want || want < 100-int(bound)-int(tc.charged) {
 				t.Fatalf("the victim was admitted %d, want %d (the limit less the forger's %d outstanding and %d charged)", admitted, want, u.Outstanding, tc.charged)
 			}
 			if got := n.in.available(t, key); got != 100-tc.charged-int64(admitted) {

@@ -25,6 +25,9 @@ type twin struct {
 	pens    map[string]*lease.Penalty
 	owns    map[string]*lease.Leases // NodeLeaseKey -> one gateway's leases of a bucket
 	idem    map[string]idemRec       // node|slot|chunk -> last call
+	// crossEpoch counts renewals beyond what the node's own record counted in the
+	// epoch its delta named (the rest from its other live epoch).
+	crossEpoch int
 }
 
 type idemRec struct {
@@ -87,7 +90,16 @@ func (tw *twin) apply(t *testing.T, s *Store, b *wire.Batch, refused []bool, now
 				own = &lease.Leases{}
 				tw.owns[ok] = own
 			}
+			var named int64 // the node's own leases in the epoch the delta names
+			switch {
+			case d.Epoch == 0:
+			case d.Epoch == own.Epoch:
+				named = own.Cur
+			case d.Epoch == own.Epoch-1:
+				named = own.Prev
+			}
 			out[i] = lease.SyncNode(bu, pen, own, d, now, c)
+			tw.crossEpoch += b2i(out[i].Held > named)
 			rec.results = append(rec.results, out[i])
 		}
 		tw.idem[id] = rec
@@ -130,7 +142,10 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 	// The clock has a stream of its own: the batches' draws depend on the answers (the
 	// leases a node holds), and the clock's steps must not move with them.
 	crng := rand.New(rand.NewPCG(seed, 43))
-	rr := rand.New(rand.NewPCG(seed, 7)) // the rate leases' choices: rng's sequence stays as it was
+	rr := rand.New(rand.NewPCG(seed, 7))  // the rate leases' choices: rng's sequence stays as it was
+	cr := rand.New(rand.NewPCG(seed, 44)) // the charged node's choices (r6), likewise
+	chargedLast := map[string]bool{}      // node -> its last r6 delta reported consumption
+	xr := rand.New(rand.NewPCG(seed, 45)) // which leases an acquire leaves unreported, likewise
 	cfg := s.cfg.Lease
 	tw := newTwin()
 	prefix := fmt.Sprintf("diff-%s-%d-%d", kind, seed, time.Now().UnixNano()) // fresh keys on every run
@@ -149,6 +164,9 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 		"r4": {kind, uint32(maxLimitOf(kind)), algo.MaxWindowUs / 2000, algo.MaxBurst},
 		// A gcra rule whatever kind: the rate leases' buckets (chosen with rr).
 		"r5": {algo.GCRA, 30, 1000, 30},
+		// A bucket that refills within a second, for what a node's charged reports let it
+		// hold (lease.NodeCap; chosen with cr).
+		"r6": {algo.TokenBucket, 100, 1000, 0},
 	}
 	ruleIDs := []string{"r1", "r2", "r:3", "r4"}
 	// A calendar rule sends a day (window 0; r:3 a week) or a month (window 1) at its own
@@ -191,10 +209,14 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 	}
 	var lastGrants int // calendar: grants in a period's last epoch
 	var rateGrants, rateRenewed, forgedRates int
-	var replays, grants, reclaims, refusals, penalties, overshoots, clamps, excesses, renewals, acquired, refusedDeltas, stepsBack, fleetPenalties, ownPenalties, atShare int
+	var replays, grants, reclaims, refusals, penalties, overshoots, clamps, excesses, renewals, acquired, refusedDeltas, stepsBack, fleetPenalties, ownPenalties, atShare, beyondShare int
 
 	for step := 0; step < 240; step++ {
 		var b wire.Batch
+		// node|bucket -> a lease the batch's delta did not report: the delta is an
+		// acquire cut while a batch carries the bucket, and its grant joins the lease,
+		// which then carries the grant's epoch (lease.ApplyReply), as at a gateway
+		kept := map[string]heldLease{}
 		if len(history) > 0 && rng.IntN(8) == 0 {
 			b = history[rng.IntN(len(history))] // a retried (or late duplicate) batch
 		} else {
@@ -246,6 +268,7 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 					d.RateUsed = uint32(rr.IntN(int(p.limit) + 1))
 				}
 				if l := local[lk]; l.n > 0 {
+					l0 := l
 					d.Epoch = l.epoch
 					if rng.IntN(10) == 0 {
 						d.Epoch-- // a lease of an older epoch
@@ -259,6 +282,16 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 					}
 					d.Held = uint32(l.n)
 					local[lk] = heldLease{}
+					if xr.IntN(5) == 0 {
+						// (rng drew as for a report, so its sequence stays as it was)
+						local[lk], kept[lk] = l0, l0
+						d.Epoch, d.Leased, d.Returned, d.Held = 0, 0, 0, 0
+						d.Flags |= wire.FlagAcquire
+					} else if xr.IntN(3) == 0 {
+						// reported under the next epoch: a reply of that epoch renewed part
+						// of what the record holds (the rest is of the epoch before)
+						d.Epoch = l.epoch + 1
+					}
 				}
 				if rng.IntN(2) == 0 {
 					d.Over = uint32(rng.IntN(int(p.limit)/2 + 1))
@@ -295,6 +328,20 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 					d.Want, d.Over, d.Early, d.ElapsedMs = 0, 0, 0, uint32(900+rr.IntN(200))
 					d.Rejected = uint32(2*int(p.limit) + rr.IntN(int(p.limit))) // beyond its limit
 				}
+				b.Deltas = append(b.Deltas, d)
+			}
+			if cr.IntN(3) == 0 {
+				// A node that carries a key's traffic: it reports consumption admitted out
+				// of no lease (charged), then acquires wanting the whole bucket, which it
+				// may hold up to what it was charged (lease.NodeCap), beyond a lease's share.
+				d := wire.Delta{Key: prefix + "-charged", Rule: "r6", ElapsedMs: 1000}
+				fill(&d, "r6", 0)
+				if !chargedLast[b.Node] {
+					d.Over = uint32(60 + cr.IntN(40))
+				} else {
+					d.Flags, d.Over, d.Want = wire.FlagAcquire|wire.FlagWant, 1, 100
+				}
+				chargedLast[b.Node] = !chargedLast[b.Node]
 				b.Deltas = append(b.Deltas, d)
 			}
 			if step%40 == 39 {
@@ -363,7 +410,9 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 			}
 			if own := tw.owns[NodeLeaseKey(d.Key, d.Rule, d.Tier, d.Window, lease.NodeTag(b.Node))]; own != nil && fleetSize > 1 {
 				capa := lease.ParamsOf(d).Capacity()
-				atShare += b2i(!r.Replay && own.Outstanding() >= (capa+cfg.MaxShare-1)/cfg.MaxShare) // grants cut to the node's share
+				atShare += b2i(!r.Replay && own.Outstanding() >= lease.NodeCap(capa, own, cfg)) // grants cut to what the node may hold
+				// beyond a lease's share: what its reports were charged let it hold more
+				beyondShare += b2i(!r.Replay && own.Outstanding() > (capa+cfg.MaxShare-1)/cfg.MaxShare)
 			}
 			overshoots += b2i(r.Overshoot > 0)
 			clamps += b2i(r.Clamped > 0)
@@ -372,7 +421,11 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 			acquired += b2i(!r.Replay && d.Flags&wire.FlagAcquire != 0 && r.Allowed && r.Grant > 0)
 			rateGrants += b2i(!r.Replay && r.Rate > 0)
 			rateRenewed += b2i(!r.Replay && d.Rate > 0) // released, and granted anew or not
-			if !r.Replay {
+			if lk := b.Node + "|" + BucketKey(d.Key, d.Rule, d.Tier, d.Window); !r.Replay && kept[lk].n > 0 {
+				if r.Grant > 0 {
+					local[lk] = heldLease{kept[lk].n + r.Grant, r.Epoch, kept[lk].rate, kept[lk].rateEpoch}
+				}
+			} else if !r.Replay {
 				local[b.Node+"|"+BucketKey(d.Key, d.Rule, d.Tier, d.Window)] = heldLease{r.Held + r.Grant, r.Epoch, r.Rate, r.Epoch}
 				if r.Rate > 0 {
 					rateHeld[b.Node] = append(rateHeld[b.Node], bucketRef{d.Key, d.Rule, d.Tier, d.Window})
@@ -395,8 +448,8 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 	// another node's rate, which exist only once a rate was granted.)
 	_, _, _ = rateGrants, rateRenewed, forgedRates
 	for name, n := range map[string]int{"replays": replays, "grants": grants, "reclaims": reclaims, "strict refusals": refusals,
-		"penalties": penalties, "penalties in a fleet": fleetPenalties, "a node's own cooldowns": ownPenalties, "node leases at their share": atShare, "overshoots": overshoots, "clamped debts": clamps, "excess reports": excesses, "renewals": renewals, "acquires with a lease": acquired, "refused deltas": refusedDeltas,
-		"clock steps back across an epoch": stepsBack} {
+		"penalties": penalties, "penalties in a fleet": fleetPenalties, "a node's own cooldowns": ownPenalties, "node leases at their cap": atShare, "node leases beyond a share, charged for": beyondShare, "overshoots": overshoots, "clamped debts": clamps, "excess reports": excesses, "renewals": renewals, "acquires with a lease": acquired, "refused deltas": refusedDeltas,
+		"clock steps back across an epoch": stepsBack, "renewals across a node's two epochs": tw.crossEpoch} {
 		if n == 0 {
 			t.Errorf("no %s in the random sequence: the comparison did not cover them", name)
 		}

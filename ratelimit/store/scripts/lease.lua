@@ -21,8 +21,10 @@
 --            algorithm state; with rate leases out [0x22 and the same, then
 --            rate_cur, rate_prev, acc_off, acc_frac] (Go lease.AppendValue)
 --   node     tg:{<caller key>}|o:<node tag>:<rule id>:<window index>[:<tier>]
---            a string: the lease header alone, for one node's leases of the bucket
---            (0x22 with its rate leases out: rate_cur, rate_prev; acc_off, acc_frac 0)
+--            a string: the lease header alone, for one node's leases of the bucket, its
+--            demand fields the permits its reports were charged in each epoch (Go
+--            lease.NodeCap); 0x22 with its rate leases out: rate_cur, rate_prev;
+--            acc_off, acc_frac 0
 --   penalty  tg:{<caller key>}:p   hash: l level, u cooldown end (µs), t last step (µs;
 --            at level 0 the last early claim), n tags of the nodes that claimed early;
 --            o, ol, ou, ot one node's own cooldown (its tag, level, end, last step)
@@ -345,15 +347,17 @@ local function apply(a)
   -- rate it was granted, and in a fleet its counts outstanding stay within
   -- capacity/max_share (its rate leases are not capped per node: RATIONALE.md §3).
   local okey = ARGV[a + 3]
-  local oe, oc, op, _, _, orc, orp = parse_value(redis.call('GET', okey))
-  local oe0, oc0, op0, orc0, orp0 = oe, oc, op, orc, orp
+  local oe, oc, op, ocd, opd, orc, orp = parse_value(redis.call('GET', okey))
+  local oe0, oc0, op0, ocd0, opd0, orc0, orp0 = oe, oc, op, ocd, opd, orc, orp
   local od = signed(k - oe)
-  if not (od < 0 and (oc ~= 0 or op ~= 0 or orc ~= 0 or orp ~= 0)) then
+  if not (od < 0 and (oc ~= 0 or op ~= 0 or ocd ~= 0 or opd ~= 0 or orc ~= 0 or orp ~= 0)) then
     if od == 1 and not (win and j == 0) then
       op, oc = oc, 0
+      opd, ocd = ocd, 0
       orp, orc = orc, 0
     elseif od ~= 0 then
       oc, op = 0, 0
+      ocd, opd = 0, 0
       orc, orp = 0, 0
     end
     oe = k
@@ -372,6 +376,41 @@ local function apply(a)
   end
   local function osub(x)
     if oslot == 'cur' then oc = oc - x elseif oslot == 'prev' then op = op - x end
+  end
+  -- the node's other live epoch, in its record (oother) and in the bucket's (bother):
+  -- what it reports is taken from where its own record counts it (Go SyncNode)
+  local oother, bother = nil, nil
+  if oslot then
+    local e2 = (depoch + 1) % U32
+    if oslot == 'cur' then
+      e2 = (depoch - 1) % U32
+    end
+    if e2 ~= 0 then
+      if e2 == oe then
+        oother = 'cur'
+      elseif e2 == (oe - 1) % U32 and not (win and j == 0) then
+        oother = 'prev'
+      end
+      if e2 == epoch then
+        bother = 'cur'
+      elseif e2 == (epoch - 1) % U32 and not (win and j == 0) then
+        bother = 'prev'
+      end
+    end
+  end
+  local function oother_get()
+    if oother == 'cur' then return oc elseif oother == 'prev' then return op end
+    return 0
+  end
+  local function oother_sub(x)
+    if oother == 'cur' then oc = oc - x elseif oother == 'prev' then op = op - x end
+  end
+  local function otake(x) -- osub, then what is left of x from its other live epoch
+    if oslot then
+      local t = math.min(x, oget())
+      osub(t)
+      oother_sub(math.min(x - t, oother_get()))
+    end
   end
   -- the rate slot of the delta's rate epoch (Go Leases.rateSlot), in the bucket's
   -- record and in the node's own
@@ -399,7 +438,7 @@ local function apply(a)
     covered = math.min(leased, slot_get())
     slot_sub(covered)
   end
-  osub(math.min(leased, oget()))
+  otake(leased)
   local uncovered = leased - covered
   if (kind == 4 or kind == 5) and depoch ~= 0 and signed(k - depoch) > j then
     uncovered = 0 -- a lease of an earlier window: counted in that window
@@ -435,8 +474,9 @@ local function apply(a)
       uncovered = limit
     end
   end
-  if covered + uncovered > 0 then
-    st = A.take(p, st, now, covered + uncovered)
+  local charged = covered + uncovered -- what this node's report is charged (Go NodeCap)
+  if charged > 0 then
+    st = A.take(p, st, now, charged)
   end
   -- 3. Penalty: decay, then one step per pen_base for early requests, counted only while
   -- the bucket is spent once this report's consumption is charged (Go Sync step 3).
@@ -511,20 +551,36 @@ local function apply(a)
       local ok = A.decide(p, eff, now, over)
       if ok == true or ok == 1 then
         st = A.take(p, st, now, over)
+        charged = charged + over
       else
         allowed = 0
       end
     end
   end
 
+  if nodes > 1 then
+    ocd = math.min(ocd + charged, 4294967296) -- only in a fleet, where the cap applies
+  end
+
   -- 4. Returned stops counting; held is renewed as far as the bucket backs it.
   local held = 0
-  osub(math.min(returned, oget()))
+  otake(returned)
   if slot then
     slot_sub(math.min(returned, slot_get()))
     held = math.min(held_in, slot_get(), oget()) -- no more than this node was granted
     slot_sub(held)
     osub(held)
+    if oother and bother then
+      -- the rest of what it holds from its other live epoch, as its record counts it
+      local bget = prev
+      if bother == 'cur' then
+        bget = cur
+      end
+      local h2 = math.min(held_in - held, oother_get(), bget)
+      oother_sub(h2)
+      if bother == 'cur' then cur = cur - h2 else prev = prev - h2 end
+      held = held + h2
+    end
     local short = cur + prev + held - math.max(A.available(p, st, now), 0)
     if short > 0 then
       held = held - math.min(held, short)
@@ -612,7 +668,10 @@ local function apply(a)
     avail = math.max(avail, math.min(want, free))
     local g = math.min(target - held, avail, 4294967295 - held)
     if nodes > 1 then
-      g = math.min(g, idiv(capacity + max_share - 1, max_share) - oc - op) -- the node's share
+      -- what the node may hold (Go NodeCap): a lease's share, or what its reports were
+      -- charged over its two epochs when that is more, up to the capacity
+      local ncap = math.max(idiv(capacity + max_share - 1, max_share), math.min(ocd + opd, capacity))
+      g = math.min(g, ncap - oc - op)
     end
     if g > 0 then
       grant = g
@@ -676,16 +735,16 @@ local function apply(a)
     ttl = reset_at - now + 2 * e
   end
   redis.call('SET', bkey, value, 'PX', idiv(ttl + 999, 1000))
-  if oe ~= oe0 or oc ~= oc0 or op ~= op0 or orc ~= orc0 or orp ~= orp0 then
-    if oc == 0 and op == 0 and orc == 0 and orp == 0 then
-      if oc0 ~= 0 or op0 ~= 0 or orc0 ~= 0 or orp0 ~= 0 then
+  if oe ~= oe0 or oc ~= oc0 or op ~= op0 or ocd ~= ocd0 or opd ~= opd0 or orc ~= orc0 or orp ~= orp0 then
+    if oc == 0 and op == 0 and ocd == 0 and opd == 0 and orc == 0 and orp == 0 then
+      if oc0 ~= 0 or op0 ~= 0 or ocd0 ~= 0 or opd0 ~= 0 or orc0 ~= 0 or orp0 ~= 0 then
         redis.call('DEL', okey)
       end
     elseif orc == 0 and orp == 0 then
       -- three epochs: past the reclaim of everything it counts
-      redis.call('SET', okey, header(oe, oc, op, 0, 0), 'PX', 3 * epoch_ms)
+      redis.call('SET', okey, header(oe, oc, op, ocd, opd), 'PX', 3 * epoch_ms)
     else
-      redis.call('SET', okey, header(oe, oc, op, 0, 0, orc, orp, 0, 0), 'PX', 3 * epoch_ms)
+      redis.call('SET', okey, header(oe, oc, op, ocd, opd, orc, orp, 0, 0), 'PX', 3 * epoch_ms)
     end
   end
 
