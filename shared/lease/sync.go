@@ -634,9 +634,9 @@ func SyncNode(b *Bucket, pen *Penalty, own *Leases, d *wire.Delta, now int64, cf
 		}
 	}
 
-	if own != nil && cfg.Nodes > 1 {
-		// Only in a fleet, the only place NodeCap applies: a lone gateway's checks do
-		// not write a record of their own.
+	if own != nil && cfg.Nodes > 1 && d.Flags&(wire.FlagStrict|FlagNoLease) == 0 {
+		// Only where NodeCap can apply: in a fleet, on a delta that may be granted a
+		// lease (strict checks and the service's lease-less paths write no record).
 		own.DemandCur = min(own.DemandCur+charged, maxDemand)
 	}
 

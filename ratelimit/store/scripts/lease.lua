@@ -558,8 +558,9 @@ local function apply(a)
     end
   end
 
-  if nodes > 1 then
-    ocd = math.min(ocd + charged, 4294967296) -- only in a fleet, where the cap applies
+  if nodes > 1 and not strict_only and not nolease then
+    -- only where the cap can apply (Go SyncNode): a fleet, a delta that may be granted
+    ocd = math.min(ocd + charged, 4294967296)
   end
 
   -- 4. Returned stops counting; held is renewed as far as the bucket backs it.
