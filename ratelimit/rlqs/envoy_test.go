@@ -213,13 +213,13 @@ func portOf(t *testing.T, addr string) int {
 // assignment). Redis is charged exactly what the Envoys admitted.
 func TestEnvoysOneKey(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs for 30 s")
+		t.Skip("runs for 60 s")
 	}
 	const (
 		limit        = 20
 		windowS      = 10
 		capacity     = 20
-		fleetSeconds = 30
+		fleetSeconds = 60
 		reportS      = 5
 		heartbeatS   = 1
 		envoys       = 4
