@@ -13,8 +13,9 @@
 // (service.Sync: idempotent per stream and report, no lease granted: an Envoy's token
 // bucket is not a reservation). Every report is answered, and every change of the
 // Envoys using a key or of the rule set pushed, with the Envoy's assignment: a token
-// bucket of its share of the window (shareOf: the rate and capacity divided among the
-// Envoys that had requests on the key lately, its max_tokens never above its share of
+// bucket of its share of the window (shareOf: the rate and capacity shared among the
+// Envoys that had requests on the key lately by their demand, demand.portion; its
+// max_tokens never above its share of
 // what the global bucket held at its last report), or a blanket deny while the global
 // bucket is spent, each with a time to live after which the Envoy's configured
 // expired_assignment_behavior decides. Before the service exits every stream gets a
