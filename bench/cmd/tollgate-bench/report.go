@@ -556,7 +556,7 @@ func (r *report) firstSpeedup() float64 {
 
 // firstMet: at least 2× faster in the rounds and, when they ran, in the paired chunks.
 // The rounds' medians of the two modules move apart with load from elsewhere (from
-// 1.6× to 2.1× between runs of the same code on this machine); the pairs move less,
+// 1.6× to 2.1× between runs of the same code on one machine); the pairs move less,
 // and a target met in one and not the other is not met.
 func (r *report) firstMet() bool {
 	if n := len(r.firstPairs); n > 0 && 1/r.firstPairs[n/2] < 2 {
