@@ -163,7 +163,7 @@ func TestFormatUs(t *testing.T) {
 // (a rule's shorthand, a windows entry, a tier, an override); a check between fields
 // (algo.Params.Validate) is reported once the fields it relates are valid.
 func TestWindowReportsEveryError(t *testing.T) {
-	type want struct{ field, msg string }
+	type want = wantError
 	tests := []struct {
 		name string
 		doc  string
@@ -216,19 +216,54 @@ func TestWindowReportsEveryError(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse([]byte(tt.doc))
-			got := All(err)
-			if len(got) != len(tt.want) {
-				t.Fatalf("%d errors, want %d: %v", len(got), len(tt.want), err)
-			}
-			for i, w := range tt.want {
-				if got[i].Field != w.field || !strings.Contains(got[i].Msg, w.msg) {
-					t.Errorf("error %d: %v, want %s: ...%s...", i, got[i], w.field, w.msg)
-				}
-				if !strings.HasPrefix(got[i].Error(), w.field+": ") {
-					t.Errorf("error %q does not start with its field", got[i])
-				}
-			}
+			checkErrors(t, tt.doc, tt.want)
+		})
+	}
+}
+
+type wantError struct{ field, msg string }
+
+// checkErrors asserts Parse refuses doc with exactly the errors want, in order, each
+// naming its field first.
+func checkErrors(t *testing.T, doc string, want []wantError) {
+	t.Helper()
+	_, err := Parse([]byte(doc))
+	got := All(err)
+	if len(got) != len(want) {
+		t.Fatalf("%d errors, want %d: %v", len(got), len(want), err)
+	}
+	for i, w := range want {
+		if got[i].Field != w.field || !strings.Contains(got[i].Msg, w.msg) {
+			t.Errorf("error %d: %v, want %s: ...%s...", i, got[i], w.field, w.msg)
+		}
+		if !strings.HasPrefix(got[i].Error(), w.field+": ") {
+			t.Errorf("error %q does not start with its field", got[i])
+		}
+	}
+}
+
+// TestSyncReportsEveryError: the sync block's fields are independent, so each mistake
+// among them is reported; the checks between fields run once every number is valid.
+func TestSyncReportsEveryError(t *testing.T) {
+	tests := []struct {
+		name string
+		doc  string
+		want []wantError
+	}{
+		{"every field", `{"sync":{"cluster":"a b","interval_ms":5,"timeout_ms":"1s","table_slots":10}}`, []wantError{
+			{"sync.cluster", "must be"},
+			{"sync.interval_ms", "must be >= 10, got 5"},
+			{"sync.timeout_ms", `must be an integer, got "1s"`},
+			{"sync.table_slots", "must be >= 64, got 10"},
+		}},
+		{"checks between fields", `{"sync":{"interval_ms":500,"lease_ttl_ms":200,"stale_ms":100}}`, []wantError{
+			{"sync.lease_ttl_ms", "must be >= sync.interval_ms (500), got 200"},
+			{"sync.stale_ms", "must be >= sync.interval_ms (500), got 100"},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			checkErrors(t, tt.doc, tt.want)
 		})
 	}
 }
