@@ -2,7 +2,6 @@ package rule
 
 import (
 	"errors"
-	"slices"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -136,7 +135,14 @@ func parseWindow(o *object, kind algo.Kind, alt string) (algo.Params, error) {
 		}
 		return 3
 	}
-	slices.SortStableFunc(errs.list, func(a, b *FieldError) int { return rank(a) - rank(b) })
+	// Insertion sort, stable: a window has a handful of errors at most, and the slices
+	// package's generic sort would add to the filter's module for nothing.
+	l := errs.list
+	for i := 1; i < len(l); i++ {
+		for j := i; j > 0 && rank(l[j]) < rank(l[j-1]); j-- {
+			l[j], l[j-1] = l[j-1], l[j]
+		}
+	}
 	return p, errs.err()
 }
 
