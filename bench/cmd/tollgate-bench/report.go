@@ -556,7 +556,7 @@ func (r *report) firstSpeedup() float64 {
 
 // firstMet: at least 2× faster in the rounds and, when they ran, in the paired chunks.
 // The rounds' medians of the two modules move apart with load from elsewhere (from
-// 1.6× to 2.1× between runs of the same code on this machine); the pairs move less,
+// 1.6× to 2.1× between runs of the same code on one machine); the pairs move less,
 // and a target met in one and not the other is not met.
 func (r *report) firstMet() bool {
 	if n := len(r.firstPairs); n > 0 && 1/r.firstPairs[n/2] < 2 {
@@ -798,7 +798,7 @@ func (r *report) writeDists(w io.Writer, charts string) {
 		fmtF(100*ratio(float64(rr.Admitted), float64(rr.Checks)), 1), "–", fmtInt(perf.Per1M(float64(rr.RoundTrips), rr.Checks)), "–",
 		fmtInt(perf.Per1M(float64(rr.Redis.Scripts()), rr.Checks)), fmtInt(perf.Per1M(float64(rr.Redis.Commands), rr.Checks)), fmtF(perf.Per1M(rr.Redis.CPU, rr.Checks), 2), "–"})
 	table(w, []string{"keys", "drawn as", "requests", "req/s", "admitted %", "penalized %", "round trips / 1M", "deltas / 1M", "script calls / 1M", "commands / 1M", "Redis CPU s / 1M", "Redis CPU µs / delta"}, rows)
-	fmt.Fprintln(w, "Round trips follow time, not requests: each worker sends at most one batch per tick (10/s)")
+	fmt.Fprintln(w, "Round trips follow time, not requests: each gateway (its leader worker) sends at most one batch per tick (10/s)")
 	fmt.Fprintln(w, "plus early flushes when a bucket is new or its lease ran out, and a batch is one pipeline")
 	fmt.Fprintln(w, "on a standalone Redis. The hot key is answered locally: the closed-loop client ignores")
 	fmt.Fprintln(w, "`Retry-After`, so after its first burst the progressive penalty (a growing cooldown, RATIONALE.md §3)")
