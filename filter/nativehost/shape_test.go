@@ -1,6 +1,7 @@
 package nativehost_test
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
@@ -212,12 +213,19 @@ func shapeBurst(t *testing.T, algorithm string, n int, withSync bool) []int64 {
 	return shapeArrivals(t, algorithm, n, 0, withSync)
 }
 
-// shapeArrivals is shapeBurst with the requests arriving gapMs apart (0: all at once,
-// before any callout is answered), the clock ticking every 5 ms meanwhile.
+// shapeArrivals is shapeArrivalsIn with a fleet of one gateway.
 func shapeArrivals(t *testing.T, algorithm string, n, gapMs int, withSync bool) []int64 {
 	t.Helper()
+	return shapeArrivalsIn(t, 1, algorithm, n, gapMs, withSync)
+}
+
+// shapeArrivalsIn is shapeBurst with the requests arriving gapMs apart (0: all at once,
+// before any callout is answered), the clock ticking every 5 ms meanwhile, on the first
+// gateway of a fleet of gateways (the others only sync: the service counts them).
+func shapeArrivalsIn(t *testing.T, gateways int, algorithm string, n, gapMs int, withSync bool) []int64 {
+	t.Helper()
 	rules := `[{"id":"api","algorithm":"` + algorithm + `","limit":10,"window":"1s","burst":1,"max_delay":"2s"}]`
-	f := newFleet(t, 1, 1, rules)
+	f := newFleet(t, gateways, 1, rules)
 	if !withSync {
 		h, err := nativehost.New(nativehost.Config{
 			Clock:        func() int64 { return f.now },
@@ -229,6 +237,9 @@ func shapeArrivals(t *testing.T, algorithm string, n, gapMs int, withSync bool) 
 		f.gws = []*nativehost.Host{h}
 	}
 	f.tick(100)
+	for range 10 {
+		f.tick(100) // every gateway syncs: the replies carry the fleet's size
+	}
 	h := f.gws[0]
 	streams := make([]*nativehost.Stream, 0, n)
 	start := f.now
@@ -279,16 +290,23 @@ func shapeArrivals(t *testing.T, algorithm string, n, gapMs int, withSync bool) 
 // arrive meanwhile: the service refuses those (the bucket holds one permit), and each
 // such refusal whose permit comes within max_delay is a wait for its slot, decided on
 // the gateway as without sync, not a 429.
+//
+// The same on the first gateway of a fleet of 41 that counts the others (a mesh, or the
+// end-to-end suite's services, count dozens): a spent bucket's refusal on a fleet is
+// spread over the fleet's time for a permit each, which must not move a shaped
+// request's slot (it did: 2 admitted of 21, the rest told to come back in 4 to 55 s).
 func TestShapingWithSyncLikeWithout(t *testing.T) {
-	for _, algorithm := range []string{"gcra", "token_bucket"} {
-		t.Run(algorithm, func(t *testing.T) {
-			without := shapeBurst(t, algorithm, 30, false)
-			with := shapeBurst(t, algorithm, 30, true)
-			if len(without) != 21 {
-				t.Fatalf("without sync: %d admitted, want 21 (1 at once, 20 held)", len(without))
-			}
-			sameShaping(t, with, without)
-		})
+	for _, gateways := range []int{1, 41} {
+		for _, algorithm := range []string{"gcra", "token_bucket"} {
+			t.Run(fmt.Sprintf("%s/fleet_of_%d", algorithm, gateways), func(t *testing.T) {
+				without := shapeBurst(t, algorithm, 30, false)
+				with := shapeArrivalsIn(t, gateways, algorithm, 30, 0, true)
+				if len(without) != 21 {
+					t.Fatalf("without sync: %d admitted, want 21 (1 at once, 20 held)", len(without))
+				}
+				sameShaping(t, with, without)
+			})
+		}
 	}
 }
 
