@@ -35,6 +35,8 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/tollgate-rl/tollgate/internal/shareddata"
 )
 
 // Config describes one gateway: the plugin, its workers and the clusters it may call.
@@ -115,7 +117,7 @@ type Config struct {
 
 	// SharedData lets several Hosts share one store (several plugins in one Envoy).
 	// Nil gives the Host its own.
-	SharedData *SharedData
+	SharedData *shareddata.Store
 
 	// CompilationCacheDir keeps compiled code on disk between processes. Empty uses a
 	// process-wide in-memory cache.
@@ -150,7 +152,7 @@ type Host struct {
 	rt       wazero.Runtime
 	compiled wazero.CompiledModule
 	vms      []*vm
-	shared   *SharedData
+	shared   *shareddata.Store
 	metrics  *metricRegistry
 	registry *prometheus.Registry // exports metrics and the host's own counters
 	logs     *logRing
@@ -252,7 +254,7 @@ func New(cfg Config) (*Host, error) {
 		clusters: make(map[string]*cluster, len(cfg.Clusters)),
 	}
 	if h.shared == nil {
-		h.shared = NewSharedData()
+		h.shared = shareddata.New()
 	}
 	tagSpec := cfg.StatsTags
 	if tagSpec == nil {
@@ -794,7 +796,7 @@ func (h *Host) Failed(i int) error {
 }
 
 // SharedData returns the store behind proxy_get_shared_data / proxy_set_shared_data.
-func (h *Host) SharedData() *SharedData { return h.shared }
+func (h *Host) SharedData() *shareddata.Store { return h.shared }
 
 // SharedDataKeys reports how many keys the shared store holds.
 func (h *Host) SharedDataKeys() int { return h.shared.Keys() }
