@@ -137,10 +137,10 @@ const FirstLeaseShare = 4
 // its share of the demand, so with nothing kept the leases summed to the whole
 // capacity, and a gateway whose demand ran above its share for a moment (a burst, a
 // Poisson client's noise) found the rest reserved by gateways that did not use theirs:
-// 16 gateways, clients at 4× their limit for 200 ms a second, saw 12.6 % of their
-// requests refused where one perfect bucket refused none (0.8 % with half kept; a
-// quarter kept, 4.6 %). What is kept goes to acquires, whose Want is covered from all
-// that is unreserved (RATIONALE.md §2, "Grants"; BENCHMARKS.md §11).
+// over 16 gateways, clients at 4× their limit for 200 ms a second saw 12.6 % of the
+// requests one perfect bucket admitted refused (0.8 % with half kept; 4.6 % with a
+// third, 7.3 % with a quarter). What is kept goes to acquires, whose Want is covered
+// from all that is unreserved (RATIONALE.md §2, "Grants"; BENCHMARKS.md §11).
 const FleetLeaseKeep = 2
 
 // Leases is the service's bookkeeping of the leases of one bucket, whatever the number
