@@ -136,6 +136,7 @@ type flight struct {
 type paused struct {
 	key     uint32
 	arrived int64
+	held    string // why it was held (Config.Explain)
 }
 
 type sim struct {
@@ -217,6 +218,9 @@ func newSim(cfg Config) *sim {
 			OnDecided: func(st *nativehost.Stream) {
 				if p, ok := s.paused[st]; ok {
 					delete(s.paused, st)
+					if s.cfg.Explain {
+						s.res.Why[p.held]++ // counted as Waited is: when decided
+					}
 					s.decided(gw, p.key, p.arrived, st, true)
 				}
 			},
@@ -299,13 +303,10 @@ func (s *sim) request(key uint32, g *gateway, wk int) {
 		held = s.heldCause(g, key)
 	}
 	st := g.h.Request(wk, hdrs, nil)
-	if !st.Decided && s.cfg.Explain {
-		s.res.Why[held]++
-	}
 	if st.Decided {
 		s.decided(g, key, s.now, st, false)
 	} else {
-		s.paused[st] = paused{key: key, arrived: s.now}
+		s.paused[st] = paused{key: key, arrived: s.now, held: held}
 	}
 	s.dispatch(g)
 }

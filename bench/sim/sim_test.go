@@ -4,6 +4,7 @@ import (
 	"errors"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -280,4 +281,32 @@ func TestParse(t *testing.T) {
 func summary(r Result) Result {
 	r.Keys, r.Series = nil, nil
 	return r
+}
+
+// TestExplain: with Config.Explain every held request and every false rejection of a
+// calm key is counted under one cause, and the causes read the gateways' records: a
+// request finds no record on its gateway at most once per key and gateway.
+func TestExplain(t *testing.T) {
+	cfg := Config{Traffic: Bursty, Gateways: 16, Keys: 20, Duration: 5 * time.Second, Seed: 1, Explain: true}
+	r := Run(cfg)
+	var held, falses int64
+	for cause, n := range r.Why {
+		switch {
+		case strings.HasPrefix(cause, "held: "):
+			held += n
+		case strings.HasPrefix(cause, "false "):
+			falses += n
+		default:
+			t.Fatalf("cause %q counted %d times: neither held nor false", cause, n)
+		}
+	}
+	if held != r.Waited || falses != r.CalmFalse {
+		t.Fatalf("causes count %d held and %d false rejections, the run %d and %d: %v", held, falses, r.Waited, r.CalmFalse, r.Why)
+	}
+	if n := r.Why["held: no record on this gateway (first request there)"]; n > int64(cfg.Keys*cfg.Gateways) || n == 0 {
+		t.Fatalf("%d held requests found no record, want 1..%d (one per key and gateway): %v", n, cfg.Keys*cfg.Gateways, r.Why)
+	}
+	if Run(Config{Traffic: Bursty, Gateways: 16, Keys: 20, Duration: 5 * time.Second, Seed: 1}).Why != nil {
+		t.Fatal("Why filled without Explain")
+	}
 }
