@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tollgate-rl/tollgate/deploy"
+	"github.com/tollgate-rl/tollgate/filter/plugin"
 	"github.com/tollgate-rl/tollgate/internal/envoyproc"
 )
 
@@ -394,9 +395,15 @@ func (g *envoyGateway) stats(re string) (map[string]int64, error) {
 	return out, nil
 }
 
+// metricFlushWait is how long a read of the filter's metrics waits first: the filter
+// hands its counts to Envoy on its tick (plugin.MetricsFlushMs without sync, a quarter
+// sync interval with it), so the stats see every answered request one tick later.
+const metricFlushWait = (plugin.MetricsFlushMs + 100) * time.Millisecond
+
 // metric is a filter metric ("tollgate.requests_allowed"). Envoy names the stats a
 // module defines with a "wasmcustom." prefix (and keeps the rule tag in the name).
 func (g *envoyGateway) metric(name string) int64 {
+	time.Sleep(metricFlushWait)
 	st, err := g.stats("^(wasmcustom\\.)?" + regexp.QuoteMeta(name) + "$")
 	if err != nil {
 		return -1
