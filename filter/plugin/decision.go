@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"hash/maphash"
 	"strconv"
 
 	"github.com/tollgate-rl/tollgate/shared/keyhash"
@@ -139,41 +140,51 @@ func (s *Stream) counted(v *verdict, ops []bucketOp, states []wire.State) {
 }
 
 // keyNameSlots is the size of a worker's cache of key names.
-const keyNameSlots = 64
+const keyNameSlots = 8192
 
 // keyNames caches the names (keyhash; keyed with telemetry.key_hash_secret when set, as
-// the sync service names keys) of recently decided caller keys, direct-mapped by
-// the key's FNV hash: a caller sending many requests — the one a limit is about — costs
-// one SHA-256, not one per request. A new key costs one (about 0.3 µs natively) and takes
-// its slot. Memory: keyNameSlots copies of keys, each at most a key's bound.
+// the sync service names keys) of recently decided caller keys, direct-mapped by a hash of
+// the key: a caller sending many requests costs one SHA-256, not one per request. SHA-256
+// compiled to wasm takes 2 to 3 µs a key (wazero), as much as half the rest of a decision,
+// so the cache holds the names of the last 8,192 callers of the worker, not of the few
+// hottest: 256 KiB per worker, whatever the keys' length, because an entry keeps the key's
+// 64-bit hash instead of the key. That hash is hash/maphash with a seed of the VM's own
+// (random at its start), so a caller cannot choose a key whose hash collides with
+// another's to be logged under its name; by chance, two of a gateway's keys share one
+// with a probability of about n²/2⁶⁵.
 type keyNames struct {
 	secret string // the secret the cached names were made with
-	slots  [keyNameSlots]struct {
-		key  []byte
-		name [max(keyhash.Len, keyhash.KeyedLen)]byte
-		n    int
-		set  bool
-	}
+	seed   maphash.Seed
+	slots  []keyName // keyNameSlots entries, made on first use (metadata on)
+}
+
+type keyName struct {
+	h    uint64
+	name [max(keyhash.Len, keyhash.KeyedLen)]byte
+	n    uint8
+	set  bool
 }
 
 // name returns key's name under secret ("" for the unkeyed name); the slice aliases
 // the cache (valid until the next call).
 func (c *keyNames) name(secret, key string) []byte {
+	if c.slots == nil {
+		c.slots = make([]keyName, keyNameSlots)
+		c.seed = maphash.MakeSeed()
+	}
 	if secret != c.secret {
-		for i := range c.slots {
-			c.slots[i].set = false
-		}
+		clear(c.slots)
 		c.secret = secret
 	}
-	e := &c.slots[hashID(key)%keyNameSlots]
-	if !e.set || string(e.key) != key {
+	h := maphash.String(c.seed, key)
+	e := &c.slots[h%keyNameSlots]
+	if !e.set || e.h != h {
 		if secret != "" {
-			e.n = len(keyhash.AppendKeyed(e.name[:0], secret, key))
+			e.n = uint8(len(keyhash.AppendKeyed(e.name[:0], secret, key)))
 		} else {
-			e.n = len(keyhash.Append(e.name[:0], key))
+			e.n = uint8(len(keyhash.Append(e.name[:0], key)))
 		}
-		e.key = append(e.key[:0], key...)
-		e.set = true
+		e.h, e.set = h, true
 	}
 	return e.name[:e.n]
 }
