@@ -60,6 +60,18 @@ const (
 	nRuleStats
 )
 
+// RecordedMetrics are the stats the filter sets at once (gauges and a histogram set off
+// the request path, metrics.set) rather than counts flushed on the tick: a reader of
+// these need not wait for a tick.
+var RecordedMetrics = []string{"tollgate." + statTableSlots, "tollgate." + statRulesVersion, "tollgate." + statSyncRTT}
+
+// The names of the stats set with metrics.set (RecordedMetrics).
+const (
+	statTableSlots   = "bucket_table_slots"
+	statRulesVersion = "rules_version"
+	statSyncRTT      = "sync_rtt_ms"
+)
+
 // maxPerRuleMetrics bounds the rules with stats of their own (6 series each), whatever
 // the rule sets a long-running gateway sees.
 const maxPerRuleMetrics = 200
@@ -114,17 +126,17 @@ func newMetrics(h Host) *metrics {
 	// breaker_state counts the worker VMs whose breaker is not closed (each worker adds
 	// and removes itself): a gauge every worker set would show only the last writer.
 	m.breakerState = def(Gauge, "breaker_state")
-	m.rulesVersion = def(Gauge, "rules_version")
+	m.rulesVersion = def(Gauge, statRulesVersion)
 	m.rulesRejected = def(Counter, "rules_rejected")
 	m.leaseGranted = def(Counter, "lease_granted")
 	m.evictions = def(Counter, "bucket_evictions")
 	// The bucket table's occupancy: slots (its size) and slots used (each worker adds
 	// the slots it creates; a slot is never deleted, only taken over).
-	m.slots = def(Gauge, "bucket_table_slots")
+	m.slots = def(Gauge, statTableSlots)
 	m.slotsUsed = def(Gauge, "bucket_table_slots_used")
 	// Sync round trip in milliseconds, from a batch's send to its answer (Envoy's
 	// default histogram buckets, 0.5 ms to 1 h, suit milliseconds).
-	m.syncRTT = def(Histogram, "sync_rtt_ms")
+	m.syncRTT = def(Histogram, statSyncRTT)
 	m.keyMissing = def(Counter, "requests_key_missing")
 	m.responseCost = def(Counter, "response_cost_charged")
 	m.responseCostMissing = def(Counter, "response_cost_missing")
@@ -158,6 +170,8 @@ func (m *metrics) add(i uint32, n int64) {
 	m.dirty = true
 }
 
+// set sets a gauge or records a histogram value at once: only the stats of
+// RecordedMetrics (readers of the others wait for a tick).
 func (m *metrics) set(i uint32, v uint64) { m.host.RecordMetric(m.ids[i], v) }
 
 // flush hands the pending counts to the host: one increment per stat that moved since
