@@ -140,51 +140,55 @@ func (s *Stream) counted(v *verdict, ops []bucketOp, states []wire.State) {
 }
 
 // keyNameSlots is the size of a worker's cache of key names.
-const keyNameSlots = 8192
+const keyNameSlots = 4096
 
 // keyNames caches the names (keyhash; keyed with telemetry.key_hash_secret when set, as
 // the sync service names keys) of recently decided caller keys, direct-mapped by a hash of
 // the key: a caller sending many requests costs one SHA-256, not one per request. SHA-256
 // compiled to wasm takes 2 to 3 µs a key (wazero), as much as half the rest of a decision,
-// so the cache holds the names of the last 8,192 callers of the worker, not of the few
-// hottest: 256 KiB per worker, whatever the keys' length, because an entry keeps the key's
-// 64-bit hash instead of the key. That hash is hash/maphash with a seed of the VM's own
-// (random at its start), so a caller cannot choose a key whose hash collides with
-// another's to be logged under its name; by chance, two of a gateway's keys share one
-// with a probability of about n²/2⁶⁵.
+// so the cache holds the names of thousands of recent callers of the worker, not of a few
+// hottest: 96 KiB per worker (part of the plugin, allocated with it), whatever the keys'
+// length, because an entry keeps the key's 64-bit hash instead of the key. That hash is
+// hash/maphash with a seed of the VM's own (random at its start), so a caller cannot
+// choose a key whose hash collides with another's to be logged under its name; by chance,
+// two of a gateway's keys share one with a probability of about n²/2⁶⁵.
 type keyNames struct {
 	secret string // the secret the cached names were made with
+	seeded bool
 	seed   maphash.Seed
-	slots  []keyName // keyNameSlots entries, made on first use (metadata on)
+	slots  [keyNameSlots]keyName
 }
 
+// keyName is one cached name: h is the key's hash (0: empty; a key hashing to 0 is
+// cached as 1), name its name, keyhash.Len bytes or keyhash.KeyedLen with a secret.
 type keyName struct {
 	h    uint64
 	name [max(keyhash.Len, keyhash.KeyedLen)]byte
-	n    uint8
-	set  bool
 }
 
 // name returns key's name under secret ("" for the unkeyed name); the slice aliases
 // the cache (valid until the next call).
 func (c *keyNames) name(secret, key string) []byte {
-	if c.slots == nil {
-		c.slots = make([]keyName, keyNameSlots)
-		c.seed = maphash.MakeSeed()
+	if !c.seeded {
+		c.seed, c.seeded = maphash.MakeSeed(), true
 	}
 	if secret != c.secret {
-		clear(c.slots)
+		clear(c.slots[:])
 		c.secret = secret
 	}
-	h := maphash.String(c.seed, key)
-	e := &c.slots[h%keyNameSlots]
-	if !e.set || e.h != h {
-		if secret != "" {
-			e.n = uint8(len(keyhash.AppendKeyed(e.name[:0], secret, key)))
-		} else {
-			e.n = uint8(len(keyhash.Append(e.name[:0], key)))
-		}
-		e.h, e.set = h, true
+	n := keyhash.Len
+	if secret != "" {
+		n = keyhash.KeyedLen
 	}
-	return e.name[:e.n]
+	h := max(maphash.String(c.seed, key), 1)
+	e := &c.slots[h%keyNameSlots]
+	if e.h != h {
+		if secret != "" {
+			keyhash.AppendKeyed(e.name[:0], secret, key)
+		} else {
+			keyhash.Append(e.name[:0], key)
+		}
+		e.h = h
+	}
+	return e.name[:n]
 }
