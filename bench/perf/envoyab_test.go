@@ -103,6 +103,16 @@ func TestEnvoyAB(t *testing.T) {
 		{name: "synced, baseline", limiter: TollgateSynced, wasm: baseline},
 		{name: "synced, this tree", limiter: TollgateSynced, wasm: tree},
 	}
+	if only := os.Getenv("TOLLGATE_AB_ONLY"); only != "" {
+		// Only the references and the rows whose name starts with it ("local", "synced").
+		kept := rows[:0]
+		for _, r := range rows {
+			if r.wasm == nil || r.limiter == FloorModule || strings.HasPrefix(r.name, only) {
+				kept = append(kept, r)
+			}
+		}
+		rows = kept
+	}
 	if os.Getenv("TOLLGATE_AB_TELEMETRY_OFF") == "1" {
 		// The tree's filter with the per-rule stats and the decision metadata off: what
 		// the telemetry costs.
@@ -184,6 +194,19 @@ func TestEnvoyAB(t *testing.T) {
 			return (r.runs[i].CPU.Envoy - pt.runs[i].CPU.Envoy) / (fl.runs[i].CPU.Envoy - pt.runs[i].CPU.Envoy)
 		})
 		fmt.Printf("%-18s %12.0f %9.1f%% %12.1f %13.2fx\n", r.name, rps, 100*vs, cpu, above)
+	}
+	// Each build's Envoy CPU against the baseline's in the same rounds.
+	for _, mode := range []string{"local", "synced"} {
+		a, b := byName[mode+", this tree"], byName[mode+", baseline"]
+		if a == nil || b == nil {
+			continue
+		}
+		var per []string
+		for i := range a.runs {
+			per = append(per, fmt.Sprintf("%.2f", a.runs[i].CPU.Envoy/b.runs[i].CPU.Envoy))
+		}
+		fmt.Printf("%s: Envoy µs/req, this tree over baseline, by round: %s (median %.3f)\n", mode, strings.Join(per, " "),
+			med(func(i int) float64 { return a.runs[i].CPU.Envoy / b.runs[i].CPU.Envoy }))
 	}
 	for _, r := range rows {
 		if len(r.prof) == 0 {
