@@ -518,6 +518,10 @@ func (r *report) writeEnvoyWhy(w io.Writer, wk int) {
 		fmt.Fprintln(w, "  the failed acquires): a request refused because the service was slow is the limiter becoming the")
 		fmt.Fprintln(w, "  outage, a defect this run shows.")
 	}
+	fmt.Fprintln(w, "  Each such request's consumption is reported on its own (a delta in the next batch): the leader reads")
+	fmt.Fprintln(w, "  and writes the bucket's slot to cut it and again to apply the answer, four shared-data calls a")
+	fmt.Fprintln(w, "  request, besides the staleness scan's reads. The request path's savings (the counters kept in the VM)")
+	fmt.Fprintln(w, "  do not show in this row beside them (`TestEnvoyAB` in bench/perf compares two builds round by round).")
 	fmt.Fprintln(w, "  What would change it: leases that outlive a slow key's gap (the lease horizon per key's rate), so a")
 	fmt.Fprintln(w, "  key seen every few seconds does not ask again each time; the leases' bound on over-admission")
 	fmt.Fprintln(w, "  (RATIONALE.md §2) is what a longer lease costs.")
