@@ -11,9 +11,9 @@ import (
 // Every stat is defined at configuration time. The fields below (and ruleStats) are
 // indexes into ids, not the host's ids: counts are kept in the VM (pending) and handed to
 // the host on the root tick (flush), one proxy_increment_metric per stat that moved, not
-// one per count — a request then makes no metric host call at all (RATIONALE.md,
-// "Counters flushed on the tick"). Gauge and histogram values (set) go to the host at
-// once: they are set off the request path.
+// one per count — a request then makes no metric host call at all (RATIONALE.md §9,
+// "Counters are flushed on the tick"). Gauge and histogram values (set, RecordedMetrics)
+// go to the host at once: they are set off the request path.
 type metrics struct {
 	host Host
 	// ids are the host's metric ids; pending, the counts not yet handed to the host, both
