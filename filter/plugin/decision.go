@@ -1,7 +1,6 @@
 package plugin
 
 import (
-	"hash/maphash"
 	"strconv"
 
 	"github.com/tollgate-rl/tollgate/shared/keyhash"
@@ -140,55 +139,41 @@ func (s *Stream) counted(v *verdict, ops []bucketOp, states []wire.State) {
 }
 
 // keyNameSlots is the size of a worker's cache of key names.
-const keyNameSlots = 4096
+const keyNameSlots = 64
 
 // keyNames caches the names (keyhash; keyed with telemetry.key_hash_secret when set, as
-// the sync service names keys) of recently decided caller keys, direct-mapped by a hash of
-// the key: a caller sending many requests costs one SHA-256, not one per request. SHA-256
-// compiled to wasm takes 2 to 3 µs a key (wazero), as much as half the rest of a decision,
-// so the cache holds the names of thousands of recent callers of the worker, not of a few
-// hottest: 96 KiB per worker (part of the plugin, allocated with it), whatever the keys'
-// length, because an entry keeps the key's 64-bit hash instead of the key. That hash is
-// hash/maphash with a seed of the VM's own (random at its start), so a caller cannot
-// choose a key whose hash collides with another's to be logged under its name; by chance,
-// two of a gateway's keys share one with a probability of about n²/2⁶⁵.
+// the sync service names keys) of recently decided caller keys, direct-mapped by
+// the key's FNV hash: a caller sending many requests — the one a limit is about — costs
+// one SHA-256, not one per request. A new key costs one (about 0.3 µs natively) and takes
+// its slot. Memory: keyNameSlots copies of keys, each at most a key's bound.
 type keyNames struct {
 	secret string // the secret the cached names were made with
-	seeded bool
-	seed   maphash.Seed
-	slots  [keyNameSlots]keyName
-}
-
-// keyName is one cached name: h is the key's hash (0: empty; a key hashing to 0 is
-// cached as 1), name its name, keyhash.Len bytes or keyhash.KeyedLen with a secret.
-type keyName struct {
-	h    uint64
-	name [max(keyhash.Len, keyhash.KeyedLen)]byte
+	slots  [keyNameSlots]struct {
+		key  []byte
+		name [max(keyhash.Len, keyhash.KeyedLen)]byte
+		n    int
+		set  bool
+	}
 }
 
 // name returns key's name under secret ("" for the unkeyed name); the slice aliases
 // the cache (valid until the next call).
 func (c *keyNames) name(secret, key string) []byte {
-	if !c.seeded {
-		c.seed, c.seeded = maphash.MakeSeed(), true
-	}
 	if secret != c.secret {
-		clear(c.slots[:])
+		for i := range c.slots {
+			c.slots[i].set = false
+		}
 		c.secret = secret
 	}
-	n := keyhash.Len
-	if secret != "" {
-		n = keyhash.KeyedLen
-	}
-	h := max(maphash.String(c.seed, key), 1)
-	e := &c.slots[h%keyNameSlots]
-	if e.h != h {
+	e := &c.slots[hashID(key)%keyNameSlots]
+	if !e.set || string(e.key) != key {
 		if secret != "" {
-			keyhash.AppendKeyed(e.name[:0], secret, key)
+			e.n = len(keyhash.AppendKeyed(e.name[:0], secret, key))
 		} else {
-			keyhash.Append(e.name[:0], key)
+			e.n = len(keyhash.Append(e.name[:0], key))
 		}
-		e.h = h
+		e.key = append(e.key[:0], key...)
+		e.set = true
 	}
-	return e.name[:n]
+	return e.name[:e.n]
 }
