@@ -60,13 +60,13 @@ func TestServiceReplicaKilled(t *testing.T) {
 	lastOK := make([]int64, len(gws))
 	lastRise := make([]time.Time, len(gws))
 	for i, g := range gws {
-		lastOK[i], lastRise[i] = g.Metric("tollgate.sync_sent")-g.Metric("tollgate.sync_failed"), killAt
+		lastOK[i], lastRise[i] = g.MetricNow("tollgate.sync_sent")-g.MetricNow("tollgate.sync_failed"), killAt
 	}
 	deadline := killAt.Add(4 * time.Second)
 	for time.Now().Before(deadline) { // bounded: the replica stays down this long
 		now := time.Now()
 		for i, g := range gws {
-			if ok := g.Metric("tollgate.sync_sent") - g.Metric("tollgate.sync_failed"); ok > lastOK[i] {
+			if ok := g.MetricNow("tollgate.sync_sent") - g.MetricNow("tollgate.sync_failed"); ok > lastOK[i] {
 				lastOK[i], lastRise[i] = ok, now
 			}
 			gap[i] = max(gap[i], now.Sub(lastRise[i]))

@@ -266,6 +266,7 @@ func New(cfg Config) (*Host, error) {
 	}
 	h.registry = prometheus.NewRegistry()
 	h.registry.MustRegister(&collector{tags: tags, stats: func() []Metric {
+		h.flushGuests()
 		return append(h.metrics.snapshot(), h.hostMetrics()...)
 	}})
 	for name, eps := range cfg.Clusters {
@@ -415,6 +416,7 @@ func (h *Host) instantiate(index int) (*vm, error) {
 		onDone:           mod.ExportedFunction("proxy_on_done"),
 		onDelete:         mod.ExportedFunction("proxy_on_delete"),
 		onQueueReady:     mod.ExportedFunction("proxy_on_queue_ready"),
+		flushMetrics:     mod.ExportedFunction("tollgate_flush_metrics"),
 	}
 	if v.fns.malloc == nil {
 		v.fns.malloc = mod.ExportedFunction("malloc")
@@ -805,11 +807,31 @@ func (h *Host) SharedDataKeys() int { return h.shared.Keys() }
 func (h *Host) SharedDataBytes() int { return h.shared.Bytes() }
 
 // MetricSnapshot returns every plugin-defined metric, sorted by name.
-func (h *Host) MetricSnapshot() []Metric { return h.metrics.snapshot() }
+func (h *Host) MetricSnapshot() []Metric {
+	h.flushGuests()
+	return h.metrics.snapshot()
+}
+
+// flushGuests asks every worker's module that keeps counts between ticks to hand them
+// over (tollgate_flush_metrics), so that a read of the metrics sees every callback that
+// has returned: Envoy's stats would see them at the filter's next tick.
+func (h *Host) flushGuests() {
+	for _, v := range h.vms {
+		if v.fns.flushMetrics == nil {
+			continue
+		}
+		v.mu.Lock()
+		if v.root != nil {
+			_, _ = v.call(v.root, v.fns.flushMetrics)
+		}
+		v.mu.Unlock()
+	}
+}
 
 // Metrics returns plugin metrics by name: counter and gauge values, and the last
 // recorded value of histograms.
 func (h *Host) Metrics() map[string]int64 {
+	h.flushGuests()
 	out := make(map[string]int64)
 	for _, m := range h.metrics.snapshot() {
 		out[m.Name] = m.Value

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tollgate-rl/tollgate/filter/nativehost"
+	"github.com/tollgate-rl/tollgate/filter/plugin"
 )
 
 // Shaping: a burst of 50 requests against 10 a second with max_delay 2s. The bucket's
@@ -66,8 +67,8 @@ func TestShapingSpacesABurst(t *testing.T) {
 					t.Errorf("held request %d: headers %v", k, s.Response)
 				}
 			}
-			if p := h.TickPeriodMs(0); p != 0 {
-				t.Errorf("tick period %d ms with nothing held, want none (0)", p)
+			if p := h.TickPeriodMs(0); p != plugin.MetricsFlushMs {
+				t.Errorf("tick period %d ms with nothing held, want the base period %d", p, plugin.MetricsFlushMs)
 			}
 			if n := h.Metric("tollgate.requests_delayed"); n != 20 {
 				t.Errorf("requests_delayed %d, want 20", n)
@@ -101,8 +102,8 @@ func TestShapingHeldRequestReset(t *testing.T) {
 	h.Reset(a)
 	h.Reset(b)
 	h.Tick(0) // the tick slows itself down (plugin.setTick says why)
-	if p := h.TickPeriodMs(0); p != 0 {
-		t.Errorf("tick period %d ms with nothing held, want 0", p)
+	if p := h.TickPeriodMs(0); p != plugin.MetricsFlushMs {
+		t.Errorf("tick period %d ms with nothing held, want the base period %d", p, plugin.MetricsFlushMs)
 	}
 	// Their permits (100 and 200 ms ahead) stay taken: the next request waits 300 ms.
 	c := h.Request(0, req, nil)
@@ -157,8 +158,8 @@ func TestTickPeriodSetOncePerTick(t *testing.T) {
 		t.Errorf("tick period set %d times over 100 held requests without a tick, want 1", n)
 	}
 	h.Tick(0)
-	if p := h.TickPeriodMs(0); p != 0 {
-		t.Errorf("tick period %d ms after a tick with nothing held, want 0", p)
+	if p := h.TickPeriodMs(0); p != plugin.MetricsFlushMs {
+		t.Errorf("tick period %d ms after a tick with nothing held, want the base period %d", p, plugin.MetricsFlushMs)
 	}
 }
 

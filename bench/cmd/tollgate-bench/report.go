@@ -380,9 +380,9 @@ func (r *report) writeCost(w io.Writer) {
 	fmt.Fprintln(w, "matching, key extraction, the lease decision, encoding the record, formatting five headers;")
 	fmt.Fprintln(w, "no heap allocation in steady state), and the rest is its extra host calls")
 	fmt.Fprintf(w, "(%s per request against the floor's %s). The host calls themselves are close to the floor:\n", fmtF(real.HostCallsPerRequest, 0), fmtF(fl.HostCallsPerRequest, 0))
-	fmt.Fprintln(w, "one header-map read, one shared-data get and set, two metric increments (the total and the")
-	fmt.Fprintln(w, "rule's), the decision metadata for the access log (one `proxy_set_property`), and one more response")
-	fmt.Fprintln(w, "header (`ratelimit-policy`).")
+	fmt.Fprintln(w, "one header-map read, one shared-data get and set, the decision metadata for the access log (one")
+	fmt.Fprintln(w, "`proxy_set_property`), and one more response header (`ratelimit-policy`); the counters (the total")
+	fmt.Fprintln(w, "and the rule's) are kept in the VM and handed to the host on the tick (RATIONALE.md §9).")
 	if def := r.cost(3); def.HostCallsPerRequest > real.HostCallsPerRequest {
 		fmt.Fprintf(w, "With the default key (header, falling back to the client IP) the filter makes %s host calls\n", fmtF(def.HostCallsPerRequest, 2))
 		fmt.Fprintln(w, "per request although the header is present: it reads the client address it does not need.")
@@ -430,7 +430,7 @@ func (r *report) writeCost(w io.Writer) {
 		fmt.Fprintln(w, "back-to-back chunks of about 2 ms (load from elsewhere shifts between rounds by more than the")
 		fmt.Fprintln(w, "difference), is the one the target is judged on.")
 	}
-	fmt.Fprintf(w, "Telemetry adds %+.1f %% to the decision: one `proxy_increment_metric` (the rule's counter) and one\n", 100*t.Overhead())
+	fmt.Fprintf(w, "Telemetry adds %+.1f %% to the decision: the rule's counters in the VM (flushed on the tick) and one\n", 100*t.Overhead())
 	fmt.Fprintln(w, "`proxy_set_property` per request, the metadata formatted into a reused buffer with the key's")
 	fmt.Fprintln(w, "SHA-256 (no guest allocation). `go test -run '^$' -bench Telemetry ./bench/perf` measures the")
 	fmt.Fprintln(w, "same pair as Go benchmarks.")
