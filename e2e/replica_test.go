@@ -54,19 +54,19 @@ func TestServiceReplicaKilled(t *testing.T) {
 	// While the replica is down, every gateway must keep syncing through the other one.
 	// Seen from the gateway: its successful syncs (sync_sent − sync_failed; a failed
 	// callout counts in both) keep rising, with no long gap. Seen from the service: the
-	// fleet record (tg:nodes, the node's last sync) stays recent for every gateway.
+	// fleet record (tg:{fleet}:nodes, the node's last sync) stays recent for every gateway.
 	admin := e.admin()
 	gap := make([]time.Duration, len(gws))
 	lastOK := make([]int64, len(gws))
 	lastRise := make([]time.Time, len(gws))
 	for i, g := range gws {
-		lastOK[i], lastRise[i] = g.Metric("tollgate.sync_sent")-g.Metric("tollgate.sync_failed"), killAt
+		lastOK[i], lastRise[i] = g.MetricNow("tollgate.sync_sent")-g.MetricNow("tollgate.sync_failed"), killAt
 	}
 	deadline := killAt.Add(4 * time.Second)
 	for time.Now().Before(deadline) { // bounded: the replica stays down this long
 		now := time.Now()
 		for i, g := range gws {
-			if ok := g.Metric("tollgate.sync_sent") - g.Metric("tollgate.sync_failed"); ok > lastOK[i] {
+			if ok := g.MetricNow("tollgate.sync_sent") - g.MetricNow("tollgate.sync_failed"); ok > lastOK[i] {
 				lastOK[i], lastRise[i] = ok, now
 			}
 			gap[i] = max(gap[i], now.Sub(lastRise[i]))
@@ -116,8 +116,8 @@ func TestServiceReplicaKilled(t *testing.T) {
 		}
 		rows = append(rows, []string{g.Name, gap[i].Round(time.Millisecond).String(), ago})
 	}
-	logTable(t, "scenario 4: while a replica was down, each gateway's longest gap between successful syncs (its metrics) and its last sync as the service recorded it (tg:nodes)",
-		harness.Table([]string{"gateway", "longest gap", "tg:nodes last seen ago"}, rows))
+	logTable(t, "scenario 4: while a replica was down, each gateway's longest gap between successful syncs (its metrics) and its last sync as the service recorded it (tg:{fleet}:nodes)",
+		harness.Table([]string{"gateway", "longest gap", "tg:{fleet}:nodes last seen ago"}, rows))
 	logTable(t, "scenario 4: one of two service replicas SIGKILLed under load", harness.KV(
 		"replica down for", downFor.Round(time.Millisecond).String(),
 		"syncs sent / failed while down", fmt.Sprintf("%d / %d", sentDuring, failedDuring),
@@ -146,7 +146,7 @@ func TestServiceReplicaKilled(t *testing.T) {
 		}
 		// Each service instance records the nodes it heard from once a second.
 		if at, ok := seen[g.Name]; !ok || seenAt.Sub(at) > 2500*time.Millisecond {
-			t.Errorf("gateway %s: the service's fleet record (tg:nodes) last saw it %v ago (present: %v): %v",
+			t.Errorf("gateway %s: the service's fleet record (tg:{fleet}:nodes) last saw it %v ago (present: %v): %v",
 				g.Name, seenAt.Sub(at).Round(time.Millisecond), ok, seenErr)
 		}
 	}

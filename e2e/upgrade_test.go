@@ -100,7 +100,7 @@ func TestRollingUpgrade(t *testing.T) {
 			fmt.Sprint(inFleet(g.Name, i == 0))})
 	}
 	logTable(t, fmt.Sprintf("rolling upgrade: a Version 1 and a Version 2 gateway against the new service for %v", duration), harness.Table(
-		[]string{"gateway", "wire version", "syncs sent / failed", "hot admitted / refused", "accounting admitted", "degraded", "in tg:nodes"}, rows))
+		[]string{"gateway", "wire version", "syncs sent / failed", "hot admitted / refused", "accounting admitted", "degraded", "in tg:{fleet}:nodes"}, rows))
 	logTable(t, "rolling upgrade: totals", harness.KV(
 		"hot key: admitted / allowance (burst + limit × span)", fmt.Sprintf("%d / %.1f (%+.1f%%, bound +%.0f%%)", ht.OK, allowance, 100*(float64(ht.OK)-allowance)/allowance, 100*overBound),
 		"hot key statuses", statusHistogram(tr.hot),

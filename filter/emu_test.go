@@ -132,8 +132,11 @@ func (e *emu) finish(id uint32) answer {
 	return a
 }
 
+// counter reads one of the filter's counters after a tick: the filter hands its counts
+// to the host on its tick (plugin.MetricsFlushMs).
 func (e *emu) counter(name string) uint64 {
 	e.t.Helper()
+	e.host.Tick()
 	v, err := e.host.GetCounterMetric("tollgate." + name)
 	if err != nil {
 		e.t.Fatalf("metric %s: %v", name, err)

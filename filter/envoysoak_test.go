@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tollgate-rl/tollgate/bench/perf"
+	"github.com/tollgate-rl/tollgate/filter/plugin"
 	"github.com/tollgate-rl/tollgate/filter/wasmtest"
 	"github.com/tollgate-rl/tollgate/internal/envoyproc"
 	"github.com/tollgate-rl/tollgate/internal/redistest"
@@ -141,6 +142,8 @@ func envoySoak(t *testing.T, rel string, wasm []byte, backend, sync string, n in
 		samples = append(samples, sm)
 	}
 	elapsed := time.Since(began)
+	// The filter hands its counts to Envoy on its tick: wait one before the last read.
+	time.Sleep((plugin.MetricsFlushMs + 100) * time.Millisecond)
 	end := stats()
 
 	// Collections ran in the VMs: the forced ones (each VM forces one per 20,000 of its

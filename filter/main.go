@@ -13,8 +13,11 @@ import (
 	"github.com/tollgate-rl/tollgate/filter/plugin"
 )
 
+// thePlugin is the worker VM's plugin (flush_wasip1.go reaches it from an export).
+var thePlugin = plugin.New(&host{})
+
 func init() {
-	abi.SetRoot(root{plugin.New(&host{})})
+	abi.SetRoot(root{thePlugin})
 }
 
 func main() {}

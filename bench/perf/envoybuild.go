@@ -44,7 +44,7 @@ var EnvoyBuildVariants = []BuildVariant{
 	{Name: "with Pack, line tables dropped", Rev: PackRevision},
 	{Name: "with Pack, line tables kept", Rev: PackRevision, Flags: []string{"-keep-lines"}},
 	// The shipped build again, in an Envoy of its own: how far two Envoys running the same
-	// module differ in these measurements on this machine (ControlVariant).
+	// module differ in these measurements on one machine (ControlVariant).
 	{Name: "shipped, a second Envoy (A/A control)"},
 }
 

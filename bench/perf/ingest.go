@@ -14,17 +14,17 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgate-rl/tollgate/internal/ingestgen"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
-	"github.com/tollgate-rl/tollgate/shared/algo"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
 // Ingest batches: 1,000 deltas of distinct keys out of 10,000, as one worker of one of
-// 8 gateways sends them (the shape of ratelimit/service's BenchmarkRawBatch and
-// BenchmarkSyncHTTP, whose generator this mirrors).
+// 8 gateways sends them (internal/ingestgen, the generator of ratelimit/service's
+// BenchmarkRawBatch and BenchmarkSyncHTTP too).
 const (
-	IngestKeys  = 10_000
-	IngestBatch = 1000
+	IngestKeys  = ingestgen.Keys
+	IngestBatch = ingestgen.Batch
 )
 
 // IngestResult is the throughput of one way of applying batches.
@@ -36,28 +36,6 @@ type IngestResult struct {
 	DeltasPerSec float64
 	P50, P99     time.Duration // per batch
 	Redis        RedisWork
-}
-
-type ingestGen struct {
-	prefix string
-	seq    atomic.Uint64
-}
-
-func (g *ingestGen) batch(rng *rand.Rand) *wire.Batch {
-	b := &wire.Batch{Node: fmt.Sprint("gw-", rng.IntN(8)), Seq: g.seq.Add(1)}
-	seen := make(map[int]bool, IngestBatch)
-	for len(b.Deltas) < IngestBatch {
-		k := rng.IntN(IngestKeys)
-		if seen[k] {
-			continue
-		}
-		seen[k] = true
-		b.Deltas = append(b.Deltas, wire.Delta{
-			Key: fmt.Sprint(g.prefix, "-", k), Rule: "api", Algo: uint8(algo.TokenBucket),
-			Limit: 1000, WindowMs: 60_000, Leased: uint32(rng.IntN(3)), Over: uint32(rng.IntN(2)), Rejected: uint32(rng.IntN(2)),
-		})
-	}
-	return b
 }
 
 // RunIngest applies 1,000-delta batches from conc goroutines for d, through the store
@@ -77,8 +55,7 @@ func RunIngest(svc *Service, info redis.Cmdable, viaHTTP bool, conc int, d time.
 		defer client.CloseIdleConnections()
 		apply = func(b *wire.Batch) error { return postSync(client, svc.URL, b) }
 	}
-	g := &ingestGen{prefix: fmt.Sprintf("ing%d", time.Now().UnixNano()%1e9)}
-	g.seq.Store(uint64(time.Now().UnixMicro()))
+	g := ingestgen.New(fmt.Sprintf("ing%d", time.Now().UnixNano()%1e9), uint64(time.Now().UnixMicro()))
 	var (
 		mu       sync.Mutex
 		lats     []time.Duration
@@ -98,7 +75,7 @@ func RunIngest(svc *Service, info redis.Cmdable, viaHTTP bool, conc int, d time.
 			rng := rand.New(rand.NewPCG(uint64(w)+7, uint64(time.Now().UnixNano())))
 			var mine []time.Duration
 			for !stop.Load() {
-				b := g.batch(rng)
+				b := g.Batch(rng)
 				t0 := time.Now()
 				if err := apply(b); err != nil {
 					mu.Lock()

@@ -26,7 +26,7 @@ type RedisInfo struct {
 	// Version is redis_version.
 	Version string
 	// PID is the server's process_id; ProcCPU its CPU time so far read from /proc
-	// (ProcessCPU), when ProcOK: the server runs on this machine.
+	// (ProcessCPU), when ProcOK: the server runs on the same machine as the benchmark.
 	PID     int
 	ProcCPU float64 // seconds
 	ProcOK  bool

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgate-rl/tollgate/internal/ingestgen"
 	"github.com/tollgate-rl/tollgate/ratelimit/service"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
 )
@@ -58,8 +59,7 @@ func MeasureTopCost(addr string, flushEvery, rounds, perRound int) (TopCost, err
 	ctx := context.Background()
 	client := &http.Client{Transport: &http.Transport{Proxy: nil}}
 	defer client.CloseIdleConnections()
-	g := &ingestGen{prefix: fmt.Sprintf("top%d", time.Now().UnixNano()%1e9)}
-	g.seq.Store(uint64(time.Now().UnixMicro()))
+	g := ingestgen.New(fmt.Sprintf("top%d", time.Now().UnixNano()%1e9), uint64(time.Now().UnixMicro()))
 	rng := rand.New(rand.NewPCG(11, uint64(time.Now().UnixNano())))
 	tr := svc.Svc.Top()
 	var plain, withTop RedisWork
@@ -86,7 +86,7 @@ func MeasureTopCost(addr string, flushEvery, rounds, perRound int) (TopCost, err
 				return c, err
 			}
 			for i := 1; i <= perRound; i++ {
-				if err := postSync(client, svc.URL, g.batch(rng)); err != nil {
+				if err := postSync(client, svc.URL, g.Batch(rng)); err != nil {
 					return c, err
 				}
 				if flush && i%flushEvery == 0 {

@@ -205,6 +205,8 @@ type Config struct {
 	// with it on the run measures the leases alone.
 	NoPenalty bool
 
+	// Explain fills Result.Why: held requests and false rejections by cause.
+	Explain bool
 	// PerKey fills Result.Keys (a few dozen bytes per key).
 	PerKey bool
 	// SeriesStep > 0 fills Result.Series with one entry per step of simulated time.

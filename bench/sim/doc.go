@@ -74,6 +74,14 @@
 // its limit the fleet and the reference admit about as many requests but different ones,
 // so there the per-request comparison says little: compare Admitted with RefAdmitted.
 //
+// Causes (Config.Explain, explain.go). Each request a gateway held for the service is
+// counted by what its record said just before (no record on that gateway, never
+// answered, lease period ended, valid lease ran dry, an acquire already out), and each
+// false rejection of a calm key by what the service's bucket and every gateway's record
+// said at that moment: the bucket spent as charged, reserved by leases other gateways
+// hold unused, reserved by leases used but not reported yet, or holding unreserved room
+// again (the refusal came from an answer that counted others' leases as taken).
+//
 // Cost. DeltasPerSec counts bucket updates (one lease.Sync, i.e. one pass of lease.lua's
 // body, each); RedisOpsPerSec the script calls that carry them; RoundTripsPerSec the
 // pipelines, one per shard a batch touches. Payload bytes are the exact sizes of the

@@ -109,11 +109,15 @@ var Regimes = []Regime{
 
 // RunRegimes runs every regime of Regimes on RegimeGateways gateways, seed 1,
 // the service's default lease settings.
-func RunRegimes() []RegimePoint {
+func RunRegimes() []RegimePoint { return RunRegimesExplained(false) }
+
+// RunRegimesExplained is RunRegimes with Config.Explain set to explain: each result
+// also counts its held requests and false rejections by cause (Result.Why).
+func RunRegimesExplained(explain bool) []RegimePoint {
 	out := make([]RegimePoint, 0, len(Regimes))
 	for _, g := range Regimes {
 		c := g.Cfg
-		c.Seed, c.Gateways, c.Service = 1, RegimeGateways, lease.DefaultSyncConfig
+		c.Seed, c.Gateways, c.Service, c.Explain = 1, RegimeGateways, lease.DefaultSyncConfig, explain
 		out = append(out, RegimePoint{Regime: g, Result: Run(c)})
 	}
 	return out

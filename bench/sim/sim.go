@@ -80,6 +80,9 @@ type Result struct {
 	Keys []KeyResult
 	// Series holds one entry per Config.SeriesStep when it is set.
 	Series []Step
+	// Why counts held requests and false rejections of calm keys by cause when
+	// Config.Explain is set (explain.go).
+	Why map[string]int64
 }
 
 // Step is what happened during one step of simulated time.
@@ -133,6 +136,7 @@ type flight struct {
 type paused struct {
 	key     uint32
 	arrived int64
+	held    string // why it was held (Config.Explain)
 }
 
 type sim struct {
@@ -178,6 +182,9 @@ func newSim(cfg Config) *sim {
 		s.names[k] = "k" + strconv.Itoa(k)
 	}
 	s.res.Config = cfg
+	if cfg.Explain {
+		s.res.Why = map[string]int64{}
+	}
 	if cfg.SeriesStep > 0 {
 		n := (cfg.Duration + cfg.SeriesStep - 1) / cfg.SeriesStep
 		s.res.Series = make([]Step, n)
@@ -211,6 +218,9 @@ func newSim(cfg Config) *sim {
 			OnDecided: func(st *nativehost.Stream) {
 				if p, ok := s.paused[st]; ok {
 					delete(s.paused, st)
+					if s.cfg.Explain {
+						s.res.Why[p.held]++ // counted as Waited is: when decided
+					}
 					s.decided(gw, p.key, p.arrived, st, true)
 				}
 			},
@@ -288,11 +298,15 @@ func (s *sim) run() {
 // request runs one request for key through worker wk of gateway g.
 func (s *sim) request(key uint32, g *gateway, wk int) {
 	hdrs := [][2]string{{":method", "GET"}, {":path", "/api"}, {":authority", "api"}, {"x-api-key", s.names[key]}}
+	var held string
+	if s.cfg.Explain {
+		held = s.heldCause(g, key)
+	}
 	st := g.h.Request(wk, hdrs, nil)
 	if st.Decided {
 		s.decided(g, key, s.now, st, false)
 	} else {
-		s.paused[st] = paused{key: key, arrived: s.now}
+		s.paused[st] = paused{key: key, arrived: s.now, held: held}
 	}
 	s.dispatch(g)
 }
@@ -456,6 +470,9 @@ func (s *sim) decided(g *gateway, key uint32, arrived int64, st *nativehost.Stre
 		s.res.FalseRejections++
 		if calm {
 			s.res.CalmFalse++
+			if s.cfg.Explain {
+				s.res.Why[s.why(g, key, waited, penalized, degraded)]++
+			}
 		}
 		if kr != nil {
 			kr.FalseRejections++

@@ -26,6 +26,8 @@ import (
 
 	"github.com/tollgate-rl/tollgate/filter/plugin"
 	"github.com/tollgate-rl/tollgate/internal/redistest"
+	"github.com/tollgate-rl/tollgate/ratelimit/rlqs"
+	"github.com/tollgate-rl/tollgate/ratelimit/rls"
 	"github.com/tollgate-rl/tollgate/ratelimit/service"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
 	"github.com/tollgate-rl/tollgate/shared/algo"
@@ -71,6 +73,7 @@ func TestDashboardAndAlerts(t *testing.T) {
 			[]string{"tollgate_sync_rtt_bucket"}, ""},
 		{"alert metric renamed", dash, rename(t, alerts, "tollgate_answers_degraded", "tollgate_degraded_answers"),
 			[]string{"tollgate_degraded_answers"}, ""},
+		{"alert on the gRPC services' metrics", dash, rename(t, alerts, "tollgate_sync_batches_total", "tollgate_rls_requests_total"), nil, ""},
 		{"alert not PromQL", dash, rename(t, alerts, "sum(rate(tollgate_bucket_evictions[5m])) > 0", "sum(rate(tollgate_bucket_evictions[5m]) > 0"),
 			nil, "TollgateBucketTableFull"},
 	}
@@ -232,8 +235,9 @@ var nonProm = regexp.MustCompile(`[^a-zA-Z0-9_:]`)
 
 func envoyPrometheusName(stat string) string { return nonProm.ReplaceAllString(stat, "_") }
 
-// serviceMetricNames runs a sync service on a real Redis, sends it a batch (so the
-// per-rule and per-endpoint series exist) and reads its /metrics; histograms add their
+// serviceMetricNames runs a sync service on a real Redis, with its gRPC rate limit
+// services, sends it a batch (so the per-rule and per-endpoint series exist) and reads
+// its /metrics; histograms add their
 // _bucket, _sum and _count series. Series the batch did not create (an error kind that
 // did not happen) come from the registry's descriptions of what it exports.
 func serviceMetricNames(t *testing.T) []string {
@@ -247,6 +251,10 @@ func serviceMetricNames(t *testing.T) []string {
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	svc := service.New(service.Config{SyncSecret: "s", AdminToken: "a", Logger: slog.New(slog.DiscardHandler)}, st, m)
+	// The gRPC rate limit services register their metrics on the same registry when
+	// --rls-listen starts them.
+	rls.New(svc, slog.New(slog.DiscardHandler), rls.LeaseOptions{Off: true})
+	t.Cleanup(rlqs.New(svc, slog.New(slog.DiscardHandler), rlqs.Options{}).Close)
 	hs := httptest.NewServer(svc.Handler())
 	t.Cleanup(hs.Close)
 	body, err := wire.AppendBatch(nil, &wire.Batch{Node: "gw", Seq: 1, Deltas: []wire.Delta{

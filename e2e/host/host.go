@@ -35,6 +35,8 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/tollgate-rl/tollgate/internal/shareddata"
 )
 
 // Config describes one gateway: the plugin, its workers and the clusters it may call.
@@ -115,7 +117,7 @@ type Config struct {
 
 	// SharedData lets several Hosts share one store (several plugins in one Envoy).
 	// Nil gives the Host its own.
-	SharedData *SharedData
+	SharedData *shareddata.Store
 
 	// CompilationCacheDir keeps compiled code on disk between processes. Empty uses a
 	// process-wide in-memory cache.
@@ -150,7 +152,7 @@ type Host struct {
 	rt       wazero.Runtime
 	compiled wazero.CompiledModule
 	vms      []*vm
-	shared   *SharedData
+	shared   *shareddata.Store
 	metrics  *metricRegistry
 	registry *prometheus.Registry // exports metrics and the host's own counters
 	logs     *logRing
@@ -252,7 +254,7 @@ func New(cfg Config) (*Host, error) {
 		clusters: make(map[string]*cluster, len(cfg.Clusters)),
 	}
 	if h.shared == nil {
-		h.shared = NewSharedData()
+		h.shared = shareddata.New()
 	}
 	tagSpec := cfg.StatsTags
 	if tagSpec == nil {
@@ -264,6 +266,7 @@ func New(cfg Config) (*Host, error) {
 	}
 	h.registry = prometheus.NewRegistry()
 	h.registry.MustRegister(&collector{tags: tags, stats: func() []Metric {
+		h.flushGuests()
 		return append(h.metrics.snapshot(), h.hostMetrics()...)
 	}})
 	for name, eps := range cfg.Clusters {
@@ -413,6 +416,7 @@ func (h *Host) instantiate(index int) (*vm, error) {
 		onDone:           mod.ExportedFunction("proxy_on_done"),
 		onDelete:         mod.ExportedFunction("proxy_on_delete"),
 		onQueueReady:     mod.ExportedFunction("proxy_on_queue_ready"),
+		flushMetrics:     mod.ExportedFunction("tollgate_flush_metrics"),
 	}
 	if v.fns.malloc == nil {
 		v.fns.malloc = mod.ExportedFunction("malloc")
@@ -794,7 +798,7 @@ func (h *Host) Failed(i int) error {
 }
 
 // SharedData returns the store behind proxy_get_shared_data / proxy_set_shared_data.
-func (h *Host) SharedData() *SharedData { return h.shared }
+func (h *Host) SharedData() *shareddata.Store { return h.shared }
 
 // SharedDataKeys reports how many keys the shared store holds.
 func (h *Host) SharedDataKeys() int { return h.shared.Keys() }
@@ -803,11 +807,31 @@ func (h *Host) SharedDataKeys() int { return h.shared.Keys() }
 func (h *Host) SharedDataBytes() int { return h.shared.Bytes() }
 
 // MetricSnapshot returns every plugin-defined metric, sorted by name.
-func (h *Host) MetricSnapshot() []Metric { return h.metrics.snapshot() }
+func (h *Host) MetricSnapshot() []Metric {
+	h.flushGuests()
+	return h.metrics.snapshot()
+}
+
+// flushGuests asks every worker's module that keeps counts between ticks to hand them
+// over (tollgate_flush_metrics), so that a read of the metrics sees every callback that
+// has returned: Envoy's stats would see them at the filter's next tick.
+func (h *Host) flushGuests() {
+	for _, v := range h.vms {
+		if v.fns.flushMetrics == nil {
+			continue
+		}
+		v.mu.Lock()
+		if v.root != nil {
+			_, _ = v.call(v.root, v.fns.flushMetrics)
+		}
+		v.mu.Unlock()
+	}
+}
 
 // Metrics returns plugin metrics by name: counter and gauge values, and the last
 // recorded value of histograms.
 func (h *Host) Metrics() map[string]int64 {
+	h.flushGuests()
 	out := make(map[string]int64)
 	for _, m := range h.metrics.snapshot() {
 		out[m.Name] = m.Value

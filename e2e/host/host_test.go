@@ -165,52 +165,6 @@ func TestSharedDataCASAcrossWorkers(t *testing.T) {
 	}
 }
 
-func TestSharedDataStore(t *testing.T) {
-	s := NewSharedData()
-	if st := s.Set("a", []byte("1"), 0); st != StatusOK {
-		t.Fatalf("first set: %d", st)
-	}
-	_, cas1, _ := s.Get("a")
-	if st := s.Set("b", []byte("2"), 0); st != StatusOK {
-		t.Fatalf("set b: %d", st)
-	}
-	_, casB, _ := s.Get("b")
-	if casB == cas1 {
-		t.Errorf("cas values repeat across keys (%d): Envoy uses one counter for the store", casB)
-	}
-	tests := []struct {
-		name string
-		key  string
-		cas  uint32
-		want Status
-	}{
-		{"matching cas", "a", cas1, StatusOK},
-		{"same cas again is stale", "a", cas1, StatusCasMismatch},
-		{"zero cas always wins", "a", 0, StatusOK},
-		{"missing key ignores cas", "c", 99, StatusOK},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := s.Set(tt.key, []byte("v"), tt.cas); got != tt.want {
-				t.Fatalf("Set(%q, cas %d) = %d, want %d", tt.key, tt.cas, got, tt.want)
-			}
-		})
-	}
-	if _, _, ok := s.Get("nope"); ok {
-		t.Error("Get of a missing key reported ok")
-	}
-}
-
-func TestCasCounterSkipsZero(t *testing.T) {
-	s := NewSharedData()
-	s.cas = ^uint32(0)
-	s.Set("a", nil, 0)
-	s.Set("a", nil, 0)
-	if _, cas, _ := s.Get("a"); cas != 1 {
-		t.Fatalf("cas after wrap-around = %d, want 1 (0 is never a cas value)", cas)
-	}
-}
-
 func TestMapPairsRoundTrip(t *testing.T) {
 	h := newHost(t, Config{})
 	req := get("/echo")

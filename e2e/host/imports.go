@@ -518,7 +518,10 @@ func hSetSharedData(v *vm, mod api.Module, s []uint64) Status {
 	if !ok1 || !ok2 {
 		return StatusInvalidMemoryAccess
 	}
-	return v.host.shared.Set(string(key), value, u32(s[4]))
+	if !v.host.shared.Set(string(key), value, u32(s[4])) {
+		return StatusCasMismatch
+	}
+	return StatusOK
 }
 
 func hGetSharedData(v *vm, mod api.Module, s []uint64) Status {
@@ -528,7 +531,7 @@ func hGetSharedData(v *vm, mod api.Module, s []uint64) Status {
 	}
 	var cas uint32
 	var found bool
-	v.scratch, cas, found = v.host.shared.get(v.scratch[:0], string(key))
+	v.scratch, cas, found = v.host.shared.AppendGet(v.scratch[:0], string(key))
 	if !found {
 		return StatusNotFound
 	}

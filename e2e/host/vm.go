@@ -31,6 +31,10 @@ type guestFns struct {
 	onDone           api.Function
 	onDelete         api.Function
 	onQueueReady     api.Function
+	// flushMetrics is Tollgate's tollgate_flush_metrics (not proxy-wasm): the counts
+	// the filter keeps in the VM between its ticks, handed over before the host's
+	// metrics are read (flushGuests).
+	flushMetrics api.Function
 }
 
 // vm is one module instance: one Envoy worker thread's Wasm. A wasm instance is

@@ -413,8 +413,10 @@ func (h *Host) settle(w *Worker) {
 }
 
 // Metrics returns every metric by name (counters and gauges summed over workers, as
-// Envoy keeps one stat per name).
+// Envoy keeps one stat per name), after every worker handed over the counts it keeps
+// between ticks (plugin.Plugin.FlushMetrics).
 func (h *Host) Metrics() map[string]int64 {
+	h.flushMetrics()
 	out := make(map[string]int64, len(h.metrics))
 	for name, m := range h.metrics {
 		out[name] = m.value
@@ -422,12 +424,21 @@ func (h *Host) Metrics() map[string]int64 {
 	return out
 }
 
-// Metric returns one metric's value.
+// Metric returns one metric's value (as Metrics does).
 func (h *Host) Metric(name string) int64 {
+	h.flushMetrics()
 	if m := h.metrics[name]; m != nil {
 		return m.value
 	}
 	return 0
+}
+
+func (h *Host) flushMetrics() {
+	for _, w := range h.workers {
+		if w.p != nil {
+			w.p.FlushMetrics()
+		}
+	}
 }
 
 type metric struct {

@@ -1,10 +1,12 @@
 package nativehost_test
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
 	"github.com/tollgate-rl/tollgate/filter/nativehost"
+	"github.com/tollgate-rl/tollgate/filter/plugin"
 )
 
 // Shaping: a burst of 50 requests against 10 a second with max_delay 2s. The bucket's
@@ -65,8 +67,8 @@ func TestShapingSpacesABurst(t *testing.T) {
 					t.Errorf("held request %d: headers %v", k, s.Response)
 				}
 			}
-			if p := h.TickPeriodMs(0); p != 0 {
-				t.Errorf("tick period %d ms with nothing held, want none (0)", p)
+			if p := h.TickPeriodMs(0); p != plugin.MetricsFlushMs {
+				t.Errorf("tick period %d ms with nothing held, want the base period %d", p, plugin.MetricsFlushMs)
 			}
 			if n := h.Metric("tollgate.requests_delayed"); n != 20 {
 				t.Errorf("requests_delayed %d, want 20", n)
@@ -100,8 +102,8 @@ func TestShapingHeldRequestReset(t *testing.T) {
 	h.Reset(a)
 	h.Reset(b)
 	h.Tick(0) // the tick slows itself down (plugin.setTick says why)
-	if p := h.TickPeriodMs(0); p != 0 {
-		t.Errorf("tick period %d ms with nothing held, want 0", p)
+	if p := h.TickPeriodMs(0); p != plugin.MetricsFlushMs {
+		t.Errorf("tick period %d ms with nothing held, want the base period %d", p, plugin.MetricsFlushMs)
 	}
 	// Their permits (100 and 200 ms ahead) stay taken: the next request waits 300 ms.
 	c := h.Request(0, req, nil)
@@ -156,8 +158,8 @@ func TestTickPeriodSetOncePerTick(t *testing.T) {
 		t.Errorf("tick period set %d times over 100 held requests without a tick, want 1", n)
 	}
 	h.Tick(0)
-	if p := h.TickPeriodMs(0); p != 0 {
-		t.Errorf("tick period %d ms after a tick with nothing held, want 0", p)
+	if p := h.TickPeriodMs(0); p != plugin.MetricsFlushMs {
+		t.Errorf("tick period %d ms after a tick with nothing held, want the base period %d", p, plugin.MetricsFlushMs)
 	}
 }
 
@@ -212,12 +214,19 @@ func shapeBurst(t *testing.T, algorithm string, n int, withSync bool) []int64 {
 	return shapeArrivals(t, algorithm, n, 0, withSync)
 }
 
-// shapeArrivals is shapeBurst with the requests arriving gapMs apart (0: all at once,
-// before any callout is answered), the clock ticking every 5 ms meanwhile.
+// shapeArrivals is shapeArrivalsIn with a fleet of one gateway.
 func shapeArrivals(t *testing.T, algorithm string, n, gapMs int, withSync bool) []int64 {
 	t.Helper()
+	return shapeArrivalsIn(t, 1, algorithm, n, gapMs, withSync)
+}
+
+// shapeArrivalsIn is shapeBurst with the requests arriving gapMs apart (0: all at once,
+// before any callout is answered), the clock ticking every 5 ms meanwhile, on the first
+// gateway of a fleet of gateways (the others only sync: the service counts them).
+func shapeArrivalsIn(t *testing.T, gateways int, algorithm string, n, gapMs int, withSync bool) []int64 {
+	t.Helper()
 	rules := `[{"id":"api","algorithm":"` + algorithm + `","limit":10,"window":"1s","burst":1,"max_delay":"2s"}]`
-	f := newFleet(t, 1, 1, rules)
+	f := newFleet(t, gateways, 1, rules)
 	if !withSync {
 		h, err := nativehost.New(nativehost.Config{
 			Clock:        func() int64 { return f.now },
@@ -229,6 +238,9 @@ func shapeArrivals(t *testing.T, algorithm string, n, gapMs int, withSync bool) 
 		f.gws = []*nativehost.Host{h}
 	}
 	f.tick(100)
+	for range 10 {
+		f.tick(100) // every gateway syncs: the replies carry the fleet's size
+	}
 	h := f.gws[0]
 	streams := make([]*nativehost.Stream, 0, n)
 	start := f.now
@@ -279,16 +291,23 @@ func shapeArrivals(t *testing.T, algorithm string, n, gapMs int, withSync bool) 
 // arrive meanwhile: the service refuses those (the bucket holds one permit), and each
 // such refusal whose permit comes within max_delay is a wait for its slot, decided on
 // the gateway as without sync, not a 429.
+//
+// The same on the first gateway of a fleet of 41 that counts the others (a mesh, or the
+// end-to-end suite's services, count dozens): a spent bucket's refusal on a fleet is
+// spread over the fleet's time for a permit each, which must not move a shaped
+// request's slot (it did: 2 admitted of 21, the rest told to come back in 4 to 55 s).
 func TestShapingWithSyncLikeWithout(t *testing.T) {
-	for _, algorithm := range []string{"gcra", "token_bucket"} {
-		t.Run(algorithm, func(t *testing.T) {
-			without := shapeBurst(t, algorithm, 30, false)
-			with := shapeBurst(t, algorithm, 30, true)
-			if len(without) != 21 {
-				t.Fatalf("without sync: %d admitted, want 21 (1 at once, 20 held)", len(without))
-			}
-			sameShaping(t, with, without)
-		})
+	for _, gateways := range []int{1, 41} {
+		for _, algorithm := range []string{"gcra", "token_bucket"} {
+			t.Run(fmt.Sprintf("%s/fleet_of_%d", algorithm, gateways), func(t *testing.T) {
+				without := shapeBurst(t, algorithm, 30, false)
+				with := shapeArrivalsIn(t, gateways, algorithm, 30, 0, true)
+				if len(without) != 21 {
+					t.Fatalf("without sync: %d admitted, want 21 (1 at once, 20 held)", len(without))
+				}
+				sameShaping(t, with, without)
+			})
+		}
 	}
 }
 

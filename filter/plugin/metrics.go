@@ -8,9 +8,19 @@ import (
 
 // metrics are the filter's Envoy stats. Names follow Envoy's dotted convention with a
 // "tollgate." prefix; Envoy's Prometheus endpoint turns them into tollgate_* series.
-// Every stat is defined at configuration time and counted by id on the hot path.
+// Every stat is defined at configuration time. The fields below (and ruleStats) are
+// indexes into ids, not the host's ids: counts are kept in the VM (pending) and handed to
+// the host on the root tick (flush), one proxy_increment_metric per stat that moved, not
+// one per count — a request then makes no metric host call at all (RATIONALE.md §9,
+// "Counters are flushed on the tick"). Gauge and histogram values (set, RecordedMetrics)
+// go to the host at once: they are set off the request path.
 type metrics struct {
 	host Host
+	// ids are the host's metric ids; pending, the counts not yet handed to the host, both
+	// indexed by the fields' values.
+	ids     []uint32
+	pending []int64
+	dirty   bool // some pending count is not zero
 
 	allowed, rejected, shadowRejected, denied, bypassed uint32
 	casExhausted, degraded, failClosed, strictChecks    uint32
@@ -37,7 +47,7 @@ type metrics struct {
 	rules map[string]*ruleStats
 }
 
-// ruleStats are one rule's stat ids, indexed by the stat* constants (names in RuleStats).
+// ruleStats are one rule's stat indexes (metrics.ids), indexed by the stat* constants (names in RuleStats).
 type ruleStats [nRuleStats]uint32
 
 const (
@@ -48,6 +58,18 @@ const (
 	statStrictChecks         // the strict rule's checks sent to the service
 	statStrictFailed         // those that failed (no usable answer)
 	nRuleStats
+)
+
+// RecordedMetrics are the stats the filter sets at once (gauges and a histogram set off
+// the request path, metrics.set) rather than counts flushed on the tick: a reader of
+// these need not wait for a tick.
+var RecordedMetrics = []string{"tollgate." + statTableSlots, "tollgate." + statRulesVersion, "tollgate." + statSyncRTT}
+
+// The names of the stats set with metrics.set (RecordedMetrics).
+const (
+	statTableSlots   = "bucket_table_slots"
+	statRulesVersion = "rules_version"
+	statSyncRTT      = "sync_rtt_ms"
 )
 
 // maxPerRuleMetrics bounds the rules with stats of their own (6 series each), whatever
@@ -78,13 +100,7 @@ func RuleStatName(id, stat string) string {
 
 func newMetrics(h Host) *metrics {
 	m := &metrics{host: h, rules: map[string]*ruleStats{}}
-	def := func(kind MetricKind, name string) uint32 {
-		id, err := h.DefineMetric(kind, "tollgate."+name)
-		if err != nil {
-			h.Log(LogWarn, "tollgate: define metric "+strconv.Quote(name)+": "+err.Error())
-		}
-		return id
-	}
+	def := func(kind MetricKind, name string) uint32 { return m.define(kind, "tollgate."+name) }
 	m.allowed = def(Counter, "requests_allowed")
 	m.rejected = def(Counter, "requests_rejected")
 	m.shadowRejected = def(Counter, "requests_shadow_rejected")
@@ -110,17 +126,17 @@ func newMetrics(h Host) *metrics {
 	// breaker_state counts the worker VMs whose breaker is not closed (each worker adds
 	// and removes itself): a gauge every worker set would show only the last writer.
 	m.breakerState = def(Gauge, "breaker_state")
-	m.rulesVersion = def(Gauge, "rules_version")
+	m.rulesVersion = def(Gauge, statRulesVersion)
 	m.rulesRejected = def(Counter, "rules_rejected")
 	m.leaseGranted = def(Counter, "lease_granted")
 	m.evictions = def(Counter, "bucket_evictions")
 	// The bucket table's occupancy: slots (its size) and slots used (each worker adds
 	// the slots it creates; a slot is never deleted, only taken over).
-	m.slots = def(Gauge, "bucket_table_slots")
+	m.slots = def(Gauge, statTableSlots)
 	m.slotsUsed = def(Gauge, "bucket_table_slots_used")
 	// Sync round trip in milliseconds, from a batch's send to its answer (Envoy's
 	// default histogram buckets, 0.5 ms to 1 h, suit milliseconds).
-	m.syncRTT = def(Histogram, "sync_rtt_ms")
+	m.syncRTT = def(Histogram, statSyncRTT)
 	m.keyMissing = def(Counter, "requests_key_missing")
 	m.responseCost = def(Counter, "response_cost_charged")
 	m.responseCostMissing = def(Counter, "response_cost_missing")
@@ -131,9 +147,47 @@ func newMetrics(h Host) *metrics {
 	return m
 }
 
-func (m *metrics) inc(id uint32)           { m.host.IncrementMetric(id, 1) }
-func (m *metrics) add(id uint32, n int64)  { m.host.IncrementMetric(id, n) }
-func (m *metrics) set(id uint32, v uint64) { m.host.RecordMetric(id, v) }
+// define defines a stat with the host and returns its index. A stat the host refused
+// keeps an index (its counts are dropped at the flush, as the host would have refused
+// each increment).
+func (m *metrics) define(kind MetricKind, name string) uint32 {
+	id, err := m.host.DefineMetric(kind, name)
+	if err != nil {
+		m.host.Log(LogWarn, "tollgate: define metric "+strconv.Quote(name)+": "+err.Error())
+	}
+	m.ids = append(m.ids, id)
+	m.pending = append(m.pending, 0)
+	return uint32(len(m.ids) - 1)
+}
+
+func (m *metrics) inc(i uint32) {
+	m.pending[i]++
+	m.dirty = true
+}
+
+func (m *metrics) add(i uint32, n int64) {
+	m.pending[i] += n
+	m.dirty = true
+}
+
+// set sets a gauge or records a histogram value at once: only the stats of
+// RecordedMetrics (readers of the others wait for a tick).
+func (m *metrics) set(i uint32, v uint64) { m.host.RecordMetric(m.ids[i], v) }
+
+// flush hands the pending counts to the host: one increment per stat that moved since
+// the last flush. The plugin calls it at the end of every root tick.
+func (m *metrics) flush() {
+	if !m.dirty {
+		return
+	}
+	m.dirty = false
+	for i, n := range m.pending {
+		if n != 0 {
+			m.pending[i] = 0
+			m.host.IncrementMetric(m.ids[i], n)
+		}
+	}
+}
 
 // forRules returns the per-rule stats of cfg's rules, parallel to cfg.Rules, defining
 // those of rules not seen before; nil entries beyond maxPerRuleMetrics rule ids.
@@ -148,10 +202,7 @@ func (m *metrics) forRules(cfg *rule.Config) []*ruleStats {
 			}
 			rs = &ruleStats{}
 			for k, stat := range RuleStats {
-				var err error
-				if rs[k], err = m.host.DefineMetric(Counter, RuleStatName(id, stat)); err != nil {
-					m.host.Log(LogWarn, "tollgate: define metric "+strconv.Quote(RuleStatName(id, stat))+": "+err.Error())
-				}
+				rs[k] = m.define(Counter, RuleStatName(id, stat))
 			}
 			m.rules[id] = rs
 		}

@@ -182,7 +182,8 @@ func (p *Plugin) OnPluginStart(data []byte) bool {
 	// and the others only look at the shared health, so that a request paused for the
 	// service when it stops answering is answered within a quarter interval of the moment
 	// the gateway counts it down (RATIONALE.md §3), not at its callout timeout. Without
-	// sync, slots in flight need the beat that keeps them this VM's (inflight).
+	// sync the tick hands the counters to the host (MetricsFlushMs), and beats for the
+	// slots in flight (inflight).
 	p.setTick(p.baseTickMs())
 	p.host.Log(LogInfo, "tollgate: started with "+strconv.Itoa(len(p.cfg.Rules))+" rules, version "+strconv.FormatUint(p.rulesVersion, 10))
 	return true
@@ -258,9 +259,24 @@ func (p *Plugin) nodeID(configured string) string {
 	return "gw-" + strconv.FormatUint(p.nextRand()>>16, 36) // shared data unusable: its own
 }
 
-// OnTick syncs (the leader) or queues this worker's urgent buckets, and picks up rules
-// other workers fetched.
+// OnTick syncs (the leader) or queues this worker's urgent buckets, picks up rules
+// other workers fetched, and hands the counts of the tick's period to the host.
 func (p *Plugin) OnTick() {
+	p.onTick()
+	p.FlushMetrics()
+}
+
+// FlushMetrics hands the counts kept in the VM to the host (metrics.flush). The tick
+// calls it; a host that reads the metrics outside Envoy's admin (the project's wazero host,
+// filter/nativehost) calls it before reading, as a scrape of Envoy sees what the last tick
+// flushed.
+func (p *Plugin) FlushMetrics() {
+	if p.m != nil {
+		p.m.flush()
+	}
+}
+
+func (p *Plugin) onTick() {
 	now := p.host.NowUs()
 	if len(p.delayed) > 0 {
 		p.releaseDue(now)

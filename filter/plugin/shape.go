@@ -69,17 +69,18 @@ func (p *Plugin) forgetDelayed(s *Stream) {
 	s.releaseUs = 0
 }
 
+// MetricsFlushMs is the tick period without sync: the counters kept in the VM reach the
+// host at most this late (metrics.flush). The beat of requests in flight (beatEveryUs)
+// is a multiple of it and runs on the tick that reaches it.
+const MetricsFlushMs = 250
+
 // baseTickMs is the tick period without held requests: four per sync interval (see
-// OnPluginStart); without sync, the beat of requests in flight when a rule counts them,
-// else none.
+// OnPluginStart); without sync, MetricsFlushMs.
 func (p *Plugin) baseTickMs() uint32 {
-	switch {
-	case p.cfg.syncEnabled():
+	if p.cfg.syncEnabled() {
 		return uint32(max(p.cfg.Sync.IntervalMs/4, 1))
-	case p.cfg.inFlight:
-		return beatEveryUs / 1000
 	}
-	return 0
+	return MetricsFlushMs
 }
 
 // setTick asks the host for a tick period of ms, only when it differs from the one asked

@@ -203,3 +203,25 @@ func hashID(s string) uint64 {
 	}
 	return h
 }
+
+// PeekRecord reads the record of bucket (key, rule, tier, window) from a table of
+// slots slots through get (a shared-data read), probing as load does. It is for
+// diagnostics outside the request path (the fleet simulation's account of why it held
+// or refused a request); ok is false when the bucket has no slot.
+func PeekRecord(get func(key string) ([]byte, bool), slots uint64, key, rule, tier string, window int) (r lease.Record, ok bool) {
+	if slots == 0 {
+		slots = defaultSlots
+	}
+	id := string(appendBucketID(nil, key, rule, tier, window))
+	h := hashID(id)
+	for p := 0; p < defaultProbes; p++ {
+		val, found := get(slotPrefix + strconv.FormatUint((h+uint64(p))%slots, 10))
+		if !found {
+			continue
+		}
+		if rec, mine, _ := splitSlot(val, id); mine {
+			return r, lease.DecodeRecord(rec, &r) == nil
+		}
+	}
+	return r, false
+}

@@ -1,6 +1,9 @@
 package rlqs
 
 import (
+	"math/bits"
+	"slices"
+
 	"github.com/tollgate-rl/tollgate/shared/algo"
 )
 
@@ -15,35 +18,127 @@ type share struct {
 // rate is the share's refill rate in permits per second.
 func (s share) rate() float64 { return float64(s.TokensPerFill) / float64(s.FillSec) }
 
-// shareOf sizes one Envoy's token bucket for a window of parameters p shared by nodes
-// Envoys: a 1/nodes share of the window's rate and of its capacity. nodes counts the
-// Envoys (streams of this replica) that had requests on the key within two report
-// intervals, not the whole fleet: a key used through one Envoy of many gets the whole
-// rule, as a gateway's lease follows its demand (RATIONALE.md §2) instead of its share
-// of the fleet. Shares of the Envoys using a key sum to at most the rule; what other
-// paths (Wasm gateways, RLS, other replicas) take of the same bucket shows in what
-// remains, which caps bursts and denies (burstOf). RATIONALE.md "Envoy's
-// rate_limit_quota filter" states the bounds.
+// portion is one Envoy's part of a key's rule: w of total (0 < w ≤ total). Shares are
+// weighted by each Envoy's recent demand on the key (Server.portion), so portions of
+// the Envoys using a key sum to one.
+type portion struct{ w, total int64 }
+
+// whole is the portion of the only Envoy on a key.
+var whole = portion{1, 1}
+
+func (q portion) normalized() portion {
+	if q.total <= 0 || q.w <= 0 || q.w > q.total {
+		return whole
+	}
+	return q
+}
+
+// of is x·w/total for x ≥ 0, rounded down, without overflow (the product is taken in
+// 128 bits; the quotient is at most x).
+func (q portion) of(x int64) int64 {
+	q = q.normalized()
+	hi, lo := bits.Mul64(uint64(max(x, 0)), uint64(q.w))
+	v, _ := bits.Div64(hi, lo, uint64(q.total))
+	return int64(v)
+}
+
+// demand is what the Envoys using a key asked of it lately, in requests a second ×1000
+// (admitted and denied: what they were offered): this Envoy's and every other's.
+type demand struct {
+	mine   int64
+	others []int64
+}
+
+func (d demand) equal(o demand) bool { return d.mine == o.mine && slices.Equal(d.others, o.others) }
+
+// portion is this Envoy's part of the rate of window p. Each Envoy's demand counts at
+// least 1/8 of an even share (so an Envoy whose traffic on the key is starting is not
+// held near zero until its next report). While the demands fit in the rule, each Envoy
+// gets its demand scaled by the same factor, up to 5/4 (headroom for a client whose
+// traffic grows a little on it, or whose count in one report was low by chance), and
+// what is left beyond 5/4 is shared evenly on top. When they exceed the rule, it is
+// filled like water: those asking least get their demand, and the rest share what is
+// left evenly, so no Envoy is held below another's share while it asks for more. The
+// portions of the Envoys using a key sum to at most one, so their shares sum to at most
+// the rule (RATIONALE.md "Envoy's rate_limit_quota filter").
+func (d demand) portion(p algo.Params) portion {
+	// In floating point: a rule of 5 an hour is 0.0014 permits a second, and the
+	// portions only size token buckets (their sum is checked below, not their digits).
+	n := float64(len(d.others) + 1)
+	rule := float64(p.Limit) * 1e6 / float64(max(p.WindowUs, 1)) // permits a second
+	floor := rule / (8 * n)
+	wants := make([]float64, 0, len(d.others)+1)
+	wants = append(wants, max(float64(d.mine)/1000, floor))
+	for _, r := range d.others {
+		wants = append(wants, max(float64(r)/1000, floor))
+	}
+	var sum float64
+	for _, w := range wants {
+		sum += w
+	}
+	mine := wants[0]
+	switch {
+	case sum*5/4 >= rule && sum <= rule:
+		// Demands scaled by rule/sum (≤ 5/4): the rule shared in proportion.
+		mine = mine * rule / sum
+	case sum <= rule:
+		// Demands with 5/4 headroom, and what is left shared evenly on top.
+		mine = mine*5/4 + (rule-sum*5/4)/n
+	default:
+		slices.Sort(wants)
+		left, k := rule, n
+		for _, w := range wants {
+			if w*k > left {
+				break
+			}
+			left -= w
+			k--
+		}
+		// wants above the level share what is left evenly; those below got theirs.
+		mine = min(mine, left/max(k, 1))
+	}
+	return fraction(mine / rule)
+}
+
+// portionScale is the denominator of a portion computed from demand.
+const portionScale = 1 << 30
+
+// fraction is f (0 < f ≤ 1) as a portion, rounded down (never below 1/portionScale).
+func fraction(f float64) portion {
+	return portion{int64(min(max(f*portionScale, 1), portionScale)), portionScale}
+}
+
+// shareOf sizes one Envoy's token bucket for a window of parameters p: its portion q of
+// the window's rate and of its capacity. The portion weighs the Envoys (streams of this
+// replica) that had requests on the key within two report intervals by the requests
+// each reported, not the whole fleet evenly: a key used through one Envoy of many gets
+// the whole rule, and a client whose traffic reaches the Envoys unevenly gets a share
+// on each that follows its traffic, as a gateway's lease follows its demand
+// (RATIONALE.md §2). Portions of the Envoys using a key sum to one, so their shares sum
+// to at most the rule; what other paths (Wasm gateways, RLS, other replicas) take of
+// the same bucket shows in what remains, which caps bursts and denies (burstOf).
+// RATIONALE.md "Envoy's rate_limit_quota filter" states the bounds.
 //
 // Envoy 1.40 computes the fill rate as tokens_per_fill / (whole seconds of
 // fill_interval), so the interval is whole seconds, at least 1: a window under a second
 // is refilled once a second with a second's worth of permits; a share under one permit
-// per window stretches the interval instead (1 permit every ceil(window·nodes/limit)
+// per window stretches the interval instead (1 permit every ceil(window/(limit·q))
 // seconds). max_tokens is at least 1: a token bucket of 0 refuses everything, which is
 // the deny this path sends as a blanket rule when the bucket is spent.
-func shareOf(p algo.Params, nodes int64) share {
-	nodes = max(nodes, 1)
+func shareOf(p algo.Params, q portion) share {
+	q = q.normalized()
 	winUs := max(p.WindowUs, 1)
 	fill := max(1, (winUs+999_999)/1_000_000) // seconds
 	// permits per fill interval for the whole fleet, then this node's share
 	fleet := p.Limit * fill * 1_000_000 / winUs
-	per := fleet / nodes
+	per := q.of(fleet)
 	if per < 1 {
 		// Fewer than one permit per interval: stretch the interval to one permit.
-		fill = max(1, (winUs*nodes+p.Limit*1_000_000-1)/(p.Limit*1_000_000))
+		perSec := max(q.of(p.Limit*1_000_000), 1) // the share's permits per window, ×10⁶
+		fill = max(1, (winUs+perSec-1)/perSec)
 		per = 1
 	}
-	capShare := max(1, p.Capacity()/nodes)
+	capShare := max(1, q.of(p.Capacity()))
 	return share{MaxTokens: u32(capShare), TokensPerFill: u32(per), FillSec: fill}
 }
 
@@ -65,13 +160,14 @@ func tightest(shares []share) (share, bool) {
 
 func u32(v int64) uint32 { return uint32(min(max(v, 0), 1<<32-1)) }
 
-// burstOf is one node's share of what a global bucket holds unreserved (remaining, from
-// the store's answer to a report): the most an Envoy's token bucket may hold. Envoy 1.40
-// starts a first token bucket (or one after a blanket rule) full and a changed one at
-// the fill ratio of the one it replaces, so a bucket holds at most its max_tokens just
-// after an assignment: capping max_tokens at remaining/nodes keeps what a fleet can
-// admit at once within what the bucket holds, however often the shares change. 0: the
-// bucket is spent for this node (the Envoy is denied until it refills).
-func burstOf(remaining, nodes int64) int64 {
-	return max(0, remaining) / max(nodes, 1)
+// burstOf is one node's portion of what a global bucket holds unreserved (remaining,
+// from the store's answer to a report): the most an Envoy's token bucket may hold.
+// Envoy 1.40 starts a first token bucket (or one after a blanket rule) full and a
+// changed one at the fill ratio of the one it replaces, so a bucket holds at most its
+// max_tokens just after an assignment: capping max_tokens at the node's portion of
+// remaining keeps what a fleet can admit at once within what the bucket holds, however
+// often the shares change. 0: the bucket is spent for this node (the Envoy is denied
+// until it refills).
+func burstOf(remaining int64, q portion) int64 {
+	return q.of(max(0, remaining))
 }

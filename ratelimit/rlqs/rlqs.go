@@ -13,8 +13,9 @@
 // (service.Sync: idempotent per stream and report, no lease granted: an Envoy's token
 // bucket is not a reservation). Every report is answered, and every change of the
 // Envoys using a key or of the rule set pushed, with the Envoy's assignment: a token
-// bucket of its share of the window (shareOf: the rate and capacity divided among the
-// Envoys that had requests on the key lately, its max_tokens never above its share of
+// bucket of its share of the window (shareOf: the rate and capacity shared among the
+// Envoys that had requests on the key lately by their demand, demand.portion; its
+// max_tokens never above its share of
 // what the global bucket held at its last report), or a blanket deny while the global
 // bucket is spent, each with a time to live after which the Envoy's configured
 // expired_assignment_behavior decides. Before the service exits every stream gets a
@@ -30,6 +31,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -45,6 +47,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollgate-rl/tollgate/ratelimit/service"
+	"github.com/tollgate-rl/tollgate/shared/algo"
 	"github.com/tollgate-rl/tollgate/shared/lease"
 	"github.com/tollgate-rl/tollgate/shared/rule"
 	"github.com/tollgate-rl/tollgate/shared/wire"
@@ -102,39 +105,73 @@ type Server struct {
 	done    chan struct{} // closed by Close: every stream ends
 	// using: per bucket (canonical BucketId), the streams that had requests in it and
 	// when they last reported some.
-	using map[string]map[*stream]int64
+	using map[string]map[*stream]use
 }
 
-// touch records that st had requests in bucket k (st.mu held; s.mu after it).
-func (s *Server) touch(k string, st *stream, now int64) {
+// use is what the service knows of one stream's requests in one bucket: its last two
+// reports (two reports smooth the count of a slow key: 2 or 3 requests in 5 s is the
+// same client).
+type use struct {
+	at             int64 // the last report with requests in the bucket
+	req, prevReq   int64 // requests (admitted and denied) in the last report, the one before
+	span, prevSpan int64 // what those reports covered, µs
+}
+
+// rate is the stream's requests a second ×1000 over its last two reports.
+func (u use) rate() int64 {
+	return (u.req + u.prevReq) * 1_000_000_000 / max(u.span+u.prevSpan, 1_000_000)
+}
+
+// touch records st's report of bucket k: requests (admitted and denied) over spanUs. A
+// report without requests counts in the stream's rate but not in when it last used the
+// key (st.mu held; s.mu after it).
+func (s *Server) touch(k string, st *stream, now, requests, spanUs int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m := s.using[k]
 	if m == nil {
-		m = map[*stream]int64{}
+		if requests == 0 {
+			return
+		}
+		m = map[*stream]use{}
 		s.using[k] = m
 	}
-	m[st] = now
+	u, ok := m[st]
+	if !ok && requests == 0 {
+		return
+	}
+	u.prevReq, u.prevSpan = u.req, u.span
+	u.req, u.span = min(requests, 1<<32), max(spanUs, 0)
+	if requests > 0 {
+		u.at = now
+	}
+	m[st] = u
 }
 
-// users is how many streams had requests in bucket k within two report intervals (at
-// least 1): the Envoys its rate and capacity are shared among.
-func (s *Server) users(k string, now int64) int64 {
+// demand is what the streams that had requests in bucket k within two report intervals
+// and a heartbeat asked of it lately, st's own first (0 when st had none lately): what
+// its rule is shared by (demand.portion).
+func (s *Server) demand(k string, st *stream, now int64) demand {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	horizon := 2*s.o.ReportInterval.Microseconds() + s.o.Heartbeat.Microseconds()
-	var n int64
-	for st, at := range s.using[k] {
-		if now-at <= horizon {
-			n++
+	var d demand
+	for o, u := range s.using[k] {
+		if now-u.at > horizon {
+			delete(s.using[k], o)
+			continue
+		}
+		if o == st {
+			d.mine = u.rate()
 		} else {
-			delete(s.using[k], st)
+			d.others = append(d.others, u.rate())
 		}
 	}
 	if len(s.using[k]) == 0 {
 		delete(s.using, k)
 	}
-	return max(n, 1)
+	slices.Sort(d.others) // one demand, one order: a change is a change of numbers
+	return d
 }
 
 // New builds the service on svc (its rule set, batch path and metrics registry).
@@ -143,7 +180,7 @@ func New(svc *service.Service, log *slog.Logger, o Options) *Server {
 		log = slog.Default()
 	}
 	return &Server{svc: svc, log: log, o: o.normalized(), m: newMetrics(svc.Metrics().Registry), streams: map[*stream]struct{}{},
-		done: make(chan struct{}), using: map[string]map[*stream]int64{}}
+		done: make(chan struct{}), using: map[string]map[*stream]use{}}
 }
 
 // Register adds the service to g.
@@ -261,9 +298,9 @@ type bucket struct {
 	// one at the fill ratio of the one it replaces: either way it holds at most
 	// max_tokens, which must never exceed what the global bucket backs.
 	burst int64
-	// n is how many Envoys (streams of this replica) used the key lately: its rate and
-	// capacity are shared among them (Server.users).
-	n    int64
+	// dem is what the Envoys (streams of this replica) that used the key lately asked
+	// of it: its rule is shared by it (Server.demand, demand.portion).
+	dem  demand
 	sent assignment // the last action sent
 }
 
@@ -356,7 +393,7 @@ func (st *stream) report(rep *rlqsv3.RateLimitQuotaUsageReports) {
 				st.s.m.buckets.WithLabelValues("table_full").Inc()
 				continue
 			}
-			bk = &bucket{id: u.GetBucketId(), entries: entries, burst: -1, n: 1}
+			bk = &bucket{id: u.GetBucketId(), entries: entries, burst: -1}
 			st.buckets[k] = bk
 		}
 		allowed, denied := int64(min(u.GetNumRequestsAllowed(), 1<<32-1)), int64(min(u.GetNumRequestsDenied(), 1<<32-1))
@@ -373,8 +410,8 @@ func (st *stream) report(rep *rlqsv3.RateLimitQuotaUsageReports) {
 		bk.lastUs = now
 		if allowed+denied > 0 || bk.usedUs == 0 {
 			bk.usedUs = now
-			st.s.touch(k, st, now)
 		}
+		st.s.touch(k, st, now, allowed+denied, elapsedMs*1000)
 		order = append(order, k)
 		if cfg == nil || cfg.Off() {
 			continue
@@ -431,20 +468,21 @@ func (st *stream) report(rep *rlqsv3.RateLimitQuotaUsageReports) {
 			// until it has refilled that much.
 			burst := map[string]int64{}
 			for _, r := range refs {
-				n := st.s.users(r.bucket, now)
+				p := lease.ParamsOf(&b.Deltas[r.delta])
+				q := st.s.demand(r.bucket, st, now).portion(p)
 				sta := out.states[r.delta]
 				if sta.Flags&wire.StateRefused != 0 {
 					continue
 				}
-				m := burstOf(sta.Remaining, n)
+				m := burstOf(sta.Remaining, q)
 				if old, ok := burst[r.bucket]; !ok || m < old {
 					burst[r.bucket] = m
 				}
 				if m > 0 {
 					continue
 				}
-				p := lease.ParamsOf(&b.Deltas[r.delta])
-				wait := lease.RefillUs(p, now, n-sta.Remaining)
+				// Until the bucket has refilled a permit for this node's portion.
+				wait := lease.RefillUs(p, now, (q.total+q.w-1)/q.w-sta.Remaining)
 				wait = min(max(wait, 1_000_000), st.s.o.ReportInterval.Microseconds())
 				if bk := st.buckets[r.bucket]; bk != nil && now+wait > bk.denyUntilUs {
 					bk.denyUntilUs = now + wait
@@ -452,7 +490,8 @@ func (st *stream) report(rep *rlqsv3.RateLimitQuotaUsageReports) {
 			}
 			for k, m := range burst {
 				if bk := st.buckets[k]; bk != nil {
-					bk.burst, bk.n = m, st.s.users(k, now)
+					bk.burst = m
+					bk.dem = st.settle(bk, st.s.demand(k, st, now))
 					if m > 0 {
 						bk.denyUntilUs = 0 // the bucket holds its share again (or Redis is back)
 					}
@@ -533,7 +572,7 @@ func (st *stream) push(keys []string, reason string, always bool) {
 			continue
 		}
 		if reason != "report" {
-			st.s.log.Debug("rlqs: assignment changed", "node", st.node, "envoys", bk.n, "was", bk.sent, "now", a)
+			st.s.log.Debug("rlqs: assignment changed", "node", st.node, "envoys", len(bk.dem.others)+1, "was", bk.sent, "now", a)
 		}
 		bk.sent = a
 		if a.kind == 1 {
@@ -559,20 +598,64 @@ func (st *stream) send(resp *rlqsv3.RateLimitQuotaResponse, reason string) {
 	st.s.m.pushes.WithLabelValues(reason).Add(float64(len(resp.BucketAction)))
 }
 
+// windows are the parameters of every window the rule set limits bucket bk by (shadow
+// rules left out: they never refuse) (st.mu held).
+func (st *stream) windows(bk *bucket) []algo.Params {
+	if st.cfg == nil || st.cfg.Off() {
+		return nil
+	}
+	var out []algo.Params
+	for _, ap := range st.cfg.ApplyDescriptor(st.domain, bk.entries, nil) {
+		if !ap.Rule.Shadow {
+			out = append(out, ap.Windows...)
+		}
+	}
+	return out
+}
+
+// settle is the demand bk's assignment follows once the Envoys' demand on its key is d:
+// d when Envoys joined or left the key, or when it moves this Envoy's portion of some
+// window by more than a quarter; else the one it follows now. Counts of a slow key are
+// noisy (2 or 3 requests in a report), and Envoy 1.40 builds a new token bucket for
+// every changed assignment; following each count refused an even client at 90 % of its
+// limit 15 % of the time, where an assignment that holds refused none (st.mu held).
+func (st *stream) settle(bk *bucket, d demand) demand {
+	if bk.sent.kind != 3 || len(d.others) != len(bk.dem.others) {
+		return d
+	}
+	for _, p := range st.windows(bk) {
+		was, now := bk.dem.portion(p), d.portion(p)
+		if 4*absDiff(now.w, was.w) > was.w {
+			return d
+		}
+	}
+	return bk.dem
+}
+
+func absDiff(a, b int64) int64 { return max(a-b, b-a) }
+
+// shrunk is bk's burst cap once the demand on its key is d: scaled down by the largest
+// fall of this Envoy's portion over its windows, so a burst granted under a larger share
+// is not pushed again under a smaller one; never raised (a report raises it, from what
+// the global bucket holds) (st.mu held).
+func (st *stream) shrunk(bk *bucket, d demand) int64 {
+	burst := bk.burst
+	for _, p := range st.windows(bk) {
+		was, now := bk.dem.portion(p), d.portion(p)
+		if now.w < was.w { // both of the same rule's rate
+			burst = min(burst, portion{now.w, was.w}.of(bk.burst))
+		}
+	}
+	return burst
+}
+
 // action is bucket bk's assignment now (st.mu held).
 func (st *stream) action(bk *bucket, now int64) (assignment, *rlqsv3.RateLimitQuotaResponse_BucketAction) {
 	ttl := 2*st.s.o.ReportInterval + time.Second
 	var a assignment
 	var shares []share
-	if st.cfg != nil && !st.cfg.Off() {
-		for _, ap := range st.cfg.ApplyDescriptor(st.domain, bk.entries, nil) {
-			if ap.Rule.Shadow {
-				continue
-			}
-			for _, p := range ap.Windows {
-				shares = append(shares, shareOf(p, bk.n))
-			}
-		}
+	for _, p := range st.windows(bk) {
+		shares = append(shares, shareOf(p, bk.dem.portion(p)))
 	}
 	strategy := &typev3.RateLimitStrategy{}
 	switch sh, ok := tightest(shares); {
@@ -637,14 +720,14 @@ func (st *stream) heartbeat() {
 					BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}}})
 				continue
 			}
-			if n := st.s.users(k, now); n != bk.n {
-				// Another Envoy joined or left the key: the share changes. Bursts already
-				// granted shrink with a larger count, so the pushed share holds no more than
-				// the global bucket backed.
-				if n > bk.n && bk.burst > 0 {
-					bk.burst = bk.burst * bk.n / n
+			if d := st.settle(bk, st.s.demand(k, st, now)); !d.equal(bk.dem) {
+				// Another Envoy joined or left the key: the share changes. A burst already
+				// granted shrinks with a smaller portion, so the pushed share holds no more
+				// than the global bucket backed.
+				if bk.burst > 0 {
+					bk.burst = st.shrunk(bk, d)
 				}
-				bk.n = n
+				bk.dem = d
 			}
 			keys = append(keys, k)
 		}

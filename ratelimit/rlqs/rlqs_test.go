@@ -2,6 +2,7 @@ package rlqs
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -151,32 +152,129 @@ func TestUnauthenticated(t *testing.T) {
 	}
 }
 
+// even is the portion of one of n Envoys of equal demand.
+func even(n int64) portion { return portion{1, max(n, 1)} }
+
 func TestShareOf(t *testing.T) {
 	perMin := func(limit int64) algo.Params {
 		return algo.Params{Kind: algo.TokenBucket, Limit: limit, WindowUs: 60_000_000}
 	}
 	for _, tt := range []struct {
-		name  string
-		p     algo.Params
-		nodes int64
-		want  share
+		name string
+		p    algo.Params
+		q    portion
+		want share
 	}{
-		{"one node: the rule", perMin(100), 1, share{100, 100, 60}},
-		{"none counted yet counts as one", perMin(100), 0, share{100, 100, 60}},
-		{"four Envoys on the key: a quarter", perMin(100), 4, share{25, 25, 60}},
-		{"share under a permit a window stretches the interval", perMin(3), 4, share{1, 1, 80}},
-		{"sub-second window refills once a second", algo.Params{Kind: algo.TokenBucket, Limit: 10, WindowUs: 100_000}, 2, share{5, 50, 1}},
+		{"one node: the rule", perMin(100), whole, share{100, 100, 60}},
+		{"no portion known counts as the whole", perMin(100), portion{}, share{100, 100, 60}},
+		{"four Envoys of equal demand: a quarter", perMin(100), even(4), share{25, 25, 60}},
+		{"seven tenths of the demand: seven tenths", perMin(100), portion{7, 10}, share{70, 70, 60}},
+		{"share under a permit a window stretches the interval", perMin(3), even(4), share{1, 1, 80}},
+		{"a small portion of a small rule: one permit a long interval", perMin(10), portion{1, 50}, share{1, 1, 300}},
+		{"sub-second window refills once a second", algo.Params{Kind: algo.TokenBucket, Limit: 10, WindowUs: 100_000}, even(2), share{5, 50, 1}},
+		{"huge weights do not overflow", perMin(1 << 31), portion{1 << 40, 1 << 41}, share{500_000_000, 1 << 30, 60}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			got := shareOf(tt.p, tt.nodes)
+			got := shareOf(tt.p, tt.q)
 			if got != tt.want {
-				t.Fatalf("shareOf(%+v, %d) = %+v, want %+v", tt.p, tt.nodes, got, tt.want)
+				t.Fatalf("shareOf(%+v, %+v) = %+v, want %+v", tt.p, tt.q, got, tt.want)
 			}
-			// The shares of every node never exceed the rule's rate.
-			if fleet := got.rate() * float64(max(tt.nodes, 1)); fleet > float64(tt.p.Limit)*1e6/float64(tt.p.WindowUs)+1e-9 {
-				t.Errorf("fleet rate %.3f/s above the rule's", fleet)
+			// This node's share never exceeds its portion of the rule's rate.
+			q := tt.q.normalized()
+			if mine := got.rate(); mine > float64(tt.p.Limit)*1e6/float64(tt.p.WindowUs)*float64(q.w)/float64(q.total)+1e-9 {
+				t.Errorf("rate %.3f/s above the portion %d/%d of the rule's", mine, q.w, q.total)
 			}
 		})
+	}
+}
+
+// TestPortionFillsLikeWater: the Envoys using a key share its rule by their demand: in
+// proportion while the demands fit in the rule (up to a quarter's headroom each, the
+// rest evenly on top); beyond it, those asking least get their demand and the rest share
+// what is left evenly. Every Envoy gets at least its demand while the demands fit, and
+// the portions of the Envoys on a key never sum to more than the rule.
+func TestPortionFillsLikeWater(t *testing.T) {
+	perTenS := algo.Params{Kind: algo.TokenBucket, Limit: 20, WindowUs: 10_000_000} // 2/s: 2000 ×1000
+	for _, tt := range []struct {
+		name  string
+		rates []int64 // requests a second ×1000, this Envoy's first
+		want  []int64 // each Envoy's portion of 2000
+	}{
+		{"alone: the whole rule", []int64{1800}, []int64{2000}},
+		{"alone and idle: the whole rule", []int64{0}, []int64{2000}},
+		{"even client at 90 %: even shares", []int64{450, 450, 450, 450}, []int64{500, 500, 500, 500}},
+		{"even client, noisy counts: in proportion", []int64{400, 500, 450, 550}, []int64{421, 526, 473, 578}},
+		{"70/10/10/10 at 90 %: in proportion", []int64{1260, 180, 180, 180}, []int64{1400, 200, 200, 200}},
+		{"light use: demand (the floor, 125) with headroom, the rest evenly on top", []int64{400, 100}, []int64{1172, 828}},
+		{"light use, idle beside: as if it asked the floor", []int64{400, 0}, []int64{1172, 828}},
+		{"an idle Envoy beside a busy one: the floor", []int64{0, 3000}, []int64{125, 1875}},
+		{"over the rule: the light one gets its demand, the heavy share the rest", []int64{4000, 4000, 100}, []int64{950, 950, 100}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var sum int64
+			for i := range tt.rates {
+				d := demand{mine: tt.rates[i]}
+				for j, r := range tt.rates {
+					if j != i {
+						d.others = append(d.others, r)
+					}
+				}
+				q := d.portion(perTenS)
+				got := q.w * 2000 / q.total // of 2000
+				if got < tt.want[i]-1 || got > tt.want[i]+1 {
+					t.Errorf("Envoy %d: portion %d of 2000, want %d", i, got, tt.want[i])
+				}
+				if fits := slices.Max(tt.rates) > 0 && sumOf(tt.rates) <= 2000; fits && got < tt.rates[i]-1 {
+					t.Errorf("Envoy %d: portion %d below its demand %d while the demands fit", i, got, tt.rates[i])
+				}
+				sum += q.w
+			}
+			if sum > portionScale {
+				t.Errorf("portions sum to %d of %d, more than the rule", sum, portionScale)
+			}
+		})
+	}
+}
+
+func sumOf(v []int64) (s int64) {
+	for _, x := range v {
+		s += x
+	}
+	return s
+}
+
+// TestPortionOfASmallRule: a rule of 5 an hour (0.0014 permits a second) is shared as
+// exactly as one of 20 per 10 s: two Envoys asking more than it get half each.
+func TestPortionOfASmallRule(t *testing.T) {
+	perHour := algo.Params{Kind: algo.TokenBucket, Limit: 5, WindowUs: 3_600_000_000}
+	q := demand{mine: 1000, others: []int64{1000}}.portion(perHour)
+	if q.w*2 != q.total {
+		t.Errorf("portion %d of %d, want a half", q.w, q.total)
+	}
+}
+
+// TestDemandOfAKey: the service's view of who uses a key: the last two reports of each
+// stream, streams without requests within two reports and a heartbeat left out.
+func TestDemandOfAKey(t *testing.T) {
+	s := &Server{o: Options{}.normalized(), using: map[string]map[*stream]use{}}
+	a, b, idle := &stream{}, &stream{}, &stream{}
+	const k, sec = "key", int64(1_000_000)
+	now := 100 * sec
+	s.touch(k, a, now-5*sec, 2, 5*sec)
+	s.touch(k, a, now, 3, 5*sec) // 5 in 10 s
+	s.touch(k, b, now, 10, 5*sec)
+	if d := s.demand(k, a, now); d.mine != 500 || !slices.Equal(d.others, []int64{2000}) {
+		t.Errorf("demand seen by a: %+v, want 500 and [2000]", d)
+	}
+	if d := s.demand(k, idle, now); d.mine != 0 || len(d.others) != 2 {
+		t.Errorf("demand seen by an Envoy without requests: %+v, want 0 and both others", d)
+	}
+	s.touch(k, idle, now, 0, 5*sec) // a report without requests adds nobody
+	if d := s.demand(k, a, now); len(d.others) != 1 {
+		t.Errorf("an empty report counted a user: %+v", d)
+	}
+	if d := s.demand(k, a, now+12*sec); d.mine != 0 || len(d.others) != 0 {
+		t.Errorf("after the horizon: %+v, want nobody", d)
 	}
 }
 

@@ -12,58 +12,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-rl/tollgate/internal/ingestgen"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
-	"github.com/tollgate-rl/tollgate/shared/algo"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
-// Benchmarks: 1000-delta batches over 10,000 keys, applied
+// Benchmarks: 1000-delta batches over 10,000 keys (internal/ingestgen), applied
 //   - raw: store.Apply, i.e. one pipelined EVALSHA per delta, no HTTP;
 //   - http: POST /v1/sync over loopback HTTP (encode, decode, auth, apply, reply).
 // Both report key-deltas/s and the p99 latency of one batch. `go test -run '^$' -bench
 // . ./ratelimit/service` runs them against the standalone server and the 6-node
 // cluster the package starts.
 
-const (
-	benchKeys  = 10_000
-	benchBatch = 1000
-)
-
-type benchGen struct {
-	prefix string
-	seq    atomic.Uint64
-}
-
-func newBenchGen() *benchGen {
-	g := &benchGen{prefix: fmt.Sprintf("bench-%d", time.Now().UnixNano())}
-	g.seq.Store(uint64(time.Now().UnixMicro()))
-	return g
-}
-
-// batch builds one batch of distinct random keys from a 10k key space, as one worker of
-// one of 8 gateways would send it.
-func (g *benchGen) batch(rng *rand.Rand) *wire.Batch {
-	b := &wire.Batch{Node: fmt.Sprint("gw-", rng.IntN(8)), Seq: g.seq.Add(1)}
-	seen := make(map[int]bool, benchBatch)
-	for len(b.Deltas) < benchBatch {
-		k := rng.IntN(benchKeys)
-		if seen[k] {
-			continue
-		}
-		seen[k] = true
-		b.Deltas = append(b.Deltas, wire.Delta{
-			Key: fmt.Sprint(g.prefix, "-", k), Rule: "api", Algo: uint8(algo.TokenBucket),
-			Limit: 1000, WindowMs: 60_000, Leased: uint32(rng.IntN(3)), Over: uint32(rng.IntN(2)), Rejected: uint32(rng.IntN(2)),
-		})
-	}
-	return b
-}
-
 // runBench applies b.N batches from conc goroutines and reports throughput and the
 // batch latency p99 (conc 1: one batch at a time, the latency of a lone gateway worker;
 // conc 4: batches queue behind each other, the throughput of a busy fleet).
 func runBench(b *testing.B, conc int, apply func(*wire.Batch) error) {
-	g := newBenchGen()
+	g := ingestgen.New(fmt.Sprintf("bench-%d", time.Now().UnixNano()), uint64(time.Now().UnixMicro()))
 	var mu sync.Mutex
 	var lat []time.Duration
 	var next atomic.Int64
@@ -77,7 +42,7 @@ func runBench(b *testing.B, conc int, apply func(*wire.Batch) error) {
 			rng := rand.New(rand.NewPCG(rand.Uint64(), 1))
 			var mine []time.Duration
 			for next.Add(1) <= int64(b.N) {
-				bt := g.batch(rng)
+				bt := g.Batch(rng)
 				t0 := time.Now()
 				if err := apply(bt); err != nil {
 					b.Error(err)
@@ -98,7 +63,7 @@ func runBench(b *testing.B, conc int, apply func(*wire.Batch) error) {
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	p99 := lat[min(len(lat)-1, len(lat)*99/100)]
-	b.ReportMetric(float64(len(lat)*benchBatch)/elapsed.Seconds(), "deltas/s")
+	b.ReportMetric(float64(len(lat)*ingestgen.Batch)/elapsed.Seconds(), "deltas/s")
 	b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ms/batch")
 }
 

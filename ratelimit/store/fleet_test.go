@@ -38,10 +38,10 @@ func TestSentinel(t *testing.T) {
 	}
 }
 
-// TestFleetSize: the fleet size (tg:nodes) counts the gateways any service instance
+// TestFleetSize: the fleet size (tg:{fleet}:nodes) counts the gateways any service instance
 // heard from, and forgets those silent for longer than FleetWindow.
 func TestFleetSize(t *testing.T) {
-	srv := redistest.StartStandalone(t) // tg:nodes is global: a server of its own
+	srv := redistest.StartStandalone(t) // tg:{fleet}:nodes is global: a server of its own
 	// Longer than the refresh period (a second): each instance refreshes its gateways'
 	// entries once a period, so a shorter window would drop live ones between refreshes.
 	const window = 2 * time.Second

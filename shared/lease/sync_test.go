@@ -105,3 +105,49 @@ func TestSyncClockStepsBack(t *testing.T) {
 		})
 	}
 }
+
+// TestFleetLeasesKeepHalf: in a fleet, leases sized by demand leave half of the bucket
+// unreserved (FleetLeaseKeep), whatever the number of reports asking for more; a
+// gateway alone is not held back; and an acquire's Want is still covered from all that
+// is unreserved, so a gateway whose demand runs above its share gets it (alone, the
+// leases reserve the whole bucket, and the acquire finds nothing).
+func TestFleetLeasesKeepHalf(t *testing.T) {
+	const now = int64(1_700_000_000_000_000)
+	tests := []struct {
+		name    string
+		nodes   int64
+		maxOut  int64 // outstanding after the reports, at most
+		minOut  int64 // ... and at least
+		wantGet int64 // grant of the acquire that follows (Want 10; 0: refused)
+	}{
+		{"fleet of 4", 4, 50, 40, 10},
+		{"fleet of 16", 16, 50, 40, 10},
+		{"alone", 1, 100, 80, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultSyncConfig
+			cfg.Nodes = tc.nodes
+			var b Bucket
+			var pen Penalty
+			base := wire.Delta{Key: "k", Rule: "r", Algo: uint8(algo.TokenBucket), Limit: 100, WindowMs: 1000}
+			// Twenty reports of gateways each asking 30 a second (refusals: demand,
+			// nothing charged), none holding a lease: each would take its share.
+			for i := range 20 {
+				d := base
+				d.Rejected, d.ElapsedMs = 30, 1000
+				Sync(&b, &pen, &d, now+int64(i)*1000, cfg)
+			}
+			out := b.Leases.Outstanding()
+			if out > tc.maxOut || out < tc.minOut {
+				t.Fatalf("outstanding %d after the reports, want %d..%d", out, tc.minOut, tc.maxOut)
+			}
+			acq := base
+			acq.Flags, acq.Over, acq.Want, acq.ElapsedMs = wire.FlagAcquire, 1, 10, 50
+			r := Sync(&b, &pen, &acq, now+30_000, cfg)
+			if r.Allowed != (tc.wantGet > 0) || r.Grant != tc.wantGet {
+				t.Fatalf("acquire: allowed %v, grant %d, want %d (outstanding before %d)", r.Allowed, r.Grant, tc.wantGet, out)
+			}
+		})
+	}
+}

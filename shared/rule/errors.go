@@ -46,7 +46,8 @@ const MaxErrors = 20
 // order Parse checks the document (top-level fields, lists, tiers, then each rule in
 // turn), at most MaxErrors (Truncated says there were more). Parse keeps going after an
 // error wherever the rest of the document still means something on its own (other
-// rules, windows, list entries, sections), so one run names every mistake.
+// rules, windows, list entries, sections, each field of a window and of the sync block,
+// unknown fields), so one run names every mistake.
 // errors.As(err, &fieldErr) finds the first.
 type Errors struct {
 	List      []*FieldError

@@ -157,3 +157,113 @@ func TestFormatUs(t *testing.T) {
 		}
 	}
 }
+
+// TestWindowReportsEveryError: every mistake of one window is reported, each naming its
+// field, in the order limit, window (or calendar), burst, wherever a window is written
+// (a rule's shorthand, a windows entry, a tier, an override); a check between fields
+// (algo.Params.Validate) is reported once the fields it relates are valid.
+func TestWindowReportsEveryError(t *testing.T) {
+	type want = wantError
+	tests := []struct {
+		name string
+		doc  string
+		want []want
+	}{
+		{"shorthand: limit, window and burst", `{"rules":[{"id":"r","limit":0,"window":"1 minute","burst":-1}]}`, []want{
+			{"rules[0].limit", "must be > 0, got 0"},
+			{"rules[0].window", `invalid duration "1 minute"`},
+			{"rules[0].burst", "must be >= 0, got -1"},
+		}},
+		{"shorthand: limit and window missing", `{"rules":[{"id":"r"}]}`, []want{
+			{"rules[0].limit", `required (or "windows")`},
+			{"rules[0].window", `required (or "windows")`},
+		}},
+		{"windows entry: every field of a fixed window", `{"rules":[{"id":"r","algorithm":"fixed_window","windows":[{"limit":-5,"window":"32d","burst":5}]}]}`, []want{
+			{"rules[0].windows[0].limit", "must be > 0, got -5"},
+			{"rules[0].windows[0].window", "must be <= 31d"},
+			{"rules[0].windows[0].burst", "only token_bucket and gcra use burst"},
+		}},
+		{"windows entry: unknown field, then the rest", `{"rules":[{"id":"r","windows":[{"limit":1,"window":"1s"},{"limt":5,"window":"1s","burst":"x"}]}]}`, []want{
+			{"rules[0].windows[1].limt", "unknown field"},
+			{"rules[0].windows[1].limit", "required"},
+			{"rules[0].windows[1].burst", `must be an integer, got "x"`},
+		}},
+		{"cross-field check with a bad burst", `{"rules":[{"id":"r","limit":1001,"window":1,"burst":-1}]}`, []want{
+			{"rules[0].limit", "more than one permit per µs"},
+			{"rules[0].burst", "must be >= 0, got -1"},
+		}},
+		{"cross-field check waits for valid fields", `{"rules":[{"id":"r","limit":1001,"window":"1 ms"}]}`, []want{
+			{"rules[0].window", `invalid duration "1 ms"`},
+		}},
+		{"calendar: algorithm, window, period, offset, burst", `{"rules":[{"id":"r","limit":10,"window":"1d","burst":3,"calendar":{"period":"year","utc_offset":"+5:30"}}]}`, []want{
+			{"rules[0].calendar", `needs "algorithm": "fixed_window", the rule's algorithm is token_bucket`},
+			{"rules[0].window", `cannot be combined with "calendar"`},
+			{"rules[0].calendar.period", `got "year"`},
+			{"rules[0].calendar.utc_offset", `got "+5:30"`},
+			{"rules[0].burst", "only token_bucket and gcra use burst"},
+		}},
+		{"tier", `{"tiers":[{"name":"pro","keys":["p_*"]}],"rules":[{"id":"r","limit":1,"window":"1s","tiers":{"pro":{"limit":0,"window":"soon","windw":1}}}]}`, []want{
+			{"rules[0].tiers.pro.windw", "unknown field"},
+			{"rules[0].tiers.pro.limit", "must be > 0, got 0"},
+			{"rules[0].tiers.pro.window", `invalid duration "soon"`},
+		}},
+		{"override", `{"rules":[{"id":"r","limit":1,"window":"1s","overrides":[{"limit":0,"windw":"1s"}]}]}`, []want{
+			{"rules[0].overrides[0].windw", "unknown field"},
+			{"rules[0].overrides[0].key", "required"},
+			{"rules[0].overrides[0].limit", "must be > 0, got 0"},
+			{"rules[0].overrides[0].window", "required"},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			checkErrors(t, tt.doc, tt.want)
+		})
+	}
+}
+
+type wantError struct{ field, msg string }
+
+// checkErrors asserts Parse refuses doc with exactly the errors want, in order, each
+// naming its field first.
+func checkErrors(t *testing.T, doc string, want []wantError) {
+	t.Helper()
+	_, err := Parse([]byte(doc))
+	got := All(err)
+	if len(got) != len(want) {
+		t.Fatalf("%d errors, want %d: %v", len(got), len(want), err)
+	}
+	for i, w := range want {
+		if got[i].Field != w.field || !strings.Contains(got[i].Msg, w.msg) {
+			t.Errorf("error %d: %v, want %s: ...%s...", i, got[i], w.field, w.msg)
+		}
+		if !strings.HasPrefix(got[i].Error(), w.field+": ") {
+			t.Errorf("error %q does not start with its field", got[i])
+		}
+	}
+}
+
+// TestSyncReportsEveryError: the sync block's fields are independent, so each mistake
+// among them is reported; the checks between fields run once every number is valid.
+func TestSyncReportsEveryError(t *testing.T) {
+	tests := []struct {
+		name string
+		doc  string
+		want []wantError
+	}{
+		{"every field", `{"sync":{"cluster":"a b","interval_ms":5,"timeout_ms":"1s","table_slots":10}}`, []wantError{
+			{"sync.cluster", "must be"},
+			{"sync.interval_ms", "must be >= 10, got 5"},
+			{"sync.timeout_ms", `must be an integer, got "1s"`},
+			{"sync.table_slots", "must be >= 64, got 10"},
+		}},
+		{"checks between fields", `{"sync":{"interval_ms":500,"lease_ttl_ms":200,"stale_ms":100}}`, []wantError{
+			{"sync.lease_ttl_ms", "must be >= sync.interval_ms (500), got 200"},
+			{"sync.stale_ms", "must be >= sync.interval_ms (500), got 100"},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			checkErrors(t, tt.doc, tt.want)
+		})
+	}
+}

@@ -80,7 +80,7 @@ type Sync struct {
 	// as reserved meanwhile; stale_ms written in the configuration sets it too.
 	StaleLeasedMs   int64
 	MaxBatch        int64 // deltas per callout (default 1000, max wire.MaxDeltas)
-	MaxPending      int64 // urgent buckets queued per worker between ticks (default 10000; beyond, the staleness scan finds them)
+	MaxPending      int64 // accepted and not used (default 10000): the filter's urgent list is fixed, the staleness scan finds the rest
 	ExpectedNodes   int64 // fleet size assumed before the first reply (default 1)
 	BreakerFailures int64 // consecutive failed syncs that open the breaker (default 3)
 	BreakerOpenMs   int64 // longest backoff between syncs while failing (default 1000)

@@ -18,46 +18,52 @@ import (
 // has no boundary to align). "window" and "burst" do not go with it. parseWindow reads
 // the limit and checks the result with algo.Params.Validate.
 
-// calendarAllowed refuses a "calendar" where it has no meaning.
-func calendarAllowed(o *object, kind algo.Kind) error {
-	switch {
-	case kind != algo.FixedWindow:
-		return fieldError(o.at("calendar"), "a calendar window counts permits per period and resets at its boundary: it needs \"algorithm\": \"fixed_window\", the rule's algorithm is "+AlgorithmName(kind))
-	case o.has("window"):
-		return fieldError(o.at("window"), "cannot be combined with \"calendar\": the calendar period is the window")
-	case o.has("burst"):
-		return fieldError(o.at("burst"), "only token_bucket and gcra use burst, the rule's algorithm is fixed_window")
+// calendarMisplaced reports every reason a "calendar" has no meaning where it is: the
+// rule's algorithm, and a "window" or "burst" beside it.
+func calendarMisplaced(o *object, kind algo.Kind) error {
+	var errs errList
+	if kind != algo.FixedWindow {
+		errs.add(fieldError(o.at("calendar"), "a calendar window counts permits per period and resets at its boundary: it needs \"algorithm\": \"fixed_window\", the rule's algorithm is "+AlgorithmName(kind)))
 	}
-	return nil
+	if o.has("window") {
+		errs.add(fieldError(o.at("window"), "cannot be combined with \"calendar\": the calendar period is the window"))
+	}
+	if o.has("burst") {
+		errs.add(fieldError(o.at("burst"), "only token_bucket and gcra use burst, not a calendar window"))
+	}
+	return errs.err()
 }
 
-// parseCalendar reads the "calendar" object of a window of limit permits.
+// parseCalendar reads the "calendar" object of a window of limit permits, reporting
+// every mistake in it.
 func parseCalendar(path string, v gjson.Result, limit int64) (algo.Params, error) {
 	p := algo.Params{Kind: algo.Calendar, Limit: limit}
 	co, err := parseObject(path, v, "period", "utc_offset")
-	if err != nil {
-		return p, err
+	var errs errList
+	errs.add(err)
+	if co == nil {
+		return p, errs.err()
 	}
+	var per algo.Period
 	if !co.has("period") {
-		return p, fieldError(co.at("period"), "required (\"day\", \"week\" or \"month\")")
-	}
-	name, err := parseString(co.at("period"), co.get("period"))
-	if err != nil {
-		return p, err
-	}
-	per, ok := algo.ParsePeriod(name)
-	if !ok {
-		return p, fieldError(co.at("period"), "must be \"day\", \"week\" or \"month\", got "+quoteShort(name))
+		errs.add(fieldError(co.at("period"), "required (\"day\", \"week\" or \"month\")"))
+	} else if name, err := parseString(co.at("period"), co.get("period")); !errs.add(err) {
+		var ok bool
+		if per, ok = algo.ParsePeriod(name); !ok {
+			errs.add(fieldError(co.at("period"), "must be \"day\", \"week\" or \"month\", got "+quoteShort(name)))
+		}
 	}
 	var off int64
 	if ov := co.get("utc_offset"); ov.Exists() {
-		s, err := parseString(co.at("utc_offset"), ov)
-		if err != nil {
-			return p, err
+		if s, err := parseString(co.at("utc_offset"), ov); !errs.add(err) {
+			var ok bool
+			if off, ok = parseUTCOffset(s); !ok {
+				errs.add(fieldError(co.at("utc_offset"), "must be \"+HH:MM\" or \"-HH:MM\" within ±14:00 (e.g. \"+05:30\", \"-08:00\"), got "+quoteShort(s)))
+			}
 		}
-		if off, ok = parseUTCOffset(s); !ok {
-			return p, fieldError(co.at("utc_offset"), "must be \"+HH:MM\" or \"-HH:MM\" within ±14:00 (e.g. \"+05:30\", \"-08:00\"), got "+quoteShort(s))
-		}
+	}
+	if err := errs.err(); err != nil {
+		return p, err
 	}
 	return algo.CalendarParams(limit, per, off), nil
 }

@@ -15,29 +15,30 @@ type object struct {
 	fields map[string]gjson.Result
 }
 
+// parseObject reads v as an object of the allowed fields. Every unknown or duplicate
+// field is an error (all of them, up to MaxErrors). The object of the fields it
+// accepted (the first of duplicates) is returned whenever v is an object, so a caller
+// that wants every mistake of a small object (a window) can go on checking the rest.
 func parseObject(path string, v gjson.Result, allowed ...string) (*object, error) {
 	if !v.IsObject() {
 		return nil, typeError(path, "an object", v)
 	}
 	o := &object{path: path, fields: make(map[string]gjson.Result, len(allowed))}
-	var err error
+	var errs errList
 	v.ForEach(func(k, val gjson.Result) bool {
 		name := k.String()
 		if !contains(allowed, name) {
-			err = fieldError(joinPath(path, name), "unknown field")
-			return false
+			errs.add(fieldError(joinPath(path, name), "unknown field"))
+			return !errs.truncated
 		}
 		if _, dup := o.fields[name]; dup {
-			err = fieldError(joinPath(path, name), "duplicate field")
-			return false
+			errs.add(fieldError(joinPath(path, name), "duplicate field"))
+			return !errs.truncated
 		}
 		o.fields[name] = val
 		return true
 	})
-	if err != nil {
-		return nil, err
-	}
-	return o, nil
+	return o, errs.err()
 }
 
 func (o *object) get(name string) gjson.Result {

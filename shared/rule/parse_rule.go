@@ -300,8 +300,9 @@ func parseRuleTiers(path string, v gjson.Result, tiers []Tier, tiersOK bool, kin
 			errs.add(fieldError(tp, "undefined tier "+quoteShort(name)+" (define it in the top-level \"tiers\")"))
 			return true
 		}
+		// An unknown field is one mistake; the tier's windows are still checked.
 		o, err := parseObject(tp, tv, "limit", "window", "calendar", "burst", "windows")
-		if errs.add(err) {
+		if errs.add(err); o == nil {
 			return true
 		}
 		w, err := parseLimits(o, kind)
@@ -320,8 +321,9 @@ func parseOverrides(path string, v gjson.Result, kind algo.Kind) ([]Override, er
 	var errs errList
 	out := make([]Override, len(elems))
 	for i, e := range elems {
+		// An unknown field is one mistake; the override's key and windows are still checked.
 		o, err := parseObject(indexPath(path, i), e, "key", "limit", "window", "calendar", "burst", "windows")
-		if errs.add(err) {
+		if errs.add(err); o == nil {
 			continue
 		}
 		if !o.has("key") {

@@ -19,6 +19,8 @@ func parseSync(path string, v gjson.Result) (Sync, error) {
 	if err != nil {
 		return s, err
 	}
+	// The fields are independent: every mistake among them is reported.
+	var errs errList
 	strs := []struct {
 		name string
 		dst  *string
@@ -31,9 +33,8 @@ func parseSync(path string, v gjson.Result) (Sync, error) {
 	}
 	for _, f := range strs {
 		if fv := o.get(f.name); fv.Exists() {
-			if *f.dst, err = parseToken(o.at(f.name), fv, f.max); err != nil {
-				return s, err
-			}
+			*f.dst, err = parseToken(o.at(f.name), fv, f.max)
+			errs.add(err)
 		}
 	}
 	if s.Authority == "" {
@@ -56,25 +57,33 @@ func parseSync(path string, v gjson.Result) (Sync, error) {
 		{"idle_ttl_ms", &s.IdleTTLMs, 1000, 7 * 24 * 3_600_000},
 		{"table_slots", &s.TableSlots, 64, 1 << 22},
 	}
+	intsOK := true
 	for _, f := range ints {
 		if fv := o.get(f.name); fv.Exists() {
-			if *f.dst, err = parseInt(o.at(f.name), fv, f.lo, f.hi); err != nil {
-				return s, err
+			v, err := parseInt(o.at(f.name), fv, f.lo, f.hi)
+			if errs.add(err) {
+				intsOK = false
+				continue
 			}
+			*f.dst = v
 		}
+	}
+	if !intsOK {
+		// The checks between fields below would compare with a default.
+		return s, errs.err()
 	}
 	// A lease that expires before the next tick could ever renew it would make every
 	// node drop its lease between syncs.
 	if s.LeaseTTLMs < s.IntervalMs {
-		return s, fieldError(o.at("lease_ttl_ms"), "must be >= sync.interval_ms ("+itoa(s.IntervalMs)+"), got "+itoa(s.LeaseTTLMs))
+		errs.add(fieldError(o.at("lease_ttl_ms"), "must be >= sync.interval_ms ("+itoa(s.IntervalMs)+"), got "+itoa(s.LeaseTTLMs)))
 	}
 	if s.StaleMs < s.IntervalMs {
-		return s, fieldError(o.at("stale_ms"), "must be >= sync.interval_ms ("+itoa(s.IntervalMs)+"), got "+itoa(s.StaleMs))
+		errs.add(fieldError(o.at("stale_ms"), "must be >= sync.interval_ms ("+itoa(s.IntervalMs)+"), got "+itoa(s.StaleMs)))
 	}
 	if o.get("stale_ms").Exists() {
 		// A configuration that bounds staleness asks for that freshness of usage in the
 		// admin API, leases or not (RATIONALE.md §2).
 		s.StaleLeasedMs = s.StaleMs
 	}
-	return s, nil
+	return s, errs.err()
 }

@@ -11,7 +11,7 @@ func isIDByte(b byte) bool {
 }
 
 // validID checks [A-Za-z0-9_.-]{1,64}: ids end up in Redis keys
-// ("rl:{key}:<id>:<window>"), metrics labels and headers, so ":" and spaces are out.
+// ("tg:{key}:<id>:<window>"), metrics labels and headers, so ":" and spaces are out.
 func validID(s string) bool {
 	if len(s) == 0 || len(s) > MaxIDLen {
 		return false

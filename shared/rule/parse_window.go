@@ -22,7 +22,7 @@ const (
 
 // parseLimits reads the limit/window/burst shorthand or the windows list of o (a rule,
 // a rule's tier entry or an override): exactly one of the two forms. Every window is
-// checked on its own, so one run reports each bad window.
+// checked on its own, and every field of a window, so one run reports each mistake.
 func parseLimits(o *object, kind algo.Kind) ([]algo.Params, error) {
 	short := o.has("limit") || o.has("window") || o.has("calendar") || o.has("burst")
 	if o.has("windows") {
@@ -39,8 +39,11 @@ func parseLimits(o *object, kind algo.Kind) ([]algo.Params, error) {
 		var errs errList
 		out := make([]algo.Params, len(elems))
 		for i, e := range elems {
+			// An unknown field is one mistake of the window; its known fields are
+			// still checked.
 			wo, err := parseObject(indexPath(o.at("windows"), i), e, "limit", "window", "calendar", "burst")
-			if errs.add(err) {
+			errs.add(err)
+			if wo == nil {
 				continue
 			}
 			out[i], err = parseWindow(wo, kind, "")
@@ -56,65 +59,91 @@ func parseLimits(o *object, kind algo.Kind) ([]algo.Params, error) {
 }
 
 // parseWindow reads one window and checks it with algo.Params.Validate, so a window
-// that parses is one every algorithm enforces as written. Each field is first read
-// against algo's bounds (for a message in the configuration's own terms, "30d" rather
-// than microseconds), in Validate's order, so the field named is the one Validate
-// would name. The parser adds two checks of meaning, not of bounds: windows are whole
-// milliseconds (what the sync protocol carries) and burst is refused where the
-// algorithm ignores it.
+// that parses is one every algorithm enforces as written. It reports every mistake of
+// the window, each naming its field, in the order limit, window (or calendar), burst:
+// each field is read on its own against algo's bounds (for a message in the
+// configuration's own terms, "30d" rather than microseconds), and Validate, which
+// names one field, runs once limit and window are both valid, for what holds between
+// fields (one permit per µs at most, a burst that refills in time). The parser adds two
+// checks of meaning, not of bounds: windows are whole milliseconds (what the sync
+// protocol carries) and burst is refused where the algorithm ignores it.
 func parseWindow(o *object, kind algo.Kind, alt string) (algo.Params, error) {
 	p := algo.Params{Kind: kind}
+	var errs errList
 	cal := o.has("calendar") // a calendar period instead of "window" (parse_calendar.go)
-	if cal {
-		if err := calendarAllowed(o, kind); err != nil {
-			return p, err
-		}
-	}
+	limitOK := false
 	if !o.has("limit") {
-		return p, fieldError(o.at("limit"), "required"+alt)
-	}
-	if !cal && !o.has("window") {
-		return p, fieldError(o.at("window"), "required"+alt)
-	}
-	var err error
-	if kind == algo.SlidingWindowLog {
-		p.Limit, err = parseIntWhy(o.at("limit"), o.get("limit"), 1, algo.MaxLogLimit, " for sliding_window_log (its state grows with the limit)")
+		errs.add(fieldError(o.at("limit"), "required"+alt))
 	} else {
-		p.Limit, err = parseInt(o.at("limit"), o.get("limit"), 1, algo.MaxLimit)
+		var err error
+		if kind == algo.SlidingWindowLog {
+			p.Limit, err = parseIntWhy(o.at("limit"), o.get("limit"), 1, algo.MaxLogLimit, " for sliding_window_log (its state grows with the limit)")
+		} else {
+			p.Limit, err = parseInt(o.at("limit"), o.get("limit"), 1, algo.MaxLimit)
+		}
+		limitOK = !errs.add(err)
 	}
-	if err != nil {
-		return p, err
-	}
-	if cal {
-		p, err = parseCalendar(o.at("calendar"), o.get("calendar"), p.Limit)
-	} else {
+	windowOK := false
+	switch {
+	case cal:
+		misplaced := calendarMisplaced(o, kind)
+		errs.add(misplaced)
+		c, err := parseCalendar(o.at("calendar"), o.get("calendar"), p.Limit)
+		windowOK = !errs.add(err) && misplaced == nil
+		if windowOK {
+			p = c
+		}
+	case !o.has("window"):
+		errs.add(fieldError(o.at("window"), "required"+alt))
+	default:
+		var err error
 		p.WindowUs, err = parseWindowLength(o.at("window"), o.get("window"))
+		windowOK = !errs.add(err)
 	}
-	if err != nil {
-		return p, err
-	}
-	var burstErr error
 	if bv := o.get("burst"); bv.Exists() && !cal {
-		if p.Burst, burstErr = parseInt(o.at("burst"), bv, 0, algo.MaxBurst); burstErr != nil {
-			p.Burst = 0
+		b, err := parseInt(o.at("burst"), bv, 0, algo.MaxBurst)
+		switch {
+		case errs.add(err):
+		case b != 0 && kind != algo.TokenBucket && kind != algo.GCRA:
+			// The window algorithms ignore burst; accepting it would let an operator
+			// believe a capacity is configured that nothing enforces.
+			errs.add(fieldError(o.at("burst"), "only token_bucket and gcra use burst, the rule's algorithm is "+AlgorithmName(kind)))
+		default:
+			p.Burst = b
 		}
 	}
-	if err := p.Validate(); err != nil {
-		var pe *algo.ParamError
-		if errors.As(err, &pe) {
-			return p, &FieldError{Field: o.at(pe.Field), Msg: pe.Msg, Err: err}
+	if limitOK && windowOK {
+		if err := p.Validate(); err != nil {
+			var pe *algo.ParamError
+			if errors.As(err, &pe) {
+				errs.add(&FieldError{Field: o.at(pe.Field), Msg: pe.Msg, Err: err})
+			} else {
+				errs.add(&FieldError{Field: o.path, Msg: err.Error(), Err: err})
+			}
 		}
-		return p, &FieldError{Field: o.path, Msg: err.Error(), Err: err}
 	}
-	if burstErr != nil {
-		return p, burstErr
+	// Validate's error comes last but names the field it checks first: report in
+	// field order, as Validate would meet them.
+	rank := func(fe *FieldError) int {
+		switch {
+		case fe.Field == o.at("limit"):
+			return 0
+		case fe.Field == o.at("window") || strings.HasPrefix(fe.Field, o.at("calendar")):
+			return 1
+		case fe.Field == o.at("burst"):
+			return 2
+		}
+		return 3
 	}
-	// The window algorithms ignore burst; accepting it would let an operator believe
-	// a capacity is configured that nothing enforces.
-	if p.Burst != 0 && !cal && kind != algo.TokenBucket && kind != algo.GCRA {
-		return p, fieldError(o.at("burst"), "only token_bucket and gcra use burst, the rule's algorithm is "+AlgorithmName(kind))
+	// Insertion sort, stable: a window has a handful of errors at most, and the slices
+	// package's generic sort would add to the filter's module for nothing.
+	l := errs.list
+	for i := 1; i < len(l); i++ {
+		for j := i; j > 0 && rank(l[j]) < rank(l[j-1]); j-- {
+			l[j], l[j-1] = l[j-1], l[j]
+		}
 	}
-	return p, nil
+	return p, errs.err()
 }
 
 // parseWindowLength reads a window in microseconds, between algo.MinWindowUs and

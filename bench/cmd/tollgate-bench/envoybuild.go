@@ -85,7 +85,7 @@ func (r *report) writeEnvoyBuild(w io.Writer) {
 	fmt.Fprintln(w, envoyBuildHeading)
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "The steps `filter/wasmbuild` adds after the Go toolchain were tuned on wazero; this section judges\n")
-	fmt.Fprintf(w, "them in Envoy %s (V8), measured %s on this machine (load average %s at the start; `go run\n",
+	fmt.Fprintf(w, "them in Envoy %s (V8), measured %s on the benchmark machine (load average %s at the start; `go run\n",
 		o.Release, r.started.Format("2006-01-02 15:04 MST"), r.machine.loadAvg)
 	fmt.Fprintln(w, "./bench/cmd/tollgate-bench -envoy-build-only` rewrites this section alone). Each variant of the")
 	fmt.Fprintln(w, "filter runs in Envoy from the shipped `envoy.yaml` (addresses, ports and paths substituted),")
@@ -131,7 +131,7 @@ func (r *report) writeEnvoyBuild(w io.Writer) {
 		"vs shipped: CPU/request, start-up, start-up CPU, gzip"}, rows)
 	ncpu, nst, nstc := c.Noise()
 	fmt.Fprintf(w, "The A/A control, the shipped build in a second Envoy, lands %s from it in CPU per request,\n", pctAbs(ncpu))
-	fmt.Fprintf(w, "%s in start-up and %s in start-up CPU: differences up to those are this machine's noise.\n", pctAbs(nst), pctAbs(nstc))
+	fmt.Fprintf(w, "%s in start-up and %s in start-up CPU: differences up to those are the benchmark machine's noise.\n", pctAbs(nst), pctAbs(nstc))
 	fmt.Fprintf(w, "A step is kept only where it saves at least %.0f %%, and more than that noise, of Envoy's CPU per\n", 100*perf.StepPays)
 	fmt.Fprintln(w, "request, or of the start-up in both its time and its CPU:")
 	fmt.Fprintln(w)

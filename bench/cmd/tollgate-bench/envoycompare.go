@@ -482,19 +482,22 @@ func (r *report) writeEnvoyWhy(w io.Writer, wk int) {
 	if pt != nil && fl != nil && tl != nil {
 		fmt.Fprintf(w, " In the profile (one chunk each, noisier than the rounds)\n  the module's compiled code is %s per request in the filter against %s in the floor", us(tl[1]), us(fl[1]))
 		if d := tl[0] - fl[0]; d > 0 {
-			fmt.Fprintf(w, ", and Envoy's own code\n  %s more than the floor's (the host side of the filter's further calls: the clock, the per-rule and total\n  counters, the decision's filter state for the access log).\n", us(d))
+			fmt.Fprintf(w, ", and Envoy's own code\n  %s more than the floor's (the host side of the filter's further calls — the clock, the decision's filter\n  state for the access log, a fifth response header — and V8's own code running the module's).\n", us(d))
 		} else {
 			fmt.Fprintf(w, "; Envoy's own code\n  is no more than the floor's there (%s).\n", us(d))
 		}
 	} else {
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintln(w, "  What would change it: fewer host calls per request — the counters kept in the VM and flushed on the")
-	fmt.Fprintln(w, "  tick instead of one increment each per request, the filter state only when a log asks for it (the")
-	fmt.Fprintln(w, "  telemetry switches of section 1 turn both off), the request's headers read by name instead of the")
-	fmt.Fprintln(w, "  whole map; less module code per decision (section 1's decision cost, 2× the floor's on wazero). These")
-	fmt.Fprintln(w, "  bring the filter toward the floor, not below it; the floor's own distance to local_ratelimit is the")
-	fmt.Fprintln(w, "  price of deciding in a Wasm VM, which only native code (Envoy's dynamic modules, a C ABI) removes.")
+	fmt.Fprintln(w, "  The counters are kept in the VM and handed to Envoy on the tick (RATIONALE.md §9), so an admitted")
+	fmt.Fprintln(w, "  request makes 9 host calls against the floor's 7: the filter state for the access log (the shipped")
+	fmt.Fprintln(w, "  log prints it; `telemetry.decision_metadata` turns it off) and the `ratelimit-policy` header.")
+	fmt.Fprintln(w, "  Reading the request's headers by name would not be fewer: the rule reads five of them, each a call")
+	fmt.Fprintln(w, "  and an allocation in the module, against one call for the whole map.")
+	fmt.Fprintln(w, "  What would change it: less module code per decision (section 1's decision cost, 2× the floor's on")
+	fmt.Fprintln(w, "  wazero). That brings the filter toward the floor, not below it; the floor's own distance to")
+	fmt.Fprintln(w, "  local_ratelimit is the price of deciding in a Wasm VM, which only native code (Envoy's dynamic")
+	fmt.Fprintln(w, "  modules, a C ABI) removes.")
 	acq, cold, allowed := statOf(c.Row(perf.TollgateSynced, wk), ".acquires"), statOf(c.Row(perf.TollgateSynced, wk), ".requests_cold_admitted"),
 		statOf(c.Row(perf.TollgateSynced, wk), ".requests_allowed")
 	rejected, timeouts := statOf(c.Row(perf.TollgateSynced, wk), ".requests_rejected"), statOf(c.Row(perf.TollgateSynced, wk), "upstream_rq_504")
@@ -515,6 +518,10 @@ func (r *report) writeEnvoyWhy(w io.Writer, wk int) {
 		fmt.Fprintln(w, "  the failed acquires): a request refused because the service was slow is the limiter becoming the")
 		fmt.Fprintln(w, "  outage, a defect this run shows.")
 	}
+	fmt.Fprintln(w, "  Each such request's consumption is reported on its own (a delta in the next batch): the leader reads")
+	fmt.Fprintln(w, "  and writes the bucket's slot to cut it and again to apply the answer, four shared-data calls a")
+	fmt.Fprintln(w, "  request, besides the staleness scan's reads. The request path's savings (the counters kept in the VM)")
+	fmt.Fprintln(w, "  do not show in this row beside them (`TestEnvoyAB` in bench/perf compares two builds round by round).")
 	fmt.Fprintln(w, "  What would change it: leases that outlive a slow key's gap (the lease horizon per key's rate), so a")
 	fmt.Fprintln(w, "  key seen every few seconds does not ask again each time; the leases' bound on over-admission")
 	fmt.Fprintln(w, "  (RATIONALE.md §2) is what a longer lease costs.")

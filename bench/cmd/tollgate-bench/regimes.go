@@ -376,6 +376,8 @@ func (r *report) writeSimRegimes(w io.Writer) {
 		}
 		table(w, []string{"regime", "traffic", "requests", "held %", "held p99", "false rejections % (within limit)", "over-admission worst %", "acquires/s", "deltas/s"}, rows)
 		fmt.Fprintln(w, "`go run ./bench/cmd/tollgate-sim -regimes` (`make sim`) runs the same regimes and prints each bound;")
+		fmt.Fprintln(w, "with `-explain` it also counts each regime's held requests and false rejections by cause (RATIONALE.md")
+		fmt.Fprintln(w, "§2 \"Grants\" and §3 \"Cold starts: requests that wait\" give the counts);")
 		fmt.Fprintln(w, "`go run ./bench/cmd/tollgate-bench -sections sim-regimes` regenerates this section.")
 		fmt.Fprintln(w)
 	})

@@ -380,9 +380,9 @@ func (r *report) writeCost(w io.Writer) {
 	fmt.Fprintln(w, "matching, key extraction, the lease decision, encoding the record, formatting five headers;")
 	fmt.Fprintln(w, "no heap allocation in steady state), and the rest is its extra host calls")
 	fmt.Fprintf(w, "(%s per request against the floor's %s). The host calls themselves are close to the floor:\n", fmtF(real.HostCallsPerRequest, 0), fmtF(fl.HostCallsPerRequest, 0))
-	fmt.Fprintln(w, "one header-map read, one shared-data get and set, two metric increments (the total and the")
-	fmt.Fprintln(w, "rule's), the decision metadata for the access log (one `proxy_set_property`), and one more response")
-	fmt.Fprintln(w, "header (`ratelimit-policy`).")
+	fmt.Fprintln(w, "one header-map read, one shared-data get and set, the decision metadata for the access log (one")
+	fmt.Fprintln(w, "`proxy_set_property`), and one more response header (`ratelimit-policy`); the counters (the total")
+	fmt.Fprintln(w, "and the rule's) are kept in the VM and handed to the host on the tick (RATIONALE.md §9).")
 	if def := r.cost(3); def.HostCallsPerRequest > real.HostCallsPerRequest {
 		fmt.Fprintf(w, "With the default key (header, falling back to the client IP) the filter makes %s host calls\n", fmtF(def.HostCallsPerRequest, 2))
 		fmt.Fprintln(w, "per request although the header is present: it reads the client address it does not need.")
@@ -430,7 +430,7 @@ func (r *report) writeCost(w io.Writer) {
 		fmt.Fprintln(w, "back-to-back chunks of about 2 ms (load from elsewhere shifts between rounds by more than the")
 		fmt.Fprintln(w, "difference), is the one the target is judged on.")
 	}
-	fmt.Fprintf(w, "Telemetry adds %+.1f %% to the decision: one `proxy_increment_metric` (the rule's counter) and one\n", 100*t.Overhead())
+	fmt.Fprintf(w, "Telemetry adds %+.1f %% to the decision: the rule's counters in the VM (flushed on the tick) and one\n", 100*t.Overhead())
 	fmt.Fprintln(w, "`proxy_set_property` per request, the metadata formatted into a reused buffer with the key's")
 	fmt.Fprintln(w, "SHA-256 (no guest allocation). `go test -run '^$' -bench Telemetry ./bench/perf` measures the")
 	fmt.Fprintln(w, "same pair as Go benchmarks.")
@@ -556,7 +556,7 @@ func (r *report) firstSpeedup() float64 {
 
 // firstMet: at least 2× faster in the rounds and, when they ran, in the paired chunks.
 // The rounds' medians of the two modules move apart with load from elsewhere (from
-// 1.6× to 2.1× between runs of the same code on this machine); the pairs move less,
+// 1.6× to 2.1× between runs of the same code on one machine); the pairs move less,
 // and a target met in one and not the other is not met.
 func (r *report) firstMet() bool {
 	if n := len(r.firstPairs); n > 0 && 1/r.firstPairs[n/2] < 2 {
@@ -798,7 +798,7 @@ func (r *report) writeDists(w io.Writer, charts string) {
 		fmtF(100*ratio(float64(rr.Admitted), float64(rr.Checks)), 1), "–", fmtInt(perf.Per1M(float64(rr.RoundTrips), rr.Checks)), "–",
 		fmtInt(perf.Per1M(float64(rr.Redis.Scripts()), rr.Checks)), fmtInt(perf.Per1M(float64(rr.Redis.Commands), rr.Checks)), fmtF(perf.Per1M(rr.Redis.CPU, rr.Checks), 2), "–"})
 	table(w, []string{"keys", "drawn as", "requests", "req/s", "admitted %", "penalized %", "round trips / 1M", "deltas / 1M", "script calls / 1M", "commands / 1M", "Redis CPU s / 1M", "Redis CPU µs / delta"}, rows)
-	fmt.Fprintln(w, "Round trips follow time, not requests: each worker sends at most one batch per tick (10/s)")
+	fmt.Fprintln(w, "Round trips follow time, not requests: each gateway (its leader worker) sends at most one batch per tick (10/s)")
 	fmt.Fprintln(w, "plus early flushes when a bucket is new or its lease ran out, and a batch is one pipeline")
 	fmt.Fprintln(w, "on a standalone Redis. The hot key is answered locally: the closed-loop client ignores")
 	fmt.Fprintln(w, "`Retry-After`, so after its first burst the progressive penalty (a growing cooldown, RATIONALE.md §3)")

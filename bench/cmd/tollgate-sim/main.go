@@ -13,7 +13,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -66,6 +68,7 @@ func run(args []string, out, stderr io.Writer) error {
 	fs.IntVar(&cfg.TableSlots, "table-slots", 4096, "shared-data slots per gateway (sync.table_slots)")
 	penalty := fs.Bool("penalty", true, "progressive penalties (false: workers report no early retries)")
 	regimes := fs.Bool("regimes", false, "run the regimes a 16-gateway fleet is held to (sim.Regimes) and print each bound met or missed; other flags are ignored")
+	explain := fs.Bool("explain", false, "with -regimes: also count each regime's held requests and false rejections by cause")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -73,7 +76,7 @@ func run(args []string, out, stderr io.Writer) error {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	if *regimes {
-		return printRegimes(out, stderr)
+		return printRegimes(out, stderr, *explain)
 	}
 	var err error
 	if cfg.Traffic, err = sim.ParseTraffic(traffic); err != nil {
@@ -224,9 +227,9 @@ func value(c *sim.Config, name string) string {
 
 // printRegimes runs sim.Regimes and prints one line per bound: what the run measured
 // and whether the bound is met.
-func printRegimes(out, stderr io.Writer) error {
+func printRegimes(out, stderr io.Writer, explain bool) error {
 	start := time.Now()
-	points := sim.RunRegimes()
+	points := sim.RunRegimesExplained(explain)
 	fmt.Fprintf(out, "%d gateways × 2 workers, interval 100ms, latency 1ms+1ms, seed 1\n", sim.RegimeGateways)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "regime\tbound\tmeasured\t\trequests\theld %\tfalse rej % (calm)\tover % worst\tacquires/s\tdeltas/s\t")
@@ -243,6 +246,16 @@ func printRegimes(out, stderr io.Writer) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, p := range points {
+		if len(p.Result.Why) == 0 {
+			continue
+		}
+		fmt.Fprintf(out, "\n%s: %d requests, %d held, %d calm false rejections\n", p.Regime.Name, p.Result.Requests, p.Result.Waited, p.Result.CalmFalse)
+		causes := slices.Sorted(maps.Keys(p.Result.Why))
+		for _, c := range causes {
+			fmt.Fprintf(out, "  %8d  %s\n", p.Result.Why[c], c)
+		}
 	}
 	fmt.Fprintf(stderr, "%d regimes in %v\n", len(points), time.Since(start).Round(time.Millisecond))
 	return nil

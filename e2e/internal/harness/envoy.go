@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,7 +23,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tollgate-rl/tollgate/deploy"
+	"github.com/tollgate-rl/tollgate/filter/plugin"
 	"github.com/tollgate-rl/tollgate/internal/envoyproc"
+	"github.com/tollgate-rl/tollgate/shared/rule"
 )
 
 // Wazero names the project's own proxy-wasm host (e2e/host) as a gateway's host.
@@ -214,6 +217,8 @@ type envoyGateway struct {
 
 	shipped []byte         // the bootstrap it started from
 	boot    EnvoyBootstrap // what was substituted in it
+	// flushWait is how late the filter's counters reach Envoy's stats (metric).
+	flushWait time.Duration
 }
 
 // reconfigure delivers a new plugin configuration by LDS: the listener file is written
@@ -227,6 +232,7 @@ func (g *envoyGateway) reconfigure(plugin []byte) error {
 	}
 	b := g.boot
 	b.Plugin = plugin
+	g.flushWait = flushWait(plugin)
 	_, lds, err := EnvoyConfigFrom(g.shipped, b)
 	if err != nil {
 		return err
@@ -314,7 +320,7 @@ func startEnvoy(v string, cfg GatewayConfig, plugin []byte) (*envoyGateway, erro
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	g := &envoyGateway{dir: dir, workers: cfg.Workers, log: &lockedBuffer{}, shipped: shipped, boot: b}
+	g := &envoyGateway{dir: dir, workers: cfg.Workers, log: &lockedBuffer{}, shipped: shipped, boot: b, flushWait: flushWait(b.Plugin)}
 	var args []string
 	if b.LDS != "" {
 		// Envoy takes dynamic resources only from a node with an id and a cluster.
@@ -394,9 +400,26 @@ func (g *envoyGateway) stats(re string) (map[string]int64, error) {
 	return out, nil
 }
 
+// flushWait is how long a read of the filter's counters waits first: the filter hands
+// its counts to Envoy on its tick (a quarter sync interval with sync, plugin.MetricsFlushMs
+// without), so the stats see every answered request one tick later; 50 ms more for a
+// loaded machine's late timer.
+func flushWait(pluginConfig []byte) time.Duration {
+	tick := time.Duration(plugin.MetricsFlushMs) * time.Millisecond
+	if cfg, err := rule.Parse(pluginConfig); err == nil && cfg.Sync.Cluster != "" {
+		tick = time.Duration(max(cfg.Sync.IntervalMs/4, 1)) * time.Millisecond
+	}
+	return tick + 50*time.Millisecond
+}
+
 // metric is a filter metric ("tollgate.requests_allowed"). Envoy names the stats a
-// module defines with a "wasmcustom." prefix (and keeps the rule tag in the name).
-func (g *envoyGateway) metric(name string) int64 {
+// module defines with a "wasmcustom." prefix (and keeps the rule tag in the name). A
+// counter is read one tick late (flushWait) when wait is set; a stat the filter sets at
+// once is never waited for.
+func (g *envoyGateway) metric(name string, wait bool) int64 {
+	if wait && !slices.Contains(plugin.RecordedMetrics, name) {
+		time.Sleep(g.flushWait)
+	}
 	st, err := g.stats("^(wasmcustom\\.)?" + regexp.QuoteMeta(name) + "$")
 	if err != nil {
 		return -1

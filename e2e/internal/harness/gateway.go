@@ -232,10 +232,21 @@ func (g *Gateway) Envoy() *envoyproc.Proc {
 func (g *Gateway) Workers() int { return g.workers }
 
 // Metric is one of the filter's metrics by its full name ("tollgate.requests_allowed");
-// on Envoy it is read from the admin API's /stats (-1 when that fails).
+// on Envoy it is read from the admin API's /stats (-1 when that fails), after the filter's
+// next tick for a counter (the filter hands its counts to Envoy on its tick), so it counts
+// every request answered before the call.
 func (g *Gateway) Metric(name string) int64 {
 	if g.envoy != nil {
-		return g.envoy.metric(name)
+		return g.envoy.metric(name, true)
+	}
+	return g.host.Metrics()[name]
+}
+
+// MetricNow is Metric without waiting for a tick on Envoy: a counter as of the filter's
+// last tick, for loops that watch a counter rise.
+func (g *Gateway) MetricNow(name string) int64 {
+	if g.envoy != nil {
+		return g.envoy.metric(name, false)
 	}
 	return g.host.Metrics()[name]
 }

@@ -666,6 +666,10 @@ local function apply(a)
     if avail > 1 then
       avail = idiv(avail, 2)
     end
+    if nodes > 1 then
+      -- in a fleet, leases by demand leave capacity/2 unreserved (Go FleetLeaseKeep)
+      avail = math.min(avail, capacity - idiv(capacity, 2) - (cur + prev))
+    end
     avail = math.max(avail, math.min(want, free))
     local g = math.min(target - held, avail, 4294967295 - held)
     if nodes > 1 then

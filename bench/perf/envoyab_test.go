@@ -1,0 +1,373 @@
+package perf
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-rl/tollgate/e2e/host"
+	"github.com/tollgate-rl/tollgate/filter/wasmtest"
+	"github.com/tollgate-rl/tollgate/internal/redistest"
+)
+
+// The A/B comparison of two builds of the filter in real Envoy: the tree's filter
+// against a baseline module (TOLLGATE_AB_BASELINE, the path of another build's
+// filter.wasm), each as Tollgate local and Tollgate synced, beside pass-through,
+// local_ratelimit and the floor module, every Envoy of §13's setup (LimiterConfig),
+// closed-loop chunks interleaved in rounds with the order rotated. It prints requests/s,
+// Envoy CPU per request and the ratios §13's targets are stated in, side by side, so a
+// change to the filter is judged in one run on a shared machine. Not part of `make
+// test`: it runs only when TOLLGATE_AB_BASELINE is set.
+//
+//	cp build/filter.wasm /tmp/before.wasm   # on the commit to compare against
+//	TOLLGATE_AB_BASELINE=/tmp/before.wasm go test -run TestEnvoyAB -v -timeout 20m ./bench/perf
+//
+// TOLLGATE_AB_WORKERS (default 2), TOLLGATE_AB_ROUNDS (5) and TOLLGATE_AB_PERF=1 (a perf
+// profile by shared object of the four filter Envoys) adjust it.
+func TestEnvoyAB(t *testing.T) {
+	basePath := os.Getenv("TOLLGATE_AB_BASELINE")
+	if basePath == "" {
+		t.Skip("set TOLLGATE_AB_BASELINE to a baseline filter.wasm to compare against")
+	}
+	baseline, err := os.ReadFile(basePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	workers := envInt("TOLLGATE_AB_WORKERS", 2)
+	rounds := envInt("TOLLGATE_AB_ROUNDS", 5)
+	tree := wasmtest.BuildWasm(t, FilterPkg)
+	floor := wasmtest.BuildWasm(t, FloorPkg)
+	bin, err := BuildService(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := CompareOptions{Workers: []int{workers}, Rounds: rounds}.withDefaults()
+	o.Log = log.New(os.Stderr, "", log.Ltime)
+
+	srv, err := redistest.Launch(redistest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+	info, err := ReadInfo(context.Background(), rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := StartProcess(bin, srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Stop()
+	if err := svc.PutRules(CompareRules()); err != nil {
+		t.Fatal(err)
+	}
+	backend, stop, err := RawBackend()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	dir := t.TempDir()
+	env := &compareEnv{o: o, svc: svc, redisPID: info.PID, rdb: rdb, reqs: compareRequests(o.Keys)}
+	_, rlsPortS, _ := net.SplitHostPort(svc.RLSAddr)
+	rlsPort, _ := strconv.Atoi(rlsPortS)
+	syncAddr := strings.TrimPrefix(svc.URL, "http://")
+
+	type abRow struct {
+		name    string
+		limiter Limiter
+		wasm    []byte
+		e       *Envoy
+		runs    []ClosedRun
+		prof    []DSOShare
+		profRun ClosedRun
+		edit    func([]byte) ([]byte, error)
+	}
+	rows := []*abRow{
+		{name: "pass-through", limiter: PassThrough},
+		{name: "local_ratelimit", limiter: LocalRateLimit},
+		{name: "floor module", limiter: FloorModule, wasm: floor},
+		{name: "local, baseline", limiter: TollgateLocal, wasm: baseline},
+		{name: "local, this tree", limiter: TollgateLocal, wasm: tree},
+		{name: "synced, baseline", limiter: TollgateSynced, wasm: baseline},
+		{name: "synced, this tree", limiter: TollgateSynced, wasm: tree},
+	}
+	if only := os.Getenv("TOLLGATE_AB_ONLY"); only != "" {
+		// Only the references and the rows whose name starts with it ("local", "synced").
+		kept := rows[:0]
+		for _, r := range rows {
+			if r.wasm == nil || r.limiter == FloorModule || strings.HasPrefix(r.name, only) {
+				kept = append(kept, r)
+			}
+		}
+		rows = kept
+	}
+	if os.Getenv("TOLLGATE_AB_TELEMETRY_OFF") == "1" {
+		// The tree's filter with the per-rule stats and the decision metadata off: what
+		// the telemetry costs.
+		rows = append(rows, &abRow{name: "local, telem. off", limiter: TollgateLocal, wasm: tree, edit: telemetryOff})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	for _, r := range rows {
+		wasm := r.wasm
+		if wasm == nil {
+			wasm = tree
+		}
+		l, edit := r.limiter, r.edit
+		r.e, err = StartEnvoy(ctx, dir, EnvoyOptions{Release: o.Release, Wasm: wasm, Backend: backend, Sync: syncAddr,
+			Concurrency: workers, Edit: func(cfg []byte) ([]byte, error) {
+				cfg, err := LimiterConfig(l, cfg, rlsPort)
+				if err == nil && edit != nil {
+					cfg, err = edit(cfg)
+				}
+				return cfg, err
+			}})
+		if err != nil {
+			t.Fatalf("%s: %v", r.name, err)
+		}
+		defer r.e.Stop()
+	}
+	for _, r := range rows {
+		if _, err := env.closed(r.e, o.Warmup); err != nil {
+			t.Fatalf("%s warm-up: %v", r.name, err)
+		}
+	}
+	for round := 0; round < rounds; round++ {
+		o.Log.Printf("A/B: round %d of %d (load %s)", round+1, rounds, loadAvg())
+		for k := range rows {
+			r := rows[(k+round)%len(rows)]
+			run, err := env.closed(r.e, o.Chunk)
+			if err != nil {
+				t.Fatalf("%s: %v", r.name, err)
+			}
+			run.CPU = run.raw.perReq(0, 0)
+			r.runs = append(r.runs, run)
+		}
+	}
+	if os.Getenv("TOLLGATE_AB_PERF") == "1" {
+		for _, r := range rows {
+			if r.limiter != TollgateLocal && r.limiter != TollgateSynced && r.limiter != FloorModule {
+				continue
+			}
+			run, prof, err := env.profile(r.e, dir)
+			if err != nil {
+				t.Logf("%s: perf: %v", r.name, err)
+				continue
+			}
+			run.CPU = run.raw.perReq(0, 0)
+			r.prof, r.profRun = prof, run
+		}
+	}
+	// Per round: each row's requests/s over local_ratelimit's and its Envoy CPU above
+	// pass-through over the floor module's; medians over the rounds.
+	med := func(f func(i int) float64) float64 {
+		v := make([]float64, rounds)
+		for i := range v {
+			v[i] = f(i)
+		}
+		return Median(v)
+	}
+	byName := map[string]*abRow{}
+	for _, r := range rows {
+		byName[r.name] = r
+	}
+	lrl, pt, fl := byName["local_ratelimit"], byName["pass-through"], byName["floor module"]
+	fmt.Printf("\nA/B in real Envoy %s, %d workers, %d rounds of %s (load at the end %s)\n", o.Release, workers, rounds, o.Chunk, loadAvg())
+	fmt.Printf("%-18s %12s %10s %12s %14s\n", "limiter", "requests/s", "vs lrl", "Envoy µs/req", "above pt/floor")
+	for _, r := range rows {
+		rps := med(func(i int) float64 { return r.runs[i].PerSec })
+		vs := med(func(i int) float64 { return r.runs[i].PerSec / lrl.runs[i].PerSec })
+		cpu := med(func(i int) float64 { return r.runs[i].CPU.Envoy })
+		above := med(func(i int) float64 {
+			return (r.runs[i].CPU.Envoy - pt.runs[i].CPU.Envoy) / (fl.runs[i].CPU.Envoy - pt.runs[i].CPU.Envoy)
+		})
+		fmt.Printf("%-18s %12.0f %9.1f%% %12.1f %13.2fx\n", r.name, rps, 100*vs, cpu, above)
+	}
+	// Each build's Envoy CPU against the baseline's in the same rounds.
+	for _, mode := range []string{"local", "synced"} {
+		a, b := byName[mode+", this tree"], byName[mode+", baseline"]
+		if a == nil || b == nil {
+			continue
+		}
+		var per []string
+		for i := range a.runs {
+			per = append(per, fmt.Sprintf("%.2f", a.runs[i].CPU.Envoy/b.runs[i].CPU.Envoy))
+		}
+		fmt.Printf("%s: Envoy µs/req, this tree over baseline, by round: %s (median %.3f)\n", mode, strings.Join(per, " "),
+			med(func(i int) float64 { return a.runs[i].CPU.Envoy / b.runs[i].CPU.Envoy }))
+	}
+	for _, r := range rows {
+		if len(r.prof) == 0 {
+			continue
+		}
+		var parts []string
+		for _, d := range r.prof {
+			if d.Share >= 0.01 {
+				parts = append(parts, fmt.Sprintf("%s %.1f µs", d.DSO, d.Share*r.profRun.CPU.Envoy))
+			}
+		}
+		fmt.Printf("perf %-18s Envoy %.1f µs/req: %s\n", r.name, r.profRun.CPU.Envoy, strings.Join(parts, ", "))
+	}
+}
+
+// TestHostCallsAB counts the host calls per admitted request of the tree's filter and,
+// when TOLLGATE_AB_BASELINE is set, of the baseline module, on the wazero host with §13's
+// rule and request, local and synced to a real service (steady state, after the
+// buckets' leases are granted).
+func TestHostCallsAB(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Redis and the service")
+	}
+	mods := map[string][]byte{"this tree": wasmtest.BuildWasm(t, FilterPkg)}
+	if p := os.Getenv("TOLLGATE_AB_BASELINE"); p != "" {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mods["baseline"] = b
+	}
+	bin, err := BuildService(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := redistest.Launch(redistest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	svc, err := StartProcess(bin, srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Stop()
+	if err := svc.PutRules(CompareRules()); err != nil {
+		t.Fatal(err)
+	}
+	var rules map[string]any
+	if err := json.Unmarshal(CompareRules(), &rules); err != nil {
+		t.Fatal(err)
+	}
+	local, _ := json.Marshal(rules)
+	rules["sync"] = map[string]any{"cluster": "tollgate_ratelimit", "secret": SyncSecret, "interval_ms": 100, "timeout_ms": 250,
+		"lease_ttl_ms": 1000, "expected_nodes": 1}
+	synced, _ := json.Marshal(rules)
+	names := make([]string, 0, len(mods))
+	for n := range mods {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		for _, mode := range []struct {
+			name string
+			cfg  []byte
+		}{{"local", local}, {"synced", synced}} {
+			h, err := host.New(host.Config{Wasm: mods[name], PluginConfig: mode.cfg, Workers: 1, LogLevel: host.LogWarn, CountHostCalls: true,
+				Clusters: map[string][]string{"tollgate_ratelimit": {strings.TrimPrefix(svc.URL, "http://")}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// 100 callers, as §13's many: each request of the steady state finds its lease.
+			reqs := make([]*host.Request, 100)
+			for i := range reqs {
+				reqs[i] = &host.Request{Method: "GET", Path: "/v1/search?q=tollgate", Authority: "api.example.com",
+					Header: []host.Pair{{"user-agent", "tollgate-bench"}, {"accept", "*/*"}, {"x-api-key", "ab-" + strconv.Itoa(i)}}}
+			}
+			for i := 0; i < 2000; i++ {
+				h.HandleOn(0, reqs[i%len(reqs)])
+				if i%100 == 99 {
+					time.Sleep(20 * time.Millisecond) // ticks: syncs, leases
+				}
+			}
+			const n = 2000
+			before := h.HostCalls()
+			for i := 0; i < n; i++ {
+				if _, err := h.Exchange(0, reqs[i%len(reqs)], &host.Response{Status: 200}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			after := h.HostCalls()
+			var parts []string
+			var total float64
+			for k, v := range after {
+				if d := float64(v-before[k]) / n; d > 0.001 {
+					parts = append(parts, fmt.Sprintf("%s %.2f", strings.TrimPrefix(k, "proxy_"), d))
+					if k != "proxy_on_memory_allocate" {
+						total += d
+					}
+				}
+			}
+			sort.Strings(parts)
+			fmt.Printf("host calls per request, %s, %s: %.2f (%s)\n", name, mode.name, total, strings.Join(parts, ", "))
+			h.Close()
+		}
+	}
+}
+
+// telemetryOff turns the filter's per-rule stats and decision metadata off in a
+// LimiterConfig bootstrap.
+func telemetryOff(cfg []byte) ([]byte, error) {
+	const at = `"rules": [`
+	i := strings.Index(string(cfg), at)
+	if i < 0 {
+		return nil, fmt.Errorf("no rules in the filter configuration")
+	}
+	return []byte(string(cfg[:i]) + `"telemetry": {"rule_stats": false, "decision_metadata": false}, ` + string(cfg[i:])), nil
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// TestDecisionCostAB times one admitted request of §1 (a single local rule) through the
+// tree's filter, the baseline module (TOLLGATE_AB_BASELINE) and the floor module on the
+// wazero host, in interleaved rounds (MeasureCosts), with the module code's share from a
+// profile: the module code a change to the filter saves, without Envoy's noise.
+func TestDecisionCostAB(t *testing.T) {
+	p := os.Getenv("TOLLGATE_AB_BASELINE")
+	if p == "" {
+		t.Skip("set TOLLGATE_AB_BASELINE to a baseline filter.wasm to compare against")
+	}
+	baseline, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := []byte(`{"key":{"source":"header","name":"x-api-key"},"rules":[{"id":"api","limit":1000000,"window":"1s"}]}`)
+	costs, err := MeasureCosts([]CostModule{
+		{Name: "floor", Wasm: wasmtest.BuildWasm(t, FloorPkg)},
+		{Name: "baseline", Wasm: baseline, Config: cfg},
+		{Name: "this tree", Wasm: wasmtest.BuildWasm(t, FilterPkg), Config: cfg},
+	}, CostOptions{Rounds: envInt("TOLLGATE_AB_ROUNDS", 9), Profile: true, CountedReqs: 2000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range costs {
+		fmt.Printf("%-10s %8.0f ns/request, module code %6.0f ns, host calls %.2f, allocs %.2f\n", c.Module, c.NsPerRequest, c.GuestNsPerRequest, c.HostCallsPerRequest, c.AllocsPerRequest)
+	}
+}
