@@ -120,7 +120,14 @@ func TestDifferential(t *testing.T) {
 				// No client retry: a pipeline resent after its scripts ran answers as a
 				// replay (the idempotency record), which the twin cannot foresee; under
 				// load that read as a divergence. Without retries it fails as an error.
-				s, _ := newStore(t, mode, func(c *Config) { c.MaxRetries = -1 })
+				// The cluster client can also resend a pipeline whose read timed out (as a
+				// redirect, whatever MaxRetries says): with the shipped 500 ms read
+				// timeout a loaded 2-core machine saw a script answer as a replay (once
+				// in about ten runs). Timeouts far beyond any script's time remove that.
+				s, _ := newStore(t, mode, func(c *Config) {
+					c.MaxRetries = -1
+					c.ReadTimeout, c.WriteTimeout = 30*time.Second, 30*time.Second
+				})
 				s.nowUs = func() int64 { return clock }
 				differential(t, s, kind, uint64(k)+11, &clock)
 			})
