@@ -35,7 +35,7 @@ const threePathRules = `{"rules": [{"id": "three", "limit": 40, "window": "10s",
 // way a fleet can reach it at once: two real Envoys (newest release, 2 workers each)
 // running the compiled Wasm filter and syncing over HTTP, two plain Envoys whose
 // rate_limit_quota filter is assigned token buckets over RLQS, and a gRPC client of the
-// rate limit service. Each of the five is offered 10 requests a second for 20 s,
+// rate limit service. Each of the five is offered 10 requests a second for 12 s,
 // 12.5 times the rule's 4 a second together. What they admit together stays within the
 // RLQS path's over-admission bound (RATIONALE.md "Envoy's rate_limit_quota filter": the
 // rule's own C + L·T/W, plus C + L·(R + h)/W of staleness and one no-assignment request
@@ -44,7 +44,7 @@ const threePathRules = `{"rules": [{"id": "three", "limit": 40, "window": "10s",
 func TestThreePathsOneQuota(t *testing.T) {
 	const (
 		limit, capacity, windowS = 40, 40, 10
-		seconds, reportS, hbS    = 20, 5, 1
+		seconds, reportS, hbS    = 12, 5, 1
 		rlqsEnvoys, wasmEnvoys   = 2, 2
 	)
 	e := sharedEnv(t)
