@@ -180,8 +180,9 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	return known
 }
 
-// filterMetricNames reads the filter's metric definitions (every def(kind, "name") in
-// filter/plugin/metrics.go) as Envoy's Prometheus endpoint names them: the stat name
+// filterMetricNames reads the filter's metric definitions (every def(kind, "name") or
+// def(kind, constant) in filter/plugin/metrics.go) as Envoy's Prometheus endpoint
+// names them: the stat name
 // with every character outside [a-zA-Z0-9_:] turned into '_' (tollgate.requests_allowed
 // → tollgate_requests_allowed); a histogram adds its _bucket, _sum and _count series.
 // The per-rule stats (plugin.RuleStats) are named as envoy.yaml's stats tag leaves them:
@@ -192,6 +193,23 @@ func filterMetricNames(t *testing.T) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A name is a string literal or a string constant of the file (the stats the filter
+	// sets at once are named by constants it also lists in RecordedMetrics).
+	consts := map[string]string{}
+	ast.Inspect(f, func(n ast.Node) bool {
+		vs, ok := n.(*ast.ValueSpec)
+		if !ok || len(vs.Names) != len(vs.Values) {
+			return true
+		}
+		for i, id := range vs.Names {
+			if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+				if v, err := strconv.Unquote(lit.Value); err == nil {
+					consts[id.Name] = v
+				}
+			}
+		}
+		return true
+	})
 	var out []string
 	ast.Inspect(f, func(n ast.Node) bool {
 		call, ok := n.(*ast.CallExpr)
@@ -201,13 +219,25 @@ func filterMetricNames(t *testing.T) []string {
 		if id, ok := call.Fun.(*ast.Ident); !ok || id.Name != "def" {
 			return true
 		}
-		lit, ok := call.Args[1].(*ast.BasicLit)
-		if !ok || lit.Kind != token.STRING {
+		var name string
+		switch a := call.Args[1].(type) {
+		case *ast.BasicLit:
+			if a.Kind != token.STRING {
+				return true
+			}
+			v, err := strconv.Unquote(a.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			name = v
+		case *ast.Ident:
+			v, ok := consts[a.Name]
+			if !ok {
+				t.Fatalf("def(_, %s) in %s: not a string constant of the file", a.Name, filterMetrics)
+			}
+			name = v
+		default:
 			return true
-		}
-		name, err := strconv.Unquote(lit.Value)
-		if err != nil {
-			t.Fatal(err)
 		}
 		prom := envoyPrometheusName(filterPrefix + name)
 		out = append(out, prom)
