@@ -467,9 +467,18 @@ func (st *stream) report(rep *rlqsv3.RateLimitQuotaUsageReports) {
 			// bucket still holds (burstOf); a bucket short of one permit a node denies
 			// until it has refilled that much.
 			burst := map[string]int64{}
+			demands := map[string]demand{} // per bucket, read once: every window shares it
+			demandOf := func(k string) demand {
+				d, ok := demands[k]
+				if !ok {
+					d = st.s.demand(k, st, now)
+					demands[k] = d
+				}
+				return d
+			}
 			for _, r := range refs {
 				p := lease.ParamsOf(&b.Deltas[r.delta])
-				q := st.s.demand(r.bucket, st, now).portion(p)
+				q := demandOf(r.bucket).portion(p)
 				sta := out.states[r.delta]
 				if sta.Flags&wire.StateRefused != 0 {
 					continue
@@ -491,7 +500,7 @@ func (st *stream) report(rep *rlqsv3.RateLimitQuotaUsageReports) {
 			for k, m := range burst {
 				if bk := st.buckets[k]; bk != nil {
 					bk.burst = m
-					bk.dem = st.settle(bk, st.s.demand(k, st, now))
+					bk.dem = st.settle(bk, demandOf(k))
 					if m > 0 {
 						bk.denyUntilUs = 0 // the bucket holds its share again (or Redis is back)
 					}
