@@ -63,10 +63,7 @@ func TestRLSAndWasmShareOneQuota(t *testing.T) {
 	ctx := ctxFor(t, 2*time.Minute)
 	start := time.Now()
 	rls := func(hits uint32) (*rlsv3.RateLimitResponse, error) {
-		cctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+syncSecret), 5*time.Second)
-		defer cancel()
-		return client.ShouldRateLimit(cctx, &rlsv3.RateLimitRequest{Domain: "e2e", HitsAddend: hits,
-			Descriptors: []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "api_key", Value: key}}}}})
+		return shouldRateLimit(ctx, client, "e2e", key, hits)
 	}
 	remaining := func(a *harness.Answer) int {
 		n, err := strconv.Atoi(a.Get("X-RateLimit-Remaining"))
@@ -220,10 +217,7 @@ func TestRLSReplicasAndGatewaysOneQuota(t *testing.T) {
 	key := uniqueKey("sk_rls2x2")
 	ctx := ctxFor(t, 2*time.Minute)
 	rls := func(c rlsv3.RateLimitServiceClient) (*rlsv3.RateLimitResponse, error) {
-		cctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+syncSecret), 5*time.Second)
-		defer cancel()
-		return c.ShouldRateLimit(cctx, &rlsv3.RateLimitRequest{Domain: "e2e",
-			Descriptors: []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "api_key", Value: key}}}}})
+		return shouldRateLimit(ctx, c, "e2e", key, 0)
 	}
 	start := time.Now()
 	deadline := start.Add(30 * time.Second)
@@ -294,6 +288,15 @@ func TestRLSReplicasAndGatewaysOneQuota(t *testing.T) {
 }
 
 // freeAddr is a loopback address with a port free at the time of the call.
+// shouldRateLimit asks the service's gRPC RLS, authenticated with the sync secret, for
+// hits (0: Envoy's default of 1) of one descriptor {api_key: key} in domain.
+func shouldRateLimit(ctx context.Context, c rlsv3.RateLimitServiceClient, domain, key string, hits uint32) (*rlsv3.RateLimitResponse, error) {
+	cctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+syncSecret), 5*time.Second)
+	defer cancel()
+	return c.ShouldRateLimit(cctx, &rlsv3.RateLimitRequest{Domain: domain, HitsAddend: hits,
+		Descriptors: []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "api_key", Value: key}}}}})
+}
+
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -12,11 +12,9 @@ import (
 	"testing"
 	"time"
 
-	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 
 	"github.com/tollgate-rl/tollgate/e2e/internal/harness"
 	"github.com/tollgate-rl/tollgate/internal/envoyproc"
@@ -105,10 +103,7 @@ func TestThreePathsOneQuota(t *testing.T) {
 			}
 			return resp.StatusCode == http.StatusOK
 		}
-		cctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+syncSecret), 5*time.Second)
-		defer cancel()
-		resp, err := rlsClient.ShouldRateLimit(cctx, &rlsv3.RateLimitRequest{Domain: "tollgate",
-			Descriptors: []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "api_key", Value: key}}}}})
+		resp, err := shouldRateLimit(ctx, rlsClient, "tollgate", key, 0)
 		if err != nil {
 			t.Errorf("%s: %v", paths[i], err)
 			return false
