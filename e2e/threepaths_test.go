@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -165,15 +164,11 @@ func startRLQSEnvoy(t *testing.T, upstream, grpcAddr string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	yaml, err := os.ReadFile(filepath.Join(root, "deploy", "envoy-rlqs.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	listen, err := envoyproc.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	yaml, err = envoyproc.GRPCServiceConfig("envoy-rlqs.yaml", yaml, envoyproc.Shipped{
+	yaml, err := envoyproc.GRPCServiceConfig(root, "envoy-rlqs.yaml", envoyproc.Shipped{
 		Listener: listen, Backend: portOfURL(t, upstream), GRPC: portOfURL(t, "http://"+grpcAddr), SyncSecret: syncSecret})
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,8 @@ package envoyproc
 import (
 	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 )
 
@@ -28,9 +30,14 @@ func ShippedConfig(yaml []byte, s Shipped) ([]byte, error) {
 }
 
 // GRPCServiceConfig is ShippedConfig for the bootstraps that call the service over gRPC
-// (name: envoy-rls.yaml, the ratelimit filter, or envoy-rlqs.yaml, rate_limit_quota):
-// listener, backend, the service's gRPC port and the sync secret.
-func GRPCServiceConfig(name string, yaml []byte, s Shipped) ([]byte, error) {
+// (name: envoy-rls.yaml, the ratelimit filter, or envoy-rlqs.yaml, rate_limit_quota),
+// read from the repository at root (its deploy directory): listener, backend, the
+// service's gRPC port and the sync secret.
+func GRPCServiceConfig(root, name string, s Shipped) ([]byte, error) {
+	yaml, err := os.ReadFile(filepath.Join(root, "deploy", name))
+	if err != nil {
+		return nil, err
+	}
 	return substitute(name, yaml, s.common(
 		[2]string{"address: 127.0.0.1, port_value: 8083}", "address: 127.0.0.1, port_value: " + strconv.Itoa(s.GRPC) + "}"}))
 }

@@ -52,17 +52,13 @@ func TestEnvoyValidates(t *testing.T) {
 func envoyWith(t *testing.T, rlqsAddr string, workers int) (string, *envoyproc.Proc) {
 	t.Helper()
 	root, bin := envoyBinary(t)
-	yaml, err := os.ReadFile(filepath.Join(root, "deploy", "envoy-rlqs.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	backend, stopBackend, err := envoyproc.Upstream()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(stopBackend)
 	listen := freePort(t)
-	yaml, err = envoyproc.GRPCServiceConfig("envoy-rlqs.yaml", yaml, envoyproc.Shipped{
+	yaml, err := envoyproc.GRPCServiceConfig(root, "envoy-rlqs.yaml", envoyproc.Shipped{
 		Listener: listen, Backend: portOf(t, backend), GRPC: portOf(t, rlqsAddr), SyncSecret: secret})
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -44,15 +43,11 @@ func TestThroughEnvoysFilter(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(stopBackend)
-	yaml, err := os.ReadFile(filepath.Join(root, "deploy", "envoy-rls.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	listen, err := envoyproc.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	yaml, err = envoyproc.GRPCServiceConfig("envoy-rls.yaml", yaml, envoyproc.Shipped{
+	yaml, err := envoyproc.GRPCServiceConfig(root, "envoy-rls.yaml", envoyproc.Shipped{
 		Listener: listen, Backend: portOf(t, backend), GRPC: portOf(t, rlsAddr), SyncSecret: secret})
 	if err != nil {
 		t.Fatal(err)
