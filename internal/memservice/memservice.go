@@ -1,15 +1,22 @@
 // Package memservice is the sync service without Redis: it answers the gateways' batches
 // and checks as ratelimit/service and ratelimit/store do — the same wire format, the same
-// per-delta refusals, the same idempotency per (gateway, seq), and every bucket updated by
-// shared/lease.SyncNode with each gateway's own record of its leases of it, the Go twin of
-// the Lua script the store runs (the store's differential test keeps the two equal). The fleet simulation runs thousands of gateways
-// against it, and native tests of the filter sync against it, where a real Redis would
-// only add time and noise. It does not model Redis Cluster shards, failover, or the
+// per-delta refusals (backend.Screen), the same idempotency per (gateway, seq) and
+// chunk of backend.MaxPerCall deltas, the same fleet count, and every bucket updated by
+// shared/lease.SyncNode with each gateway's own record of its leases of it, the Go twin
+// of the Lua script the store runs (the store's differential test keeps the two equal).
+// It implements internal/backend.Backend, and internal/backendtest holds it and the
+// store to one contract. The fleet simulation runs thousands of gateways against it,
+// and native tests of the filter sync against it, where a real Redis would only add
+// time and noise. It does not model Redis Cluster shards, failover, key expiry on a
+// clock of its own (expired records read as absent at the caller's now), or the
 // service's rule set (the gateways' parameters are applied as sent).
 package memservice
 
 import (
-	"github.com/tollgate-rl/tollgate/ratelimit/store"
+	"context"
+	"fmt"
+
+	"github.com/tollgate-rl/tollgate/internal/backend"
 	"github.com/tollgate-rl/tollgate/shared/lease"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
@@ -19,6 +26,14 @@ type Service struct {
 	Config lease.SyncConfig
 	// FleetWindowUs: gateways that synced this recently count in Reply.Nodes.
 	FleetWindowUs int64
+	// FleetProbationUs: a gateway counts once its syncs span this long (negative:
+	// at once). FleetJoinRate gateways join per second at most, FleetMaxNodes in all.
+	// The store's settings (backend.DefaultFleet*).
+	FleetProbationUs int64
+	FleetJoinRate    int
+	FleetMaxNodes    int
+	// IdempotencyTTLUs is how long a gateway's record of its last batch lives after it.
+	IdempotencyTTLUs int64
 	// RulesVersion is answered in every reply.
 	RulesVersion uint64
 	// NoPenalty ignores the early-retry counts gateways report, so no caller is put in
@@ -31,9 +46,9 @@ type Service struct {
 	buckets map[bucketKey]*entry
 	pens    map[string]*penEntry
 	owns    map[ownKey]*ownEntry // each gateway's own leases of a bucket (store.NodeLeaseKey)
-	idem    map[string]idemRec
-	seen    map[string]int64 // node -> last sync (fleet size)
-	nodes   int64            // the fleet size of the batch being applied
+	idem    map[string]*idemRec  // per gateway: its records per chunk (one Redis hash)
+	fleet   fleet
+	nodes   int64 // the fleet size of the batch being applied
 
 	// Counters of the work done (what the store would have sent to Redis).
 	Batches, Deltas, Replays, Refused, ScriptCalls int64
@@ -66,7 +81,14 @@ type penEntry struct {
 	expire int64
 }
 
+// idemRec is a gateway's idempotency hash: one field per chunk, the whole hash expiring
+// IdempotencyTTLUs after its last write (the script's PEXPIRE).
 type idemRec struct {
+	expire int64
+	chunks map[int]chunkRec
+}
+
+type chunkRec struct {
 	seq     uint64
 	now     int64
 	results []lease.SyncResult
@@ -78,95 +100,120 @@ func New(cfg lease.SyncConfig) *Service {
 		cfg = lease.DefaultSyncConfig
 	}
 	return &Service{
-		Config: cfg.Normalized(), FleetWindowUs: 5_000_000,
-		buckets: map[bucketKey]*entry{}, pens: map[string]*penEntry{}, owns: map[ownKey]*ownEntry{},
-		idem: map[string]idemRec{}, seen: map[string]int64{},
+		Config: cfg.Normalized(), FleetWindowUs: backend.DefaultFleetWindow.Microseconds(),
+		FleetProbationUs: backend.DefaultFleetProbation.Microseconds(),
+		FleetJoinRate:    backend.DefaultFleetJoinRate, FleetMaxNodes: backend.DefaultFleetMaxNodes,
+		IdempotencyTTLUs: backend.DefaultIdempotencyTTL.Microseconds(),
+		buckets:          map[bucketKey]*entry{}, pens: map[string]*penEntry{}, owns: map[ownKey]*ownEntry{},
+		idem: map[string]*idemRec{},
 	}
 }
 
-// maxPerCall is the store's bound on the deltas of one script call.
-const maxPerCall = 100
+// Backend is sv as a backend.Backend whose server time is clock() (µs).
+func (sv *Service) Backend(clock func() int64) backend.Backend { return clocked{sv, clock} }
 
-// Apply answers batch b at server time now (µs). check is /v1/check (strict checks and
-// acquires: applied once, not recorded for idempotency); otherwise /v1/sync.
-func (sv *Service) Apply(b *wire.Batch, now int64, check bool) *wire.Reply {
+type clocked struct {
+	sv    *Service
+	clock func() int64
+}
+
+func (c clocked) Apply(_ context.Context, b *wire.Batch, o backend.Options) (*backend.Outcome, error) {
+	return c.sv.ApplyAt(b, o, c.clock())
+}
+
+// Ping: memory always answers.
+func (clocked) Ping(context.Context) error { return nil }
+
+// ApplyAt applies batch b as the store's Apply does, at server time now (µs): refusals
+// (backend.Screen), the fleet count, then the accepted deltas in calls of at most
+// backend.MaxPerCall, each with its idempotency record when o.Idempotent (field = the
+// call's position, as the store cuts them on one Redis node).
+func (sv *Service) ApplyAt(b *wire.Batch, o backend.Options, now int64) (*backend.Outcome, error) {
+	if b.Node == "" {
+		return nil, fmt.Errorf("%w: node: empty", backend.ErrInvalid)
+	}
 	sv.Batches++
-	sv.seen[b.Node] = now
-	rep := &wire.Reply{RulesVersion: sv.RulesVersion, ServerTimeUs: now, Nodes: sv.fleet(now), States: make([]wire.State, len(b.Deltas))}
-	sv.nodes = int64(rep.Nodes)
-	dup := map[bucketKey]bool{}
+	out, ok := backend.Screen(b, &o)
+	out.Nodes = sv.fleet.note(sv, b.Node, now)
+	sv.nodes = int64(out.Nodes)
+	sv.Refused += int64(out.Refused)
 	var idx []int
-	for i := range b.Deltas {
-		d := &b.Deltas[i]
-		if check && d.Flags&(wire.FlagStrict|wire.FlagAcquire) == 0 {
-			d.Flags |= wire.FlagStrict
+	for i := range ok {
+		if ok[i] {
+			idx = append(idx, i)
 		}
-		st := &rep.States[i]
-		st.Key, st.Rule, st.Window = d.Key, d.Rule, d.Window
-		k := bucketKey{d.Key, d.Rule, d.Tier, d.Window}
-		why := store.Refusal(d)
-		if why == "" && dup[k] {
-			why = "bucket appears twice in the batch"
-		}
-		dup[k] = true
-		if why != "" {
-			st.Flags, st.Reason = wire.StateRefused, why
-			sv.Refused++
-			continue
-		}
-		idx = append(idx, i)
 	}
-	if len(idx) == 0 {
-		return rep
+	var rec *idemRec
+	if o.Idempotent && len(idx) > 0 {
+		rec = sv.idem[b.Node]
+		if rec != nil && now >= rec.expire {
+			rec = nil
+		}
+		if rec == nil {
+			rec = &idemRec{chunks: map[int]chunkRec{}}
+			sv.idem[b.Node] = rec
+		}
 	}
-	// One Redis node: calls of at most maxPerCall deltas, each with its idempotency
-	// record (field = the call's position), as the store cuts them.
-	for c := 0; c*maxPerCall < len(idx); c++ {
-		part := idx[c*maxPerCall : min((c+1)*maxPerCall, len(idx))]
+	for c := 0; c*backend.MaxPerCall < len(idx); c++ {
+		part := idx[c*backend.MaxPerCall : min((c+1)*backend.MaxPerCall, len(idx))]
 		sv.ScriptCalls++
-		id := b.Node + "\x00" + string(rune('0'+c))
-		if !check {
-			if rec, ok := sv.idem[id]; ok && b.Seq <= rec.seq {
+		if rec != nil {
+			if old, found := rec.chunks[c]; found && b.Seq <= old.seq {
+				// A replay: what the first call granted, at its time (lease.lua).
 				for j, i := range part {
-					r := lease.SyncResult{Replay: true, Allowed: true, NowUs: rec.now}
-					if rec.seq == b.Seq && j < len(rec.results) {
-						o := rec.results[j]
+					r := lease.SyncResult{Replay: true, Allowed: true, NowUs: old.now}
+					if old.seq == b.Seq && j < len(old.results) {
+						o := old.results[j]
 						r.Grant, r.Held, r.Epoch, r.ValidUs, r.LowWater, r.Rate, r.Stock = o.Grant, o.Held, o.Epoch, o.ValidUs, o.LowWater, o.Rate, o.Stock
 					}
 					r.RateAnswer = b.Deltas[i].Flags&wire.FlagRate != 0
-					r.Fill(&rep.States[i])
+					out.Results[i] = r
+					r.Fill(&out.States[i])
 					sv.Replays++
 				}
+				out.ServerTimeUs = max(out.ServerTimeUs, old.now)
 				continue
 			}
 		}
-		rec := idemRec{seq: b.Seq, now: now}
+		cr := chunkRec{seq: b.Seq, now: now}
 		for _, i := range part {
-			r := sv.sync(&b.Deltas[i], b.Node, now)
-			r.Fill(&rep.States[i])
-			rec.results = append(rec.results, r)
+			d := b.Deltas[i]
+			skey := d.Key
+			if o.StoreKey != nil {
+				skey = o.StoreKey(skey)
+			}
+			if o.NoLease {
+				d.Flags |= lease.FlagNoLease
+			}
+			r := sv.sync(&d, skey, b.Node, now)
+			out.Results[i] = r
+			r.Fill(&out.States[i])
+			cr.results = append(cr.results, r)
 		}
-		if !check {
-			sv.idem[id] = rec
+		out.ServerTimeUs = max(out.ServerTimeUs, now)
+		if rec != nil {
+			rec.chunks[c] = cr
+			rec.expire = now + sv.IdempotencyTTLUs
 		}
 	}
-	return rep
+	return out, nil
 }
 
-// sync is one delta: load the bucket, penalty and node records (expired ones read as
-// absent, as Redis would), lease.SyncNode, write them back with the script's TTLs.
-func (sv *Service) sync(d *wire.Delta, node string, now int64) lease.SyncResult {
+// sync is one delta on the buckets of caller key skey (its stored form): load the
+// bucket, penalty and node records (expired ones read as absent, as Redis would),
+// lease.SyncNode, write them back with the script's TTLs.
+func (sv *Service) sync(d *wire.Delta, skey, node string, now int64) lease.SyncResult {
 	sv.Deltas++
 	if sv.NoPenalty {
 		d.Early = 0
 	}
-	k := bucketKey{d.Key, d.Rule, d.Tier, d.Window}
+	k := bucketKey{skey, d.Rule, d.Tier, d.Window}
 	e := sv.buckets[k]
 	if e == nil || now >= e.expire {
 		e = &entry{}
 		sv.buckets[k] = e
 	}
-	pe := sv.pens[d.Key]
+	pe := sv.pens[skey]
 	var pen lease.Penalty
 	if pe != nil && now < pe.expire {
 		pen = pe.p
@@ -203,11 +250,11 @@ func (sv *Service) sync(d *wire.Delta, node string, now int64) lease.SyncResult 
 	e.expire = now + ceilMs(lease.TTLUs(&e.b, d, now, sv.Config))*1000
 	if pen != before {
 		if pen.Level == 0 && pen.UntilUs == 0 && pen.Nodes == "" && pen.Owner == "" {
-			delete(sv.pens, d.Key)
+			delete(sv.pens, skey)
 		} else {
 			if pe == nil {
 				pe = &penEntry{}
-				sv.pens[d.Key] = pe
+				sv.pens[skey] = pe
 			}
 			pe.p = pen
 			pe.expire = now + (ceilMs(max(pen.UntilUs, pen.LastUs, pen.OwnUntilUs)-now+sv.Config.PenaltyMaxUs)+1000)*1000
@@ -219,18 +266,6 @@ func (sv *Service) sync(d *wire.Delta, node string, now int64) lease.SyncResult 
 	sv.Reclaimed += r.Reclaimed
 	sv.Granted += r.Grant
 	return r
-}
-
-func (sv *Service) fleet(now int64) uint32 {
-	var n uint32
-	for node, t := range sv.seen {
-		if now-t > sv.FleetWindowUs {
-			delete(sv.seen, node)
-			continue
-		}
-		n++
-	}
-	return max(n, 1)
 }
 
 // Bucket returns a copy of a bucket's state (nil if it has none or it expired at now).
@@ -258,6 +293,11 @@ func (sv *Service) Expire(now int64) {
 	for k, o := range sv.owns {
 		if now >= o.expire {
 			delete(sv.owns, k)
+		}
+	}
+	for k, r := range sv.idem {
+		if now >= r.expire {
+			delete(sv.idem, k)
 		}
 	}
 }
@@ -300,18 +340,26 @@ func (sv *Service) Handle(path string, body []byte, now int64) (status int, repl
 	if err := wire.DecodeBatch(body, &b); err != nil {
 		return 400, []byte(err.Error())
 	}
-	if b.Node == "" {
-		return 400, []byte("invalid batch: node: empty")
-	}
-	var check bool
+	o := backend.Options{Idempotent: true}
 	switch path {
 	case "/v1/sync":
 	case "/v1/check":
-		check = true
+		// The service's /v1/check: every delta a strict check unless it acquires, applied
+		// once and not recorded for replay.
+		o.Idempotent = false
+		for i := range b.Deltas {
+			if b.Deltas[i].Flags&(wire.FlagStrict|wire.FlagAcquire) == 0 {
+				b.Deltas[i].Flags |= wire.FlagStrict
+			}
+		}
 	default:
 		return 404, []byte("not found")
 	}
-	rep := sv.Apply(&b, now, check)
+	res, err := sv.ApplyAt(&b, o, now)
+	if err != nil {
+		return 400, []byte(err.Error())
+	}
+	rep := &wire.Reply{RulesVersion: sv.RulesVersion, ServerTimeUs: res.ServerTimeUs, Nodes: res.Nodes, States: res.States}
 	out, err := wire.AppendReply(nil, rep)
 	if err != nil {
 		return 500, []byte(err.Error())

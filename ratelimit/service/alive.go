@@ -62,7 +62,7 @@ func (s *Service) redisAlive(ctx context.Context) error {
 	_, err, _ := c.group.Do("ping", func() (any, error) {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), aliveBudget)
 		defer cancel()
-		err := s.st.Ping(pctx)
+		err := s.be.Ping(pctx)
 		c.mu.Lock()
 		c.at, c.err = time.Now(), err
 		c.mu.Unlock()

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/tollgate-rl/tollgate/ratelimit/store"
+	"github.com/tollgate-rl/tollgate/internal/backend"
 	"github.com/tollgate-rl/tollgate/shared/rule"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
@@ -17,7 +17,7 @@ func (s *Service) RuleSet(ctx context.Context) *rule.Config { return s.ruleSet(c
 // unless it asks to acquire), limits resolved from the service's rule set, nothing
 // recorded for replay — and counts it under endpoint in the batch metrics. Other front
 // ends (the Envoy rate limit service) charge the same buckets through it.
-func (s *Service) Check(ctx context.Context, endpoint string, b *wire.Batch) (*store.Outcome, error) {
+func (s *Service) Check(ctx context.Context, endpoint string, b *wire.Batch) (*backend.Outcome, error) {
 	start := time.Now()
 	if !s.rulesReady() {
 		s.m.error("no_rules")
@@ -30,10 +30,10 @@ func (s *Service) Check(ctx context.Context, endpoint string, b *wire.Batch) (*s
 		}
 	}
 	refuse := s.resolver(ctx)
-	opts := store.Options{Refuse: refuse, NoLearn: refuse != nil, StoreKey: s.storeKeyFunc(s.ruleSet(ctx))}
+	opts := backend.Options{Refuse: refuse, NoLearn: refuse != nil, StoreKey: s.storeKeyFunc(s.ruleSet(ctx))}
 	// A caller that hangs up must not cut a check in half: finish it (bounded).
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.BatchTimeout)
-	out, err := s.st.Apply(ctx, b, opts)
+	out, err := s.be.Apply(ctx, b, opts)
 	cancel()
 	outcome := "ok"
 	switch {
@@ -59,7 +59,7 @@ func (s *Service) Check(ctx context.Context, endpoint string, b *wire.Batch) (*s
 // pings Redis, so that its answer says Redis is up. With grant false no lease is granted
 // (a node's last report, which gives its leases back). It counts under endpoint in the
 // batch metrics.
-func (s *Service) Sync(ctx context.Context, endpoint string, b *wire.Batch, grant bool) (*store.Outcome, error) {
+func (s *Service) Sync(ctx context.Context, endpoint string, b *wire.Batch, grant bool) (*backend.Outcome, error) {
 	start := time.Now()
 	if !s.rulesReady() {
 		s.m.error("no_rules")
@@ -67,11 +67,11 @@ func (s *Service) Sync(ctx context.Context, endpoint string, b *wire.Batch, gran
 		return nil, errNoRules
 	}
 	refuse := s.resolver(ctx)
-	opts := store.Options{Idempotent: true, NoLease: !grant, Refuse: refuse, NoLearn: refuse != nil, StoreKey: s.storeKeyFunc(s.ruleSet(ctx))}
+	opts := backend.Options{Idempotent: true, NoLease: !grant, Refuse: refuse, NoLearn: refuse != nil, StoreKey: s.storeKeyFunc(s.ruleSet(ctx))}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.BatchTimeout)
-	out, err := s.st.Apply(ctx, b, opts)
+	out, err := s.be.Apply(ctx, b, opts)
 	if err == nil && len(b.Deltas) == 0 {
-		err = s.st.Ping(ctx)
+		err = s.be.Ping(ctx)
 	}
 	cancel()
 	outcome := "ok"

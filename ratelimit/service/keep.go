@@ -9,8 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tollgate-rl/tollgate/internal/backend"
 	"github.com/tollgate-rl/tollgate/ratelimit/rules"
-	"github.com/tollgate-rl/tollgate/ratelimit/store"
 )
 
 // fleetMetrics are the metrics of the identity and rule-keeping code (their own
@@ -38,7 +38,7 @@ func newFleetMetrics(register func(prometheus.Collector)) *fleetMetrics {
 
 // errNoRules: with a policy store this instance has no rule set and cannot learn whether
 // it should have one. Deciding with none would admit everything its peers refuse.
-var errNoRules = fmt.Errorf("%w: no rule set yet: Redis holds none and the policy store has not answered", store.ErrUnavailable)
+var errNoRules = fmt.Errorf("%w: no rule set yet: Redis holds none and the policy store has not answered", backend.ErrUnavailable)
 
 // rulesReady reports whether this instance knows what to enforce. Without a policy
 // store Redis is the only source, and an empty Redis means no rules (a running peer

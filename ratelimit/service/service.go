@@ -23,6 +23,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tollgate-rl/tollgate/internal/backend"
 	"github.com/tollgate-rl/tollgate/ratelimit/rules"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
 	"github.com/tollgate-rl/tollgate/ratelimit/top"
@@ -82,7 +83,12 @@ const ActorHeader = "X-Tollgate-Actor"
 
 // Service is the HTTP API. Create with New, serve Handler, and Run its background work.
 type Service struct {
-	cfg     Config
+	cfg Config
+	// be applies the gateways' batches (/v1/sync, /v1/check, Check, Sync, heartbeats):
+	// the service needs nothing else of its backend there (internal/backend).
+	be backend.Backend
+	// st is the same store, for what only Redis does: usage and reset (admin API), and
+	// its client, which the rule sets and hot-key lists share.
 	st      *store.Store
 	rules   *rules.Store
 	watcher *rules.Watcher
@@ -116,7 +122,7 @@ func New(cfg Config, st *store.Store, m *Metrics) *Service {
 	if cfg.BatchTimeout <= 0 {
 		cfg.BatchTimeout = time.Duration(sc.MaxRetries+1) * sc.AttemptBudget()
 	}
-	s := &Service{cfg: cfg, st: st, rules: rules.New(st.Client()), m: m, log: cfg.Logger,
+	s := &Service{cfg: cfg, be: st, st: st, rules: rules.New(st.Client()), m: m, log: cfg.Logger,
 		mux: http.NewServeMux(), syncMux: http.NewServeMux(), adminMux: http.NewServeMux()}
 	if cfg.Policy != nil {
 		s.pol = &durable{pol: cfg.Policy}
@@ -411,7 +417,7 @@ func (s *Service) handleBatch(endpoint string, check bool) http.HandlerFunc {
 			}
 			return ""
 		}
-		opts := store.Options{Idempotent: !check, NoLease: v1, Refuse: refuse, NoLearn: resolve != nil, StoreKey: s.storeKeyFunc(s.ruleSet(r.Context()))}
+		opts := backend.Options{Idempotent: !check, NoLease: v1, Refuse: refuse, NoLearn: resolve != nil, StoreKey: s.storeKeyFunc(s.ruleSet(r.Context()))}
 		if check {
 			for i := range b.Deltas {
 				if b.Deltas[i].Flags&(wire.FlagStrict|wire.FlagAcquire) == 0 {
@@ -421,7 +427,7 @@ func (s *Service) handleBatch(endpoint string, check bool) http.HandlerFunc {
 		}
 		// A gateway that hangs up must not cut a batch in half: finish it (bounded).
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.BatchTimeout)
-		var out *store.Outcome
+		var out *backend.Outcome
 		err = nil
 		if len(b.Deltas) == 0 {
 			// A heartbeat needs no Redis command, but its answer tells the gateway the
@@ -429,10 +435,10 @@ func (s *Service) handleBatch(endpoint string, check bool) http.HandlerFunc {
 			err = s.redisAlive(ctx)
 		}
 		if err == nil {
-			out, err = s.st.Apply(ctx, &b, opts)
+			out, err = s.be.Apply(ctx, &b, opts)
 		}
 		cancel()
-		if errors.Is(err, store.ErrInvalid) {
+		if errors.Is(err, backend.ErrInvalid) {
 			fail(http.StatusBadRequest, "invalid", err.Error())
 			return
 		}
@@ -520,7 +526,7 @@ func decodeV1(body []byte, b *wire.Batch) error {
 
 // replyV1 answers a previous-protocol batch: its remaining, reset, retry and penalty;
 // never a lease.
-func replyV1(dst []byte, version uint64, out *store.Outcome) ([]byte, error) {
+func replyV1(dst []byte, version uint64, out *backend.Outcome) ([]byte, error) {
 	rep := wire.ReplyV1{RulesVersion: version, ServerTimeUs: out.ServerTimeUs, Nodes: out.Nodes, States: make([]wire.StateV1, len(out.States))}
 	for i := range out.States {
 		st := &out.States[i]
@@ -574,7 +580,7 @@ func (s *Service) handleSyncRules(w http.ResponseWriter, r *http.Request) {
 func (s *Service) handleReady(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.BatchTimeout)
 	defer cancel()
-	if err := s.st.Ping(ctx); err != nil {
+	if err := s.be.Ping(ctx); err != nil {
 		http.Error(w, "redis: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}

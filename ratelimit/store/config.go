@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 
+	"github.com/tollgate-rl/tollgate/internal/backend"
 	"github.com/tollgate-rl/tollgate/shared/lease"
 )
 
@@ -76,11 +77,11 @@ const (
 	DefaultReadTimeout  = 500 * time.Millisecond
 	DefaultWriteTimeout = 500 * time.Millisecond
 	DefaultMaxRetries   = 1
-	DefaultFleetWindow  = 5 * time.Second
-	DefaultProbation    = time.Second
-	DefaultJoinRate     = 50
-	DefaultMaxNodes     = 10_000
-	DefaultIdempotency  = 60 * time.Second
+	DefaultFleetWindow  = backend.DefaultFleetWindow
+	DefaultProbation    = backend.DefaultFleetProbation
+	DefaultJoinRate     = backend.DefaultFleetJoinRate
+	DefaultMaxNodes     = backend.DefaultFleetMaxNodes
+	DefaultIdempotency  = backend.DefaultIdempotencyTTL
 	// retryBackoff bounds go-redis's sleep between retries.
 	retryBackoff = 50 * time.Millisecond
 )

@@ -49,7 +49,7 @@ func (tw *twin) apply(t *testing.T, s *Store, b *wire.Batch, refused []bool, now
 	for i := range ok {
 		ok[i] = !refused[i]
 	}
-	groups, err := s.plan(context.Background(), b, (&Options{}).storeKeys(b), ok)
+	groups, err := s.plan(context.Background(), b, storeKeys(&Options{}, b), ok)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -390,7 +390,7 @@ func differential(t *testing.T, s *Store, kind algo.Kind, seed uint64, clock *in
 		}
 		want := tw.apply(t, s, &b, refused, now, cfg)
 		for i := range b.Deltas {
-			if why := Refusal(&b.Deltas[i]); why != "" || out.States[i].Flags&wire.StateRefused != 0 {
+			if why := lease.Refusal(&b.Deltas[i]); why != "" || out.States[i].Flags&wire.StateRefused != 0 {
 				if out.States[i].Flags&wire.StateRefused == 0 || out.Results[i] != (lease.SyncResult{}) {
 					t.Fatalf("step %d delta %d: refusal %q, state %+v", step, i, why, out.States[i])
 				}

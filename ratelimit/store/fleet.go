@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate-rl/tollgate/internal/backend"
 )
 
 // fleet estimates how many gateways sync (Reply.Nodes, which sizes the gateways'
@@ -42,11 +44,11 @@ type seen struct {
 	admitted    bool // a member of the shared set
 }
 
-const refreshEvery = time.Second
+const refreshEvery = backend.FleetRefresh
 
 // maxCandidates bounds the ids one refresh offers to the set (the rest wait for the
 // next): the join rate admits few anyway, and the script call stays short.
-const maxCandidates = 1000
+const maxCandidates = backend.FleetMaxCandidates
 
 func (f *fleet) init() error {
 	src, err := fs.ReadFile(scriptFS, "scripts/fleet.lua")
@@ -64,7 +66,7 @@ func (s *Store) maxTracked() int { return 2 * s.cfg.FleetMaxNodes }
 
 // note records node and returns the fleet size estimate.
 func (f *fleet) note(s *Store, node string) uint32 {
-	now := time.Now()
+	now := s.clock()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if e := f.local[node]; e != nil {

@@ -197,7 +197,7 @@ func TestReplayOfUnpackedRecord(t *testing.T) {
 				}
 				slot := 0
 				if mode == Cluster {
-					groups, err := s.plan(ctx, b, (&Options{}).storeKeys(b), []bool{true})
+					groups, err := s.plan(ctx, b, storeKeys(&Options{}, b), []bool{true})
 					if err != nil {
 						t.Fatal(err)
 					}

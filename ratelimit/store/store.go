@@ -31,6 +31,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgate-rl/tollgate/internal/backend"
 	"github.com/tollgate-rl/tollgate/shared/algo"
 	"github.com/tollgate-rl/tollgate/shared/lease"
 	"github.com/tollgate-rl/tollgate/shared/wire"
@@ -234,10 +235,21 @@ func Open(cfg Config, m Metrics) (*Store, error) {
 	return s, nil
 }
 
-// SetTestClock makes the scripts and Usage use now() (µs) instead of Redis TIME. Tests only: it
-// lets them drive time (penalty cooldowns, lease epochs) without sleeping, and lets the
-// differential tests give Redis and the Go twin the same clock. Call before use.
+// SetTestClock makes the scripts and Usage use now() (µs) instead of Redis TIME, and the
+// fleet count (which gateways synced when) instead of the service's clock. Tests only: it
+// lets them drive time (penalty cooldowns, lease epochs, the fleet's probation and
+// window) without sleeping, and lets the differential tests and the backend conformance
+// suite give Redis and the Go twin the same clock. Keys still expire on Redis's own
+// clock. Call before use.
 func (s *Store) SetTestClock(now func() int64) { s.nowUs = now }
+
+// clock is the service's time: the test clock when one is set.
+func (s *Store) clock() time.Time {
+	if s.nowUs != nil {
+		return time.UnixMicro(s.nowUs())
+	}
+	return time.Now()
+}
 
 // Client is the underlying Redis client (the rules store shares it).
 func (s *Store) Client() redis.UniversalClient { return s.rdb }
@@ -283,59 +295,25 @@ func (s *Store) loadScripts(ctx context.Context, since time.Time) error {
 	return s.rdb.ScriptLoad(ctx, s.script.src).Err()
 }
 
-// ErrInvalid is wrapped by batch validation errors (HTTP 400).
-var ErrInvalid = errors.New("invalid batch")
+// The batch contract's names, kept here for the store's callers (the service, the RLS
+// front end, the benchmarks): Apply is the store's half of internal/backend.Backend.
+type (
+	Options    = backend.Options
+	Outcome    = backend.Outcome
+	ShardError = backend.ShardError
+)
 
-// ErrUnavailable is wrapped when some deltas could not be applied (HTTP 503; the
-// gateway retries the same batch, which is idempotent).
-var ErrUnavailable = errors.New("redis unavailable")
+var (
+	ErrInvalid     = backend.ErrInvalid
+	ErrUnavailable = backend.ErrUnavailable
+)
 
-// Refusal returns why a delta cannot be applied ("" when it can): what the decoder
-// cannot check. Checked by Apply for every delta; a refused delta is answered with
-// wire.StateRefused and the others are applied.
-func Refusal(d *wire.Delta) string {
-	switch {
-	case d.Key == "":
-		return "key: empty"
-	case d.Rule == "":
-		return "rule: empty"
-	}
-	if err := lease.ParamsOf(d).Validate(); err != nil {
-		return truncate("params: "+err.Error(), wire.MaxTagLen)
-	}
-	return ""
-}
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
-	}
-	return s
-}
-
-// Options select how Apply treats a batch.
-type Options struct {
-	// Idempotent records the batch per (node, seq) so that a replay changes nothing
-	// (sync batches); checks and acquires, answered only once, are not recorded.
-	Idempotent bool
-	// NoLease: grant no lease (gateways on the previous protocol cannot hold one).
-	NoLease bool
-	// Refuse, when set, may refuse a delta the store would accept (the service's rule
-	// set): it returns the reason, or "".
-	Refuse func(d *wire.Delta) string
-	// StoreKey, when set, is the form a caller key takes in Redis (the service's keyed
-	// hash): every Redis key of the delta is built from it; the states answer with the
-	// key as sent.
-	StoreKey func(key string) string
-	// NoLearn: record nothing of the batch in the registry of buckets (tg:params). A
-	// service with a rule set names every bucket from it, and what a gateway sends must
-	// not fill a registry the admin API depends on.
-	NoLearn bool
-}
+// The store is the product's backend; internal/backendtest holds it to the contract.
+var _ backend.Backend = (*Store)(nil)
 
 // storeKeys returns the form of every delta's caller key in Redis (b's own keys when
 // o.StoreKey is unset).
-func (o *Options) storeKeys(b *wire.Batch) []string {
+func storeKeys(o *Options, b *wire.Batch) []string {
 	keys := make([]string, len(b.Deltas))
 	for i := range b.Deltas {
 		keys[i] = b.Deltas[i].Key
@@ -344,33 +322,6 @@ func (o *Options) storeKeys(b *wire.Batch) []string {
 		}
 	}
 	return keys
-}
-
-// Outcome is the result of one batch.
-type Outcome struct {
-	// States answers Deltas one to one, in order.
-	States []wire.State
-	// Results are the raw script results, one per delta (zero for refused deltas).
-	Results      []lease.SyncResult
-	ServerTimeUs int64
-	// Nodes is the fleet size (gateways seen syncing within FleetWindow).
-	Nodes uint32
-	// Refused is how many deltas were refused (StateRefused).
-	Refused int
-	// Failed is how many deltas could not be applied (then Apply's error is
-	// ErrUnavailable).
-	Failed int
-	// ShardErrors are the script calls that failed: one per Redis node (and chunk) whose
-	// deltas could not be applied, so the service can log which part of the keyspace fails.
-	ShardErrors []ShardError
-}
-
-// ShardError is a failed script call: Slot is a hash slot of the Redis node it went to
-// (0 on a standalone Redis), Deltas how many deltas it carried.
-type ShardError struct {
-	Slot   int
-	Deltas int
-	Err    error
 }
 
 // Apply applies b. Deltas are grouped per Redis node that serves their keys (one group
@@ -385,40 +336,9 @@ func (s *Store) Apply(ctx context.Context, b *wire.Batch, o Options) (*Outcome, 
 	if b.Node == "" {
 		return nil, fmt.Errorf("%w: node: empty", ErrInvalid)
 	}
-	out := &Outcome{
-		States:  make([]wire.State, len(b.Deltas)),
-		Results: make([]lease.SyncResult, len(b.Deltas)),
-	}
+	out, ok := backend.Screen(b, &o)
 	out.Nodes = s.fleet.note(s, b.Node)
-	ok := make([]bool, len(b.Deltas))
-	type bucket struct {
-		key, rule, tier string
-		window          uint8
-	}
-	seen := make(map[bucket]struct{}, len(b.Deltas))
-	for i := range b.Deltas {
-		d := &b.Deltas[i]
-		st := &out.States[i]
-		st.Key, st.Rule, st.Window = d.Key, d.Rule, d.Window
-		why := Refusal(d)
-		if why == "" && o.Refuse != nil {
-			why = truncate(o.Refuse(d), wire.MaxTagLen)
-		}
-		k := bucket{d.Key, d.Rule, d.Tier, d.Window}
-		if _, dup := seen[k]; dup && why == "" {
-			// A gateway reports a bucket once per batch; a second delta with the same seq
-			// would be taken for a replay of the first.
-			why = "bucket appears twice in the batch"
-		}
-		seen[k] = struct{}{}
-		if why != "" {
-			st.Flags, st.Reason = wire.StateRefused, why
-			out.Refused++
-			continue
-		}
-		ok[i] = true
-	}
-	skeys := o.storeKeys(b)
+	skeys := storeKeys(&o, b)
 	groups, err := s.plan(ctx, b, skeys, ok)
 	if err != nil {
 		return out, fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -496,9 +416,8 @@ func (s *Store) Apply(ctx context.Context, b *wire.Batch, o Options) (*Outcome, 
 	return out, nil
 }
 
-// maxPerCall bounds the deltas of one script call: enough to amortize the call, few
-// enough that one call blocks Redis for about a millisecond at most.
-const maxPerCall = 100
+// maxPerCall bounds the deltas of one script call (backend.MaxPerCall says why).
+const maxPerCall = backend.MaxPerCall
 
 // group is the deltas (indexes into the batch, in batch order) of one script call: all
 // served by one Redis node. slot is a slot of that node (where the gateway's
