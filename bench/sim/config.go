@@ -197,6 +197,12 @@ type Config struct {
 	// Service settings.
 	Service     lease.SyncConfig // default lease.DefaultSyncConfig
 	FleetWindow time.Duration    // Reply.Nodes counts gateways seen this recently (5 s)
+	// ColdFleet starts the service without the gateways counted, as a service meets a
+	// fleet that starts with the traffic: each gateway counts once its syncs span the
+	// probation (a second), after a refresh, so for about two seconds the fleet is one
+	// gateway to the service (store.Config.FleetProbation). Without it the gateways
+	// heartbeat for the three seconds before the run, as a running fleet has.
+	ColdFleet bool
 
 	// NoPenalty makes the service ignore the early retries gateways report, so it never
 	// starts a progressive-penalty cooldown. The product has no such switch: with it off

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tollgate-rl/tollgate/filter/nativehost"
+	"github.com/tollgate-rl/tollgate/internal/backend"
 	"github.com/tollgate-rl/tollgate/internal/memservice"
 	"github.com/tollgate-rl/tollgate/shared/algo"
 	"github.com/tollgate-rl/tollgate/shared/wire"
@@ -198,6 +199,19 @@ func newSim(cfg Config) *sim {
 	s.svc = memservice.New(cfg.Service)
 	s.svc.FleetWindowUs = us(cfg.FleetWindow)
 	s.svc.NoPenalty = cfg.NoPenalty
+	if !cfg.ColdFleet {
+		// The heartbeats of a fleet that ran before the traffic started (the filter's
+		// node ids): the service counts every gateway from the start, as one that has
+		// heard from them for longer than the probation does.
+		for _, at := range []int64{-3_000_000, -2_000_000, -1_000_000} {
+			for g := range cfg.Gateways {
+				b := wire.Batch{Node: "gw-" + strconv.Itoa(g), Seq: uint64(epochUs + at)}
+				if _, err := s.svc.ApplyAt(&b, backend.Options{Idempotent: true}, epochUs+at); err != nil {
+					panic("sim: heartbeat: " + err.Error())
+				}
+			}
+		}
+	}
 	setup := rand.New(rand.NewPCG(cfg.Seed, 0x7365747570212121))
 	// Skews have a stream of their own: changing Skew changes nothing else.
 	skews := rand.New(rand.NewPCG(cfg.Seed, 0x736b657773212121))

@@ -349,8 +349,10 @@ func TestInFlightFleetShare(t *testing.T) {
 			t.Errorf("gateway %d before its first reply: %d admitted, want 10 (expected_nodes 1)", i, len(admitted))
 		}
 	}
-	// Every gateway syncs (its requests on the api rule make deltas) and learns the fleet.
-	for range 3 {
+	// Every gateway syncs (its requests on the api rule make deltas) and learns the fleet:
+	// the service counts a gateway once its syncs span a second (backend.DefaultFleetProbation)
+	// and refreshes the count once a second, so three seconds of syncs.
+	for range 30 {
 		for _, g := range gws {
 			g.open(0, "/x", "k")
 		}
