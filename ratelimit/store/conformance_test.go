@@ -25,7 +25,8 @@ func TestConformance(t *testing.T) {
 	}
 }
 
-// emptyStore is a store on an emptied Redis (every primary flushed), reading su's clock.
+// emptyStore is a store on an emptied Redis (every primary flushed) whose scripts and
+// fleet count read su's clock.
 func emptyStore(t *testing.T, mode Mode, su backendtest.Setup) *Store {
 	s, _ := newStore(t, mode, func(c *Config) { c.Lease = su.Lease })
 	ctx := context.Background()
@@ -39,6 +40,7 @@ func emptyStore(t *testing.T, mode Mode, su backendtest.Setup) *Store {
 		t.Fatal(err)
 	}
 	s.SetTestClock(su.Clock.Now)
+	s.fleetNowUs = su.Clock.Now
 	return s
 }
 

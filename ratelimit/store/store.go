@@ -192,6 +192,11 @@ type Store struct {
 	// nowUs, when set, replaces Redis TIME in the scripts (tests only: the differential
 	// tests drive Redis and the Go twin with one clock).
 	nowUs func() int64
+	// fleetNowUs, when set, replaces the service's clock in the fleet count (tests only:
+	// the conformance suite drives the probation and the window on its clock; tests that
+	// share a Redis with others keep the wall clock, or their gateways would count in
+	// each other's fleets).
+	fleetNowUs func() int64
 	// nodes, when set, replaces the fleet size the scripts size first leases by (tests
 	// only: the differential test's gateways sync too briefly to be counted).
 	nodes func() uint32
@@ -235,18 +240,17 @@ func Open(cfg Config, m Metrics) (*Store, error) {
 	return s, nil
 }
 
-// SetTestClock makes the scripts and Usage use now() (µs) instead of Redis TIME, and the
-// fleet count (which gateways synced when) instead of the service's clock. Tests only: it
-// lets them drive time (penalty cooldowns, lease epochs, the fleet's probation and
-// window) without sleeping, and lets the differential tests and the backend conformance
-// suite give Redis and the Go twin the same clock. Keys still expire on Redis's own
-// clock. Call before use.
+// SetTestClock makes the scripts and Usage use now() (µs) instead of Redis TIME. Tests only: it
+// lets them drive time (penalty cooldowns, lease epochs) without sleeping, and lets the
+// differential tests give Redis and the Go twin the same clock. Keys still expire on
+// Redis's own clock. Call before use.
 func (s *Store) SetTestClock(now func() int64) { s.nowUs = now }
 
-// clock is the service's time: the test clock when one is set.
+// clock is the fleet count's time (which gateways synced when): the service's clock, or
+// fleetNowUs in tests.
 func (s *Store) clock() time.Time {
-	if s.nowUs != nil {
-		return time.UnixMicro(s.nowUs())
+	if s.fleetNowUs != nil {
+		return time.UnixMicro(s.fleetNowUs())
 	}
 	return time.Now()
 }
