@@ -33,17 +33,22 @@
 // failure at Timeout (Envoy resets the call), although the service applied the batch.
 // During an Outage window the service answers 503 to every batch that reaches it.
 //
-// Service side, mirroring ratelimit/store: every delta of a batch is applied with one
-// lease.Sync at the service's clock, which is the simulated clock; the result becomes a
-// wire.State with lease.SyncResult.Fill (as the service does); Reply.Nodes counts gateways that synced within
-// FleetWindow; buckets and penalty records expire with the TTLs lease.lua sets. The
-// batch's cost is counted as store.Apply incurs it: deltas grouped into script calls of
-// at most 100 (per hash slot, store.Slot, on a cluster of Shards shards), one pipeline,
-// one round trip per shard touched.
+// Service side: internal/memservice, the in-memory backend that answers every batch as
+// ratelimit/store does (internal/backendtest runs one conformance suite on both and
+// compares their answers field for field): every delta of a batch is applied with one
+// lease.SyncNode at the service's clock, which is the simulated clock; the result becomes
+// a wire.State with lease.SyncResult.Fill (as the service does); Reply.Nodes counts the
+// gateways as the store does — once their syncs span the probation (1 s), while they
+// synced within FleetWindow, refreshed once a second; buckets and penalty records expire
+// with the TTLs lease.lua sets. Unless ColdFleet is set the gateways heartbeat for the
+// three seconds before the run, so the service counts the fleet from the start, as a
+// running service does. The batch's cost is counted as store.Apply incurs it: deltas
+// grouped into script calls of at most 100 (per hash slot, store.Slot, on a cluster of
+// Shards shards), one pipeline, one round trip per shard touched.
 //
 // Not modelled: strict rules (only the lease path), fail-closed rules (all decisions are
 // fail-open), shared-data slot eviction (records are never evicted), CAS contention, rule
-// changes, the service's background fleet refresh, clients honouring Retry-After (traffic
+// changes, clients honouring Retry-After (traffic
 // is open-loop), and SlidingWindowLog (its state does not fit a fixed record slot).
 //
 // # Metrics

@@ -114,10 +114,21 @@ func RunRegimes() []RegimePoint { return RunRegimesExplained(false) }
 // RunRegimesExplained is RunRegimes with Config.Explain set to explain: each result
 // also counts its held requests and false rejections by cause (Result.Why).
 func RunRegimesExplained(explain bool) []RegimePoint {
+	return RunRegimesWith(RegimeOptions{Explain: explain})
+}
+
+// RegimeOptions vary the regimes' runs: Explain and ColdFleet as in Config.
+type RegimeOptions struct {
+	Explain   bool
+	ColdFleet bool
+}
+
+// RunRegimesWith is RunRegimes with o applied to every regime.
+func RunRegimesWith(o RegimeOptions) []RegimePoint {
 	out := make([]RegimePoint, 0, len(Regimes))
 	for _, g := range Regimes {
 		c := g.Cfg
-		c.Seed, c.Gateways, c.Service, c.Explain = 1, RegimeGateways, lease.DefaultSyncConfig, explain
+		c.Seed, c.Gateways, c.Service, c.Explain, c.ColdFleet = 1, RegimeGateways, lease.DefaultSyncConfig, o.Explain, o.ColdFleet
 		out = append(out, RegimePoint{Regime: g, Result: Run(c)})
 	}
 	return out

@@ -69,6 +69,7 @@ func run(args []string, out, stderr io.Writer) error {
 	penalty := fs.Bool("penalty", true, "progressive penalties (false: workers report no early retries)")
 	regimes := fs.Bool("regimes", false, "run the regimes a 16-gateway fleet is held to (sim.Regimes) and print each bound met or missed; other flags are ignored")
 	explain := fs.Bool("explain", false, "with -regimes: also count each regime's held requests and false rejections by cause")
+	coldFleet := fs.Bool("cold-fleet", false, "with -regimes: the service has not counted the gateways before the run (sim.Config.ColdFleet)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -76,7 +77,7 @@ func run(args []string, out, stderr io.Writer) error {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	if *regimes {
-		return printRegimes(out, stderr, *explain)
+		return printRegimes(out, stderr, sim.RegimeOptions{Explain: *explain, ColdFleet: *coldFleet})
 	}
 	var err error
 	if cfg.Traffic, err = sim.ParseTraffic(traffic); err != nil {
@@ -227,9 +228,9 @@ func value(c *sim.Config, name string) string {
 
 // printRegimes runs sim.Regimes and prints one line per bound: what the run measured
 // and whether the bound is met.
-func printRegimes(out, stderr io.Writer, explain bool) error {
+func printRegimes(out, stderr io.Writer, o sim.RegimeOptions) error {
 	start := time.Now()
-	points := sim.RunRegimesExplained(explain)
+	points := sim.RunRegimesWith(o)
 	fmt.Fprintf(out, "%d gateways × 2 workers, interval 100ms, latency 1ms+1ms, seed 1\n", sim.RegimeGateways)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "regime\tbound\tmeasured\t\trequests\theld %\tfalse rej % (calm)\tover % worst\tacquires/s\tdeltas/s\t")
