@@ -1,14 +1,16 @@
 // Package backendtest is the one conformance suite of internal/backend.Backend, run
 // against every backend (as wazero's internal/testing/enginetest is run against every
 // engine): the Redis store (ratelimit/store, on a server and a cluster) and the in-memory
-// service (internal/memservice) answer the same batches the same way, or a test names
-// the case where they do not. The store is the product; where the two differed, the
-// in-memory one was fixed.
+// service (internal/memservice) must answer the same batches the same way, and Compare
+// runs both in lockstep, answer for answer. The store is the product; where the two
+// differed, the in-memory one was fixed. It lives under internal/ so that memservice's
+// tests can run it without importing ratelimit/.
 //
 // Time: every case drives one virtual server clock (Clock). A backend reads it for
-// every batch — the memory service as its now, the store through SetTestClock, which
-// its scripts read instead of Redis TIME and its fleet count instead of the wall clock.
-// So both are judged at the same instants, to the microsecond. What only a real clock
+// every batch — the memory service as its now; the store's scripts read it instead of
+// Redis TIME (SetTestClock) and its fleet count instead of the wall clock (on a Redis of
+// its own: the fleet set is global). So both are judged at the same instants, to the
+// microsecond. What only a real clock
 // decides is left out: Redis expires keys (buckets, penalty and lease records, the
 // idempotency hash) on its own clock, so no case depends on a key expiring — the cases
 // that span long virtual times check what the lease logic decides from the stored
