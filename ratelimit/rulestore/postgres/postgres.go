@@ -1,4 +1,4 @@
-// Package policy keeps every rule-set version in PostgreSQL: the document, its author,
+// Package postgres keeps every rule-set version in PostgreSQL: the document, its author,
 // time, action and reason. With it (tollgate-ratelimit --policy-store) PostgreSQL is the
 // source of truth for rules and Redis a copy the service serves from: a change is
 // committed here first (and refused, 503, when PostgreSQL cannot be reached), then
@@ -6,7 +6,7 @@
 // rollback is a new version), so the service can put it back into Redis after Redis lost
 // its data. Every committed version is announced with NOTIFY on Channel, in the same
 // transaction, so every replica learns it even from another Redis.
-package policy
+package postgres
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tollgate-rl/tollgate/ratelimit/rules"
+	"github.com/tollgate-rl/tollgate/ratelimit/rulestore"
 	"github.com/tollgate-rl/tollgate/shared/rule"
 )
 
@@ -100,20 +100,20 @@ func (s *Store) Close() { s.pool.Close() }
 
 func unavailable(err error) error { return fmt.Errorf("%w: %w", ErrUnavailable, err) }
 
-// Active returns the newest version (rules.EmptyBody as version 0 before any) and its
-// record.
-func (s *Store) Active(ctx context.Context) (*rules.Set, rules.Record, error) {
+// Active returns the newest version (rulestore.EmptyBody as version 0 before any) and
+// its record.
+func (s *Store) Active(ctx context.Context) (*rulestore.Set, rulestore.Record, error) {
 	if err := s.ensure(ctx); err != nil {
-		return nil, rules.Record{}, err
+		return nil, rulestore.Record{}, err
 	}
 	row := s.pool.QueryRow(ctx, `SELECT version, body, author, action, from_version, reason, at
 		FROM tollgate_rule_versions ORDER BY version DESC LIMIT 1`)
 	set, rec, err := scan(row)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return &rules.Set{Body: []byte(rules.EmptyBody)}, rules.Record{}, nil
+		return &rulestore.Set{Body: []byte(rulestore.EmptyBody)}, rulestore.Record{}, nil
 	}
 	if err != nil {
-		return nil, rules.Record{}, unavailable(err)
+		return nil, rulestore.Record{}, unavailable(err)
 	}
 	return set, rec, nil
 }
@@ -130,38 +130,38 @@ func (s *Store) ActiveVersion(ctx context.Context) (uint64, error) {
 	return uint64(v), nil
 }
 
-// Get returns version v (rules.ErrNotFound when there is none).
-func (s *Store) Get(ctx context.Context, v uint64) (*rules.Set, rules.Record, error) {
+// Get returns version v (rulestore.ErrNotFound when there is none).
+func (s *Store) Get(ctx context.Context, v uint64) (*rulestore.Set, rulestore.Record, error) {
 	if err := s.ensure(ctx); err != nil {
-		return nil, rules.Record{}, err
+		return nil, rulestore.Record{}, err
 	}
 	row := s.pool.QueryRow(ctx, `SELECT version, body, author, action, from_version, reason, at
 		FROM tollgate_rule_versions WHERE version = $1`, int64(v))
 	set, rec, err := scan(row)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, rules.Record{}, fmt.Errorf("%w: version %d", rules.ErrNotFound, v)
+		return nil, rulestore.Record{}, fmt.Errorf("%w: version %d", rulestore.ErrNotFound, v)
 	}
 	if err != nil {
-		return nil, rules.Record{}, unavailable(err)
+		return nil, rulestore.Record{}, unavailable(err)
 	}
 	return set, rec, nil
 }
 
-func scan(row pgx.Row) (*rules.Set, rules.Record, error) {
+func scan(row pgx.Row) (*rulestore.Set, rulestore.Record, error) {
 	var (
 		v, from int64
 		body    []byte
-		rec     rules.Record
+		rec     rulestore.Record
 	)
 	if err := row.Scan(&v, &body, &rec.By, &rec.Action, &from, &rec.Reason, &rec.At); err != nil {
-		return nil, rules.Record{}, err
+		return nil, rulestore.Record{}, err
 	}
 	rec.Version, rec.From, rec.Size, rec.At = uint64(v), uint64(from), len(body), rec.At.UTC()
-	return &rules.Set{Version: uint64(v), Body: body}, rec, nil
+	return &rulestore.Set{Version: uint64(v), Body: body}, rec, nil
 }
 
 // Versions returns the newest limit version records, newest first.
-func (s *Store) Versions(ctx context.Context, limit int) ([]rules.Record, error) {
+func (s *Store) Versions(ctx context.Context, limit int) ([]rulestore.Record, error) {
 	if err := s.ensure(ctx); err != nil {
 		return nil, err
 	}
@@ -171,10 +171,10 @@ func (s *Store) Versions(ctx context.Context, limit int) ([]rules.Record, error)
 		return nil, unavailable(err)
 	}
 	defer rows.Close()
-	var out []rules.Record
+	var out []rulestore.Record
 	for rows.Next() {
 		var v, from int64
-		var rec rules.Record
+		var rec rulestore.Record
 		if err := rows.Scan(&v, &rec.Size, &rec.By, &rec.Action, &from, &rec.Reason, &rec.At); err != nil {
 			return nil, unavailable(err)
 		}
@@ -187,14 +187,14 @@ func (s *Store) Versions(ctx context.Context, limit int) ([]rules.Record, error)
 	return out, nil
 }
 
-// Put commits body as the version after base (rules.NextVersion) if base is still the
-// newest, and announces it, in one transaction. It returns the stored set (its body's
-// "version" set), rules.ErrConflict when another writer got there first, an error
-// wrapping rules.ErrInvalid when body is not a rule set, and one wrapping ErrUnavailable
-// when PostgreSQL fails.
-func (s *Store) Put(ctx context.Context, base uint64, body []byte, rec rules.Record) (*rules.Set, error) {
+// Put commits body as the version after base (rulestore.NextVersion) if base is still
+// the newest, and announces it, in one transaction. It returns the stored set (its
+// body's "version" set), rulestore.ErrConflict when another writer got there first, an
+// error wrapping rulestore.ErrInvalid when body is not a rule set, and one wrapping
+// ErrUnavailable when PostgreSQL fails.
+func (s *Store) Put(ctx context.Context, base uint64, body []byte, rec rulestore.Record) (*rulestore.Set, error) {
 	if _, err := rule.Parse(body); err != nil {
-		return nil, fmt.Errorf("%w: %w", rules.ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %w", rulestore.ErrInvalid, err)
 	}
 	if err := s.ensure(ctx); err != nil {
 		return nil, err
@@ -212,10 +212,10 @@ func (s *Store) Put(ctx context.Context, base uint64, body []byte, rec rules.Rec
 		return nil, unavailable(err)
 	}
 	if uint64(cur) != base {
-		return nil, fmt.Errorf("%w: base %d, current %d", rules.ErrConflict, base, cur)
+		return nil, fmt.Errorf("%w: base %d, current %d", rulestore.ErrConflict, base, cur)
 	}
-	v := rules.NextVersion(base, time.Now())
-	body, err = rules.WithVersion(body, v)
+	v := rulestore.NextVersion(base, time.Now())
+	body, err = rulestore.WithVersion(body, v)
 	if err != nil {
 		return nil, err
 	}
@@ -232,7 +232,7 @@ func (s *Store) Put(ctx context.Context, base uint64, body []byte, rec rules.Rec
 	if err := tx.Commit(ctx); err != nil {
 		return nil, unavailable(err)
 	}
-	return &rules.Set{Version: v, Body: body}, nil
+	return &rulestore.Set{Version: v, Body: body}, nil
 }
 
 // Listen calls fn with each announced version until ctx ends, reconnecting after a

@@ -1,4 +1,4 @@
-package rules
+package rulestore
 
 import (
 	"context"
@@ -68,7 +68,7 @@ func TestPutConflictAndVersions(t *testing.T) {
 	for name, rdb := range clients(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			s := New(rdb)
+			s := NewRedis(rdb)
 			before := uint64(time.Now().UnixMilli())
 			v1, err := s.Put(ctx, 0, []byte(`{"rules":[]}`), Record{By: "t", Action: "put"})
 			if err != nil || v1 < before || v1 > uint64(time.Now().UnixMilli()) {
@@ -110,7 +110,7 @@ func TestVersionsSurviveWipe(t *testing.T) {
 	for name, rdb := range clients(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			s := New(rdb)
+			s := NewRedis(rdb)
 			old, err := s.Update(ctx, Record{Action: "put"}, func(*Set) ([]byte, error) { return []byte(`{"rules":[]}`), nil })
 			if err != nil {
 				t.Fatal(err)
@@ -133,7 +133,7 @@ func TestOldBodiesDeleted(t *testing.T) {
 	for name, rdb := range clients(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			s := New(rdb)
+			s := NewRedis(rdb)
 			var vs []uint64
 			for range Keep + 3 {
 				v, err := s.Update(ctx, Record{Action: "put"}, func(*Set) ([]byte, error) { return []byte(`{"rules":[]}`), nil })
@@ -163,7 +163,7 @@ func TestWatcherPubSub(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			s := New(rdb)
+			s := NewRedis(rdb)
 			w := NewWatcher(s, nil)
 			done := make(chan struct{})
 			go func() { defer close(done); w.subscriber(ctx) }()
@@ -185,7 +185,7 @@ func TestWatcherPolls(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			s := New(rdb)
+			s := NewRedis(rdb)
 			w := NewWatcher(s, nil)
 			done := make(chan struct{})
 			go func() { defer close(done); w.poller(ctx) }()
@@ -246,7 +246,7 @@ func TestPutRefusesInvalid(t *testing.T) {
 	}
 	for mode, rdb := range clients(t) {
 		t.Run(mode, func(t *testing.T) {
-			s := New(rdb)
+			s := NewRedis(rdb)
 			good := []byte(`{"rules":[{"id":"a","limit":1,"window":"1s"}]}`)
 			v, err := s.Put(ctx, 0, good, Record{Action: "put"})
 			if err != nil {

@@ -1,23 +1,12 @@
-// Package rules keeps the service's rule sets in Redis as immutable numbered versions and
-// tells every service instance, within 100 ms, which version is current. Gateways learn
-// the version from every sync reply and fetch the body when it changed, so a rule change
-// reaches the fleet in one sync interval plus one fetch.
-//
-// All keys share the hash tag {rl:rules} so a new version is written, made current,
-// logged and announced by one script, atomically, on a cluster too:
+package rulestore
+
+// The Redis backend. All keys share the hash tag {rl:rules} so a new version is written,
+// made current, logged and announced by one script, atomically, on a cluster too:
 //
 //	{rl:rules}:current   the current version number
 //	{rl:rules}:v:<n>     version n's JSON (immutable)
 //	{rl:rules}:log       newest-first list of version records (JSON)
 //	channel rl:rules     PUBLISH <n> when n becomes current
-//
-// Versions only grow: a rollback writes the old body again as a new version, so
-// "newer than mine" is all a gateway or instance has to check. A new version is the
-// larger of the current one plus one and the writer's clock in Unix milliseconds, so
-// versions keep growing across a wipe of Redis (FLUSHALL, a new cluster): a rule set
-// written afterwards is newer than anything a gateway enforces, and a stale one can
-// never look current.
-package rules
 
 import (
 	"context"
@@ -37,57 +26,27 @@ import (
 const (
 	currentKey = "{rl:rules}:current"
 	logKey     = "{rl:rules}:log"
-	Channel    = "rl:rules"
+	// RedisChannel is the pub/sub channel a new current version is announced on.
+	RedisChannel = "rl:rules"
 )
 
 func bodyKey(v uint64) string { return "{rl:rules}:v:" + strconv.FormatUint(v, 10) }
-
-// Keep is how many versions stay available for rollback.
-const Keep = 100
 
 //go:embed put.lua
 var putSrc string
 
 var putScript = redis.NewScript(putSrc)
 
-// Record describes one version.
-type Record struct {
-	Version uint64    `json:"version"`
-	At      time.Time `json:"at"`
-	By      string    `json:"by"`
-	Action  string    `json:"action"` // "put", "rollback", "allow", "deny"
-	From    uint64    `json:"from,omitempty"`
-	Size    int       `json:"size"`
-	Reason  string    `json:"reason,omitempty"` // why, as the author said (X-Tollgate-Reason)
-}
-
-// Set is one version's body.
-type Set struct {
-	Version uint64
-	Body    []byte // JSON with "version" set to Version
-}
-
-// Store reads and writes rule-set versions.
-type Store struct {
+// Redis reads and writes rule-set versions in Redis.
+type Redis struct {
 	rdb redis.UniversalClient
 }
 
-// New returns a Store on rdb.
-func New(rdb redis.UniversalClient) *Store { return &Store{rdb: rdb} }
-
-// ErrConflict: the current version moved while a change was being prepared.
-var ErrConflict = errors.New("rules: version changed concurrently")
-
-// ErrInvalid is wrapped, with the *rule.Errors that says why, by Put (and so Update)
-// when a body is not a valid rule set: whoever writes, nothing a gateway could not
-// enforce becomes a version.
-var ErrInvalid = errors.New("rules: invalid rule set")
-
-// ErrNotFound: no such version (never written, or older than Keep versions).
-var ErrNotFound = errors.New("rules: version not found")
+// NewRedis returns the rule store on rdb.
+func NewRedis(rdb redis.UniversalClient) *Redis { return &Redis{rdb: rdb} }
 
 // CurrentVersion returns the current version (0: none yet).
-func (s *Store) CurrentVersion(ctx context.Context) (uint64, error) {
+func (s *Redis) CurrentVersion(ctx context.Context) (uint64, error) {
 	v, err := s.rdb.Get(ctx, currentKey).Uint64()
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
@@ -98,11 +57,8 @@ func (s *Store) CurrentVersion(ctx context.Context) (uint64, error) {
 	return v, nil
 }
 
-// EmptyBody is version 0, served before any PUT: no rules, no lists.
-const EmptyBody = `{"version":0}`
-
 // Get returns version v's body.
-func (s *Store) Get(ctx context.Context, v uint64) (*Set, error) {
+func (s *Redis) Get(ctx context.Context, v uint64) (*Set, error) {
 	if v == 0 {
 		return &Set{Body: []byte(EmptyBody)}, nil
 	}
@@ -117,7 +73,7 @@ func (s *Store) Get(ctx context.Context, v uint64) (*Set, error) {
 }
 
 // Current returns the current version's body.
-func (s *Store) Current(ctx context.Context) (*Set, error) {
+func (s *Redis) Current(ctx context.Context) (*Set, error) {
 	v, err := s.CurrentVersion(ctx)
 	if err != nil {
 		return nil, err
@@ -125,31 +81,12 @@ func (s *Store) Current(ctx context.Context) (*Set, error) {
 	return s.Get(ctx, v)
 }
 
-// WithVersion returns body (a JSON object) with its top-level "version" set to v.
-func WithVersion(body []byte, v uint64) ([]byte, error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(body, &m); err != nil {
-		return nil, fmt.Errorf("rules: body is not a JSON object: %w", err)
-	}
-	if m == nil {
-		m = map[string]json.RawMessage{}
-	}
-	m["version"] = json.RawMessage(strconv.FormatUint(v, 10))
-	return json.Marshal(m)
-}
-
-// NextVersion is the version a rule set written on top of base at now gets: base+1, or
-// the Unix millisecond of now when that is larger (versions survive a wipe of Redis).
-func NextVersion(base uint64, now time.Time) uint64 {
-	return max(base+1, uint64(max(now.UnixMilli(), 0)))
-}
-
 // Put makes body (a JSON rule set) the next version (NextVersion) if base is still
 // current, and announces it. It returns ErrConflict otherwise, and an error wrapping
 // ErrInvalid and the parser's *rule.Errors when body is not a rule set rule.Parse
 // accepts (the one definition of a valid rule set: the filter and the service's sync
 // path parse each version with it too).
-func (s *Store) Put(ctx context.Context, base uint64, body []byte, rec Record) (uint64, error) {
+func (s *Redis) Put(ctx context.Context, base uint64, body []byte, rec Record) (uint64, error) {
 	if _, err := rule.Parse(body); err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
@@ -162,7 +99,7 @@ func (s *Store) Put(ctx context.Context, base uint64, body []byte, rec Record) (
 }
 
 // put writes set (its body's "version" already set.Version) as the version after base.
-func (s *Store) put(ctx context.Context, base uint64, set *Set, rec Record) (uint64, error) {
+func (s *Redis) put(ctx context.Context, base uint64, set *Set, rec Record) (uint64, error) {
 	v := set.Version
 	rec.Version, rec.Size = v, len(set.Body)
 	if rec.At.IsZero() {
@@ -173,7 +110,7 @@ func (s *Store) put(ctx context.Context, base uint64, set *Set, rec Record) (uin
 		return 0, fmt.Errorf("rules: record: %w", err)
 	}
 	res, err := putScript.Run(ctx, s.rdb, []string{currentKey, logKey, bodyKey(v)},
-		base, set.Body, entry, Channel, Keep, v).Int64Slice()
+		base, set.Body, entry, RedisChannel, Keep, v).Int64Slice()
 	if err != nil {
 		return 0, fmt.Errorf("rules: put version %d: %w", v, err)
 	}
@@ -186,11 +123,12 @@ func (s *Store) put(ctx context.Context, base uint64, set *Set, rec Record) (uin
 	return v, nil
 }
 
-// Install makes set, a version kept elsewhere (the durable policy store), current in
-// Redis unless Redis already holds it or a newer one, and announces it. It reports
-// whether it wrote. This is how a version written to the policy store reaches Redis, and
-// how the active version comes back after Redis lost its data.
-func (s *Store) Install(ctx context.Context, set *Set, rec Record) (bool, error) {
+// Install makes set, a version kept elsewhere (the durable policy store, package
+// rulestore/postgres), current in Redis unless Redis already holds it or a newer one,
+// and announces it. It reports whether it wrote. This is how a version written to the
+// policy store reaches Redis, and how the active version comes back after Redis lost its
+// data.
+func (s *Redis) Install(ctx context.Context, set *Set, rec Record) (bool, error) {
 	if _, err := rule.Parse(set.Body); err != nil {
 		return false, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
@@ -213,7 +151,7 @@ func (s *Store) Install(ctx context.Context, set *Set, rec Record) (bool, error)
 }
 
 // Versions returns the version records, newest first.
-func (s *Store) Versions(ctx context.Context) ([]Record, error) {
+func (s *Redis) Versions(ctx context.Context) ([]Record, error) {
 	raw, err := s.rdb.LRange(ctx, logKey, 0, Keep-1).Result()
 	if err != nil {
 		return nil, fmt.Errorf("rules: versions: %w", err)
@@ -231,7 +169,7 @@ func (s *Store) Versions(ctx context.Context) ([]Record, error) {
 // Update applies change to the current body and stores the result as a new version,
 // retrying (a bounded number of times) when another writer got there first. change
 // returns the new body, or an error that Update returns unchanged.
-func (s *Store) Update(ctx context.Context, rec Record, change func(cur *Set) ([]byte, error)) (uint64, error) {
+func (s *Redis) Update(ctx context.Context, rec Record, change func(cur *Set) ([]byte, error)) (uint64, error) {
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
 		var cur *Set

@@ -1,4 +1,4 @@
-package policy_test
+package postgres_test
 
 import (
 	"bytes"
@@ -17,8 +17,8 @@ import (
 
 	"github.com/tollgate-rl/tollgate/internal/pgtest"
 	"github.com/tollgate-rl/tollgate/internal/redistest"
-	"github.com/tollgate-rl/tollgate/ratelimit/policy"
-	"github.com/tollgate-rl/tollgate/ratelimit/rules"
+	"github.com/tollgate-rl/tollgate/ratelimit/rulestore"
+	"github.com/tollgate-rl/tollgate/ratelimit/rulestore/postgres"
 	"github.com/tollgate-rl/tollgate/ratelimit/service"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
 	"github.com/tollgate-rl/tollgate/shared/lease"
@@ -58,7 +58,7 @@ const token = "policy-admin-t0ken"
 func fresh(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
-	p, err := policy.Open(ctx, pg.URL())
+	p, err := postgres.Open(ctx, pg.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func fresh(t *testing.T) {
 	if err := p.Ping(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := policy.Truncate(ctx, p); err != nil {
+	if err := postgres.Truncate(ctx, p); err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range []*redistest.Server{redisA, redB} {
@@ -97,7 +97,7 @@ type replica struct {
 func startReplica(t *testing.T, r *redistest.Server, poll time.Duration) *replica {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	p, err := policy.Open(ctx, pg.URL())
+	p, err := postgres.Open(ctx, pg.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func (r *replica) put(t *testing.T, body, author, why string) (int, uint64, stri
 	return resp.StatusCode, out.Version, string(raw)
 }
 
-func (r *replica) versions(t *testing.T) (uint64, []rules.Record) {
+func (r *replica) versions(t *testing.T) (uint64, []rulestore.Record) {
 	t.Helper()
 	req, _ := http.NewRequest("GET", r.admin+"/v1/rules/versions", nil)
 	req.Header.Set("Authorization", "Bearer "+token)
@@ -140,7 +140,7 @@ func (r *replica) versions(t *testing.T) (uint64, []rules.Record) {
 	defer resp.Body.Close()
 	var out struct {
 		Current  uint64
-		Versions []rules.Record
+		Versions []rulestore.Record
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("GET /v1/rules/versions: %d %v", resp.StatusCode, err)
@@ -149,9 +149,9 @@ func (r *replica) versions(t *testing.T) (uint64, []rules.Record) {
 }
 
 // redisVersion is the version Redis holds as current, with its body.
-func redisVersion(t *testing.T, st *store.Store) (*rules.Set, error) {
+func redisVersion(t *testing.T, st *store.Store) (*rulestore.Set, error) {
 	t.Helper()
-	return rules.New(st.Client()).Current(context.Background())
+	return rulestore.NewRedis(st.Client()).Current(context.Background())
 }
 
 // waitRedis waits up to limit for Redis to hold version v; it returns how long it took.
@@ -284,7 +284,7 @@ func TestPostgresDown(t *testing.T) {
 func TestStore(t *testing.T) {
 	fresh(t)
 	ctx := context.Background()
-	p, err := policy.Open(ctx, pg.URL())
+	p, err := postgres.Open(ctx, pg.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,8 +304,8 @@ func TestStore(t *testing.T) {
 	}{
 		{"first", 0, ruleSet(1), nil},
 		{"second", 0, ruleSet(2), nil},
-		{"stale base", 1, ruleSet(3), rules.ErrConflict},
-		{"invalid", 0, `{"rules":[{"id":"x","limit":0,"window":"1s"}]}`, rules.ErrInvalid},
+		{"stale base", 1, ruleSet(3), rulestore.ErrConflict},
+		{"invalid", 0, `{"rules":[{"id":"x","limit":0,"window":"1s"}]}`, rulestore.ErrInvalid},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			base := tt.base
@@ -314,7 +314,7 @@ func TestStore(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			set, err := p.Put(ctx, base, []byte(tt.body), rules.Record{By: "t", Action: "put", Reason: tt.name})
+			set, err := p.Put(ctx, base, []byte(tt.body), rulestore.Record{By: "t", Action: "put", Reason: tt.name})
 			if !errors.Is(err, tt.err) {
 				t.Fatalf("Put: %v, want %v", err, tt.err)
 			}
@@ -335,7 +335,7 @@ func TestStore(t *testing.T) {
 			}
 		})
 	}
-	if _, _, err := p.Get(ctx, 12345); !errors.Is(err, rules.ErrNotFound) {
+	if _, _, err := p.Get(ctx, 12345); !errors.Is(err, rulestore.ErrNotFound) {
 		t.Errorf("Get(unknown) = %v, want ErrNotFound", err)
 	}
 	recs, err := p.Versions(ctx, 10)
@@ -350,13 +350,13 @@ func TestSeedFromRedis(t *testing.T) {
 	fresh(t)
 	ctx := context.Background()
 	st := openStore(t, redisA)
-	old, err := rules.New(st.Client()).Put(ctx, 0, []byte(ruleSet(9)), rules.Record{By: "before", Action: "put"})
+	old, err := rulestore.NewRedis(st.Client()).Put(ctx, 0, []byte(ruleSet(9)), rulestore.Record{By: "before", Action: "put"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	a := startReplica(t, redisA, time.Hour)
 	var cur uint64
-	var recs []rules.Record
+	var recs []rulestore.Record
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
 		// The import is in the history before the replica serves it as current.
@@ -383,18 +383,18 @@ func TestSeedFromRedis(t *testing.T) {
 func TestConcurrentFirstUse(t *testing.T) {
 	ctx := context.Background()
 	const replicas = 6
-	admin, err := policy.Open(ctx, pg.URL())
+	admin, err := postgres.Open(ctx, pg.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer admin.Close()
 	for round := range 20 {
-		if err := policy.Drop(ctx, admin); err != nil {
+		if err := postgres.Drop(ctx, admin); err != nil {
 			t.Fatal(err)
 		}
-		fresh := make([]*policy.Store, replicas)
+		fresh := make([]*postgres.Store, replicas)
 		for i := range fresh {
-			p, err := policy.Open(ctx, pg.URL())
+			p, err := postgres.Open(ctx, pg.URL())
 			if err != nil {
 				t.Fatal(err)
 			}

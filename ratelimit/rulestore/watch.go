@@ -1,4 +1,4 @@
-package rules
+package rulestore
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 // pub/sub channel and, while the subscription is down, by polling every PollDown; it
 // also polls every PollUp while subscribed, in case a message was lost.
 type Watcher struct {
-	s        *Store
+	s        *Redis
 	version  atomic.Uint64
 	up       atomic.Bool
 	set      atomic.Pointer[Set]
@@ -32,7 +32,7 @@ const (
 
 // NewWatcher returns a Watcher; onChange (may be nil) is called, from the watcher's
 // goroutine, each time the version grows.
-func NewWatcher(s *Store, onChange func(uint64)) *Watcher {
+func NewWatcher(s *Redis, onChange func(uint64)) *Watcher {
 	return &Watcher{s: s, onChange: onChange}
 }
 
@@ -141,7 +141,7 @@ func (w *Watcher) subscriber(ctx context.Context) {
 }
 
 func (w *Watcher) subscribeOnce(ctx context.Context) {
-	ps := w.s.rdb.Subscribe(ctx, Channel)
+	ps := w.s.rdb.Subscribe(ctx, RedisChannel)
 	defer ps.Close()
 	// ReceiveTimeout waits out its timeout even when ctx ends; closing wakes it.
 	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })

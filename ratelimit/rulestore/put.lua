@@ -9,7 +9,7 @@
 -- ARGV[3]  version record (JSON)
 -- ARGV[4]  pub/sub channel
 -- ARGV[5]  number of log records kept
--- ARGV[6]  the new version n (> ARGV[1]; rules.NextVersion)
+-- ARGV[6]  the new version n (> ARGV[1]; rulestore.NextVersion)
 --
 -- Returns {1, n} on success, {0, current version} on conflict. The bodies of versions
 -- whose records fall off the log are deleted (they can no longer be rolled back to);
