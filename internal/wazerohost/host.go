@@ -1,4 +1,4 @@
-// Package host runs a proxy-wasm HTTP filter (ABI v0.2.1) on wazero the way Envoy
+// Package wazerohost runs a proxy-wasm HTTP filter (ABI v0.2.1) on wazero the way Envoy
 // runs it, so Tollgate's filter can be tested, demonstrated and benchmarked without an
 // Envoy binary.
 //
@@ -15,7 +15,7 @@
 // the calls implemented and every known departure.
 //
 // Spec: https://github.com/proxy-wasm/spec/tree/main/abi-versions/v0.2.1
-package host
+package wazerohost
 
 import (
 	"context"
