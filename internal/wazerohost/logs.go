@@ -110,3 +110,38 @@ func (w stdWriter) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// Logs returns the most recent plugin log lines, oldest first.
+func (h *Host) Logs() []LogEntry { return h.logs.entries() }
+
+// log records one plugin log line on behalf of the context running on v. The caller
+// holds v.mu.
+func (h *Host) log(v *vm, level int, msg string) {
+	var id uint32
+	if c := v.active(); c != nil {
+		id = c.id
+	}
+	h.logAt(v.index, id, level, msg)
+}
+
+// logAt records one log line without looking at a VM (callers that do not hold it).
+func (h *Host) logAt(worker int, ctxID uint32, level int, msg string) {
+	if level < h.cfg.LogLevel {
+		return
+	}
+	h.logs.add(LogEntry{Time: time.Now(), Level: level, Worker: worker, Context: ctxID, Message: msg})
+	if h.cfg.Log != nil {
+		h.cfg.Log(level, msg)
+	}
+}
+
+// logsOf returns worker v's log lines logged since mark.
+func (h *Host) logsOf(v *vm, mark uint64) []LogEntry {
+	var out []LogEntry
+	for _, e := range h.logs.since(mark) {
+		if e.Worker == v.index {
+			out = append(out, e)
+		}
+	}
+	return out
+}

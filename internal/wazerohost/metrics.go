@@ -355,3 +355,46 @@ func writePrometheus(w io.Writer, reg prometheus.Gatherer) error {
 	}
 	return nil
 }
+
+// MetricSnapshot returns every plugin-defined metric, sorted by name.
+func (h *Host) MetricSnapshot() []Metric {
+	h.flushGuests()
+	return h.metrics.snapshot()
+}
+
+// flushGuests asks every worker's module that keeps counts between ticks to hand them
+// over (tollgate_flush_metrics), so that a read of the metrics sees every callback that
+// has returned: Envoy's stats would see them at the filter's next tick.
+func (h *Host) flushGuests() {
+	for _, v := range h.vms {
+		if v.fns.flushMetrics == nil {
+			continue
+		}
+		v.mu.Lock()
+		if v.root != nil {
+			_, _ = v.call(v.root, v.fns.flushMetrics)
+		}
+		v.mu.Unlock()
+	}
+}
+
+// Metrics returns plugin metrics by name: counter and gauge values, and the last
+// recorded value of histograms.
+func (h *Host) Metrics() map[string]int64 {
+	h.flushGuests()
+	out := make(map[string]int64)
+	for _, m := range h.metrics.snapshot() {
+		out[m.Name] = m.Value
+	}
+	return out
+}
+
+// WritePrometheus writes the plugin's metrics and the host's own counters (wasmhost_*)
+// in the Prometheus text format, as Envoy's /stats/prometheus does (see Gatherer).
+func (h *Host) WritePrometheus(w io.Writer) error { return writePrometheus(w, h.registry) }
+
+// Gatherer serves the plugin's metrics as Envoy's /stats/prometheus would: names with
+// the stats tags cut out and sanitised (PrometheusName), the tags as labels, counters,
+// gauges and histograms (on Envoy's default buckets) as such; and the host's own
+// counters, wasmhost_*.
+func (h *Host) Gatherer() prometheus.Gatherer { return h.registry }
