@@ -1,4 +1,12 @@
-package header
+// Package refusal formats how Tollgate answers a request it refuses, beyond the
+// headers (package header): the JSON body of a 429, 403, 401 or 503 with its error
+// code, and for a gRPC request the gRPC status and grpc-message that replace the HTTP
+// status (a gRPC client never sees the HTTP one).
+//
+// It runs per refused request inside the Wasm filter, so like package header it is
+// pure, uses no reflection, no fmt and no encoding/json, and the Append* formatters
+// append to a caller's slice without allocating.
+package refusal
 
 import (
 	"strconv"

@@ -1,4 +1,4 @@
-package header
+package refusal
 
 import (
 	"encoding/json"
