@@ -19,8 +19,8 @@ import (
 )
 
 // front is a gateway's HTTP listener in front of a Host, as e2e/cmd/tollgate-gateway
-// serves one: the request becomes a wazerohost.Request, runs through the filter chain on the
-// worker its connection maps to, and the upstream is a real HTTP server. check, when
+// serves one: the request becomes a wazerohost.Request, runs through the filter chain on
+// the worker its connection maps to, and the upstream is a real HTTP server. check, when
 // set, is a per-request limiter asked first (429 when it refuses).
 type front struct {
 	h     *wazerohost.Host

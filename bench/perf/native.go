@@ -29,9 +29,9 @@ func nativeRun(c *Cost, m CostModule) (func(n int) error, error) {
 }
 
 // nativeHost starts m's configuration on one native worker (filter/nativehost) and
-// returns it with the request header map internal/wazerohost hands a module for m's request; the
-// upstream answers with the header map internal/wazerohost gives a module for m's response, so
-// that the native row runs the module's decision.
+// returns it with the request header map internal/wazerohost hands a module for m's
+// request; the upstream answers with the header map internal/wazerohost gives a module
+// for m's response, so that the native row runs the module's decision.
 func nativeHost(m CostModule) (*nativehost.Host, [][2]string, error) {
 	req, up := m.exchange()
 	upstream := nativehost.Upstream{Headers: wazerohost.ResponseHeaderPairs(up)}

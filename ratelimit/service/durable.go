@@ -22,8 +22,8 @@ func reason(r *http.Request) string {
 	return a
 }
 
-// PolicyStore is the durable policy store (package rulestore/postgres): with one, every rule change
-// is committed there first and Redis holds a copy.
+// PolicyStore is the durable policy store (package rulestore/postgres): with one, every
+// rule change is committed there first and Redis holds a copy.
 type PolicyStore interface {
 	Active(ctx context.Context) (*rulestore.Set, rulestore.Record, error)
 	ActiveVersion(ctx context.Context) (uint64, error)
