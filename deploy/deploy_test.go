@@ -15,8 +15,8 @@ import (
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
 	extensionsv1alpha1 "istio.io/api/extensions/v1alpha1"
 
-	"github.com/tollgate-rl/tollgate/e2e/host"
 	"github.com/tollgate-rl/tollgate/filter/plugin"
+	"github.com/tollgate-rl/tollgate/internal/wazerohost"
 	"github.com/tollgate-rl/tollgate/shared/algo"
 	"github.com/tollgate-rl/tollgate/shared/rule"
 )
@@ -126,8 +126,8 @@ func TestEnvoyTelemetry(t *testing.T) {
 			}
 		}
 	}
-	if len(formats) != 1 || formats[0] != host.DefaultAccessLogFormat {
-		t.Fatalf("access log formats %q, want one: the gateway's %q", formats, host.DefaultAccessLogFormat)
+	if len(formats) != 1 || formats[0] != wazerohost.DefaultAccessLogFormat {
+		t.Fatalf("access log formats %q, want one: the gateway's %q", formats, wazerohost.DefaultAccessLogFormat)
 	}
 	if !strings.Contains(formats[0], "%FILTER_STATE(wasm."+plugin.DecisionProperty+":PLAIN)%") {
 		t.Fatalf("the access log does not print the filter's decision")

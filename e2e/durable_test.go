@@ -12,7 +12,7 @@ import (
 	"github.com/tollgate-rl/tollgate/e2e/internal/harness"
 	"github.com/tollgate-rl/tollgate/internal/pgtest"
 	"github.com/tollgate-rl/tollgate/internal/redistest"
-	"github.com/tollgate-rl/tollgate/ratelimit/rules"
+	"github.com/tollgate-rl/tollgate/ratelimit/rulestore"
 )
 
 // TestPolicyStoreRestoresRules: a service with --policy-store (a real PostgreSQL) gets
@@ -58,7 +58,7 @@ func TestPolicyStoreRestoresRules(t *testing.T) {
 	}
 	flushed := time.Now()
 	if err := harness.Poll(time.Second, 5*time.Millisecond, func() (bool, error) {
-		v, err := rules.New(rc).CurrentVersion(ctx)
+		v, err := rulestore.NewRedis(rc).CurrentVersion(ctx)
 		return err == nil && v == active, nil
 	}); err != nil {
 		t.Fatalf("Redis did not hold version %d again within 1 s of FLUSHALL: %v", active, err)
@@ -95,7 +95,7 @@ func TestPolicyStoreRestoresRules(t *testing.T) {
 	defer resp.Body.Close()
 	var hist struct {
 		Current  uint64
-		Versions []rules.Record
+		Versions []rulestore.Record
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&hist); err != nil {
 		t.Fatal(err)

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-rl/tollgate/e2e/host"
 	"github.com/tollgate-rl/tollgate/e2e/internal/harness"
+	"github.com/tollgate-rl/tollgate/internal/wazerohost"
 )
 
 // TestJWTMetadataTenantLimits: two gateways behind a jwt_authn stand-in (the host puts
@@ -33,7 +33,7 @@ func TestJWTMetadataTenantLimits(t *testing.T) {
 			Wasm: e.bins.Wasm, Workers: 2, NodeID: fmt.Sprintf("%s-gw%d", id, i+1),
 			Rules: []byte(rules), Pin: pinned, Services: e.serviceAddrs(), Secret: syncSecret,
 			Sync: harness.Sync{ExpectedNodes: 2}, Upstream: e.upstream.URL,
-			JWTAuthn: &host.JWTAuthn{PayloadInMetadata: "my_payload"},
+			JWTAuthn: &wazerohost.JWTAuthn{PayloadInMetadata: "my_payload"},
 		})
 		if err != nil {
 			t.Fatal(err)

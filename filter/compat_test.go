@@ -15,9 +15,9 @@ import (
 
 	"github.com/tetratelabs/wazero/api"
 
-	wasmhost "github.com/tollgate-rl/tollgate/e2e/host"
 	"github.com/tollgate-rl/tollgate/filter/wasmbuild"
 	"github.com/tollgate-rl/tollgate/filter/wasmtest"
+	wasmhost "github.com/tollgate-rl/tollgate/internal/wazerohost"
 )
 
 // The compatibility soak on the project's host: the shipped module (with the test-only

@@ -8,8 +8,8 @@ import (
 
 	"github.com/tetratelabs/wazero/api"
 
-	wasmhost "github.com/tollgate-rl/tollgate/e2e/host"
 	"github.com/tollgate-rl/tollgate/filter/wasmtest"
+	wasmhost "github.com/tollgate-rl/tollgate/internal/wazerohost"
 )
 
 // Configurations of the steady-state allocation test: every request of allocRequest is

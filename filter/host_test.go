@@ -21,14 +21,14 @@ import (
 	"testing"
 	"time"
 
-	wasmhost "github.com/tollgate-rl/tollgate/e2e/host"
 	"github.com/tollgate-rl/tollgate/filter/wasmtest"
 	"github.com/tollgate-rl/tollgate/internal/redistest"
+	wasmhost "github.com/tollgate-rl/tollgate/internal/wazerohost"
 	"github.com/tollgate-rl/tollgate/ratelimit/service"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
 )
 
-// These tests run the compiled filter in our own proxy-wasm host (e2e/host), which does
+// These tests run the compiled filter in our own proxy-wasm host (internal/wazerohost), which does
 // what the SDK's emulator cannot: several worker VMs sharing one shared-data store with
 // Envoy's CAS rules, real concurrency, real callouts to the real sync service in front of
 // real Redis, and millions of requests through the ABI.

@@ -15,7 +15,7 @@ import (
 
 	"github.com/tetratelabs/wazero/api"
 
-	wasmhost "github.com/tollgate-rl/tollgate/e2e/host"
+	wasmhost "github.com/tollgate-rl/tollgate/internal/wazerohost"
 )
 
 // Memory stays bounded however many callers there are. Requests go through the

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	wasmhost "github.com/tollgate-rl/tollgate/e2e/host"
+	wasmhost "github.com/tollgate-rl/tollgate/internal/wazerohost"
 )
 
 // A full bucket table keeps limiting. 200,000 distinct callers, one request each, go

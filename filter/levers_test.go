@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	wasmhost "github.com/tollgate-rl/tollgate/e2e/host"
+	wasmhost "github.com/tollgate-rl/tollgate/internal/wazerohost"
 )
 
 // TestLeversCompiled runs the levers and gRPC refusals through the compiled filter in

@@ -7,10 +7,10 @@ import (
 	"encoding/json"
 	"testing"
 
-	wasmhost "github.com/tollgate-rl/tollgate/e2e/host"
+	wasmhost "github.com/tollgate-rl/tollgate/internal/wazerohost"
 )
 
-// These tests run the compiled module in e2e/host: match conditions, key sources and
+// These tests run the compiled module in internal/wazerohost: match conditions, key sources and
 // missing-key policies as the filter applies them behind Envoy's ABI (the property path
 // of dynamic metadata included).
 

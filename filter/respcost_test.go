@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"testing"
 
-	wasmhost "github.com/tollgate-rl/tollgate/e2e/host"
 	"github.com/tollgate-rl/tollgate/internal/llmapi"
+	wasmhost "github.com/tollgate-rl/tollgate/internal/wazerohost"
 )
 
 // llmUpstream answers like an LLM API: each response reports the tokens the request

@@ -5,7 +5,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/tollgate-rl/tollgate/e2e/host"
+	"github.com/tollgate-rl/tollgate/internal/wazerohost"
 )
 
 // DefaultKeyConfig is one local token-bucket rule (no sync section) with the default
@@ -16,12 +16,12 @@ var DefaultKeyConfig = []byte(`{"rules":[{"id":"api","limit":1000000,"window":"1
 // BenchRequest is the request every decision-cost measurement sends: what a client
 // behind an edge proxy sends, with the headers Envoy's connection manager would have
 // added already present (so the host does not generate a request id per request).
-func BenchRequest(key string) *host.Request {
-	return &host.Request{
+func BenchRequest(key string) *wazerohost.Request {
+	return &wazerohost.Request{
 		Method:    "GET",
 		Path:      "/v1/search?q=tollgate",
 		Authority: "api.example.com",
-		Header: []host.Pair{
+		Header: []wazerohost.Pair{
 			{"user-agent", "tollgate-bench/1"},
 			{"accept", "application/json"},
 			{"x-api-key", key},
@@ -34,7 +34,7 @@ func BenchRequest(key string) *host.Request {
 }
 
 // UpstreamOK is the upstream answer every Exchange gets.
-var UpstreamOK = &host.Response{Status: 200, Header: []host.Pair{{"content-type", "application/json"}, {"content-length", "2"}}, Body: nil}
+var UpstreamOK = &wazerohost.Response{Status: 200, Header: []wazerohost.Pair{{"content-type", "application/json"}, {"content-length", "2"}}, Body: nil}
 
 // Cost is the decision cost of one module.
 type Cost struct {
@@ -89,8 +89,8 @@ type CostModule struct {
 	Wasm   []byte
 	Config []byte // plugin configuration
 	// Request and Upstream, when set, replace BenchRequest("k-bench") and UpstreamOK.
-	Request  *host.Request
-	Upstream *host.Response
+	Request  *wazerohost.Request
+	Upstream *wazerohost.Response
 	// Native runs Config through the plugin's own code compiled natively
 	// (filter/nativehost, an in-process host of Go maps) instead of a module; Wasm is
 	// ignored, and nothing is profiled or counted (the row says what the same logic
@@ -98,7 +98,7 @@ type CostModule struct {
 	Native bool
 }
 
-func (m *CostModule) exchange() (*host.Request, *host.Response) {
+func (m *CostModule) exchange() (*wazerohost.Request, *wazerohost.Response) {
 	req, up := m.Request, m.Upstream
 	if req == nil {
 		req = BenchRequest("k-bench")
@@ -114,7 +114,7 @@ func (m *CostModule) exchange() (*host.Request, *host.Response) {
 // interleaved — round r of every module before round r+1 of any — so that other work on
 // the machine disturbs every module alike. Then, per module, a profiled phase measures
 // the CPU spent in the module's own code (when o.Profile), and a second host with
-// host.Config.CountHostCalls counts host calls and host→guest allocations per request.
+// wazerohost.Config.CountHostCalls counts host calls and host→guest allocations per request.
 func MeasureCosts(mods []CostModule, o CostOptions) ([]Cost, error) {
 	o = o.withDefaults()
 	costs := make([]Cost, len(mods))
@@ -129,7 +129,7 @@ func MeasureCosts(mods []CostModule, o CostOptions) ([]Cost, error) {
 			}
 			runs[i] = run
 		} else {
-			h, err := host.New(host.Config{Wasm: m.Wasm, PluginConfig: m.Config, Workers: 1, LogLevel: host.LogWarn})
+			h, err := wazerohost.New(wazerohost.Config{Wasm: m.Wasm, PluginConfig: m.Config, Workers: 1, LogLevel: wazerohost.LogWarn})
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", m.Name, err)
 			}
@@ -216,7 +216,7 @@ func MeasureCosts(mods []CostModule, o CostOptions) ([]Cost, error) {
 // countCalls fills c's host-call counts from a host that counts them.
 func countCalls(c *Cost, m CostModule, n int) error {
 	req, up := m.exchange()
-	hc, err := host.New(host.Config{Wasm: m.Wasm, PluginConfig: m.Config, Workers: 1, LogLevel: host.LogWarn, CountHostCalls: true})
+	hc, err := wazerohost.New(wazerohost.Config{Wasm: m.Wasm, PluginConfig: m.Config, Workers: 1, LogLevel: wazerohost.LogWarn, CountHostCalls: true})
 	if err != nil {
 		return fmt.Errorf("%s (counted): %w", m.Name, err)
 	}

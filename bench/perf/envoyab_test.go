@@ -15,9 +15,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tollgate-rl/tollgate/e2e/host"
 	"github.com/tollgate-rl/tollgate/filter/wasmtest"
 	"github.com/tollgate-rl/tollgate/internal/redistest"
+	"github.com/tollgate-rl/tollgate/internal/wazerohost"
 )
 
 // The A/B comparison of two builds of the filter in real Envoy: the tree's filter
@@ -273,16 +273,16 @@ func TestHostCallsAB(t *testing.T) {
 			name string
 			cfg  []byte
 		}{{"local", local}, {"synced", synced}} {
-			h, err := host.New(host.Config{Wasm: mods[name], PluginConfig: mode.cfg, Workers: 1, LogLevel: host.LogWarn, CountHostCalls: true,
+			h, err := wazerohost.New(wazerohost.Config{Wasm: mods[name], PluginConfig: mode.cfg, Workers: 1, LogLevel: wazerohost.LogWarn, CountHostCalls: true,
 				Clusters: map[string][]string{"tollgate_ratelimit": {strings.TrimPrefix(svc.URL, "http://")}}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			// 100 callers, as §13's many: each request of the steady state finds its lease.
-			reqs := make([]*host.Request, 100)
+			reqs := make([]*wazerohost.Request, 100)
 			for i := range reqs {
-				reqs[i] = &host.Request{Method: "GET", Path: "/v1/search?q=tollgate", Authority: "api.example.com",
-					Header: []host.Pair{{"user-agent", "tollgate-bench"}, {"accept", "*/*"}, {"x-api-key", "ab-" + strconv.Itoa(i)}}}
+				reqs[i] = &wazerohost.Request{Method: "GET", Path: "/v1/search?q=tollgate", Authority: "api.example.com",
+					Header: []wazerohost.Pair{{"user-agent", "tollgate-bench"}, {"accept", "*/*"}, {"x-api-key", "ab-" + strconv.Itoa(i)}}}
 			}
 			for i := 0; i < 2000; i++ {
 				h.HandleOn(0, reqs[i%len(reqs)])
@@ -293,7 +293,7 @@ func TestHostCallsAB(t *testing.T) {
 			const n = 2000
 			before := h.HostCalls()
 			for i := 0; i < n; i++ {
-				if _, err := h.Exchange(0, reqs[i%len(reqs)], &host.Response{Status: 200}); err != nil {
+				if _, err := h.Exchange(0, reqs[i%len(reqs)], &wazerohost.Response{Status: 200}); err != nil {
 					t.Fatal(err)
 				}
 			}

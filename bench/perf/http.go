@@ -15,15 +15,15 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tollgate-rl/tollgate/e2e/host"
+	"github.com/tollgate-rl/tollgate/internal/wazerohost"
 )
 
 // front is a gateway's HTTP listener in front of a Host, as e2e/cmd/tollgate-gateway
-// serves one: the request becomes a host.Request, runs through the filter chain on the
-// worker its connection maps to, and the upstream is a real HTTP server. check, when
+// serves one: the request becomes a wazerohost.Request, runs through the filter chain on
+// the worker its connection maps to, and the upstream is a real HTTP server. check, when
 // set, is a per-request limiter asked first (429 when it refuses).
 type front struct {
-	h     *host.Host
+	h     *wazerohost.Host
 	check func(ctx context.Context, key string) (bool, error)
 }
 
@@ -39,7 +39,7 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	req := &host.Request{Method: r.Method, Path: r.URL.RequestURI(), Authority: r.Host, Protocol: r.Proto, RemoteAddr: r.RemoteAddr}
+	req := &wazerohost.Request{Method: r.Method, Path: r.URL.RequestURI(), Authority: r.Host, Protocol: r.Proto, RemoteAddr: r.RemoteAddr}
 	keys := make([]string, 0, len(r.Header))
 	for k := range r.Header {
 		keys = append(keys, k)
@@ -47,7 +47,7 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sort.Strings(keys)
 	for _, k := range keys {
 		for _, v := range r.Header[k] {
-			req.Header = append(req.Header, host.Pair{k, v})
+			req.Header = append(req.Header, wazerohost.Pair{k, v})
 		}
 	}
 	resp := f.h.Serve(r.Context(), f.h.PickWorker(r.RemoteAddr), req)
@@ -101,9 +101,9 @@ const (
 // gatewayRig is a gateway front on a loopback listener with its upstream: what a load
 // through real HTTP is sent to.
 type gatewayRig struct {
-	url  string     // the request URL on the front
-	h    *host.Host // the gateway host
-	name string     // the limiter, for the report
+	url  string           // the request URL on the front
+	h    *wazerohost.Host // the gateway host
+	name string           // the limiter, for the report
 	stop []func()
 }
 
@@ -130,14 +130,14 @@ func (s *Stack) startGateway(o LoadOptions, kind HTTPKind, limit int) (_ *gatewa
 		return nil, err
 	}
 	g.stop = append(g.stop, stopUp)
-	up, err := host.ProxyUpstream("http://" + upAddr)
+	up, err := wazerohost.ProxyUpstream("http://" + upAddr)
 	if err != nil {
 		return nil, err
 	}
 	f := &front{}
 	// plain is a gateway host running wasm with no limiter configuration.
-	plain := func(wasm []byte) (*host.Host, error) {
-		return host.New(host.Config{Wasm: wasm, Workers: o.Workers, Upstream: up, LogLevel: host.LogWarn})
+	plain := func(wasm []byte) (*wazerohost.Host, error) {
+		return wazerohost.New(wazerohost.Config{Wasm: wasm, Workers: o.Workers, Upstream: up, LogLevel: wazerohost.LogWarn})
 	}
 	switch kind {
 	case HTTPTollgate:
@@ -230,7 +230,7 @@ func (s *Stack) RunHTTP(o LoadOptions, kind HTTPKind, limit int) (LoadResult, er
 	fn := func(ctx context.Context, gr, k int) (bool, error) {
 		return g.get(ctx, clients[gr], o.KeyPrefix+"-"+strconv.Itoa(k))
 	}
-	var hm *host.Host
+	var hm *wazerohost.Host
 	if kind == HTTPTollgate {
 		hm = g.h
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tollgate-rl/tollgate/e2e/host"
+	"github.com/tollgate-rl/tollgate/internal/wazerohost"
 )
 
 // ClusterName is the Envoy cluster name of the sync service in the benchmark's plugin
@@ -236,15 +236,15 @@ const maxPrebuilt = 100_000
 
 // requests returns the request for a key index: built ahead (shared read-only by all
 // goroutines) for small key spaces, built per call for large ones.
-func requests(o LoadOptions) func(k int) *host.Request {
+func requests(o LoadOptions) func(k int) *wazerohost.Request {
 	if o.KeySpace > maxPrebuilt {
-		return func(k int) *host.Request { return BenchRequest(o.KeyPrefix + "-" + strconv.Itoa(k)) }
+		return func(k int) *wazerohost.Request { return BenchRequest(o.KeyPrefix + "-" + strconv.Itoa(k)) }
 	}
-	out := make([]*host.Request, o.KeySpace)
+	out := make([]*wazerohost.Request, o.KeySpace)
 	for i := range out {
 		out[i] = BenchRequest(o.KeyPrefix + "-" + strconv.Itoa(i))
 	}
-	return func(k int) *host.Request { return out[k] }
+	return func(k int) *wazerohost.Request { return out[k] }
 }
 
 // Stack is what a load run needs: the modules, the Redis server and the sync service.
@@ -292,15 +292,15 @@ func (s *Stack) RunTollgate(o LoadOptions, algo string, limit int, synced bool) 
 
 // tollgateHost starts the filter with SyncRuleConfig (synced) or LocalConfig on
 // o.Workers VMs.
-func (s *Stack) tollgateHost(o LoadOptions, algo string, limit int, synced bool, upstream host.Upstream) (*host.Host, error) {
+func (s *Stack) tollgateHost(o LoadOptions, algo string, limit int, synced bool, upstream wazerohost.Upstream) (*wazerohost.Host, error) {
 	cfg := SyncRuleConfig("gw-bench", algo, limit)
 	if !synced {
 		cfg = LocalConfig(algo, limit)
 	}
-	h, err := host.New(host.Config{
+	h, err := wazerohost.New(wazerohost.Config{
 		Wasm: s.Filter, Workers: o.Workers, PluginConfig: cfg,
 		NodeID: "gw-bench", Clusters: map[string][]string{ClusterName: {s.Service.Addr}},
-		Upstream: upstream, LogLevel: host.LogWarn,
+		Upstream: upstream, LogLevel: wazerohost.LogWarn,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("tollgate host: %w", err)
@@ -310,13 +310,13 @@ func (s *Stack) tollgateHost(o LoadOptions, algo string, limit int, synced bool,
 
 // measure runs fn under o and fills in the Redis work, the service's round trips and,
 // when h is not nil, the change of the filter's metrics.
-func (s *Stack) measure(o LoadOptions, fn checkFunc, h *host.Host) LoadResult {
+func (s *Stack) measure(o LoadOptions, fn checkFunc, h *wazerohost.Host) LoadResult {
 	return s.measureWith(func(before, after func()) LoadResult { return runLoad(o, fn, before, after) }, h)
 }
 
 // measureWith is measure for any load runner: run calls before when the measured time
 // starts and after when it ends.
-func (s *Stack) measureWith(run func(before, after func()) LoadResult, h *host.Host) LoadResult {
+func (s *Stack) measureWith(run func(before, after func()) LoadResult, h *wazerohost.Host) LoadResult {
 	var in0, in1 RedisInfo
 	var t0, t1, p0, p1 int64
 	var m0, m1 map[string]int64
@@ -355,7 +355,7 @@ func (s *Stack) RunRedisRate(o LoadOptions, limit int) (LoadResult, error) {
 	rdb := redis.NewClient(&redis.Options{Addr: s.Redis.Options().Addr, PoolSize: max(2*o.Concurrency, 20)})
 	defer rdb.Close()
 	lim := redis_rate.NewLimiter(rdb)
-	h, err := host.New(host.Config{Wasm: s.Empty, Workers: o.Workers, LogLevel: host.LogWarn})
+	h, err := wazerohost.New(wazerohost.Config{Wasm: s.Empty, Workers: o.Workers, LogLevel: wazerohost.LogWarn})
 	if err != nil {
 		return LoadResult{}, fmt.Errorf("pass-through host: %w", err)
 	}
@@ -385,7 +385,7 @@ func (s *Stack) RunRedisRate(o LoadOptions, limit int) (LoadResult, error) {
 // RunPassThrough is the baseline: the pass-through module alone, no limiter.
 func (s *Stack) RunPassThrough(o LoadOptions) (LoadResult, error) {
 	o = o.withDefaults()
-	h, err := host.New(host.Config{Wasm: s.Empty, Workers: o.Workers, LogLevel: host.LogWarn})
+	h, err := wazerohost.New(wazerohost.Config{Wasm: s.Empty, Workers: o.Workers, LogLevel: wazerohost.LogWarn})
 	if err != nil {
 		return LoadResult{}, fmt.Errorf("pass-through host: %w", err)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tollgate-rl/tollgate/e2e/host"
+	"github.com/tollgate-rl/tollgate/internal/wazerohost"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
 	"github.com/tollgate-rl/tollgate/shared/algo"
 	"github.com/tollgate-rl/tollgate/shared/wire"
@@ -47,8 +47,8 @@ func (s *Stack) MeasureSharedData(name string, synced bool, n int) (SharedMem, e
 	if synced {
 		cfg = SyncRuleConfig("gw-mem", name, 100)
 	}
-	h, err := host.New(host.Config{Wasm: s.Filter, Workers: 1, PluginConfig: cfg, NodeID: "gw-mem",
-		Clusters: map[string][]string{ClusterName: {s.Service.Addr}}, LogLevel: host.LogWarn})
+	h, err := wazerohost.New(wazerohost.Config{Wasm: s.Filter, Workers: 1, PluginConfig: cfg, NodeID: "gw-mem",
+		Clusters: map[string][]string{ClusterName: {s.Service.Addr}}, LogLevel: wazerohost.LogWarn})
 	if err != nil {
 		return m, fmt.Errorf("shared data %s: %w", name, err)
 	}

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tollgate-rl/tollgate/e2e/host"
 	"github.com/tollgate-rl/tollgate/filter/nativehost"
+	"github.com/tollgate-rl/tollgate/internal/wazerohost"
 )
 
 // nativeRun returns a function that sends n of m's requests through the plugin's own
@@ -29,12 +29,12 @@ func nativeRun(c *Cost, m CostModule) (func(n int) error, error) {
 }
 
 // nativeHost starts m's configuration on one native worker (filter/nativehost) and
-// returns it with the request header map e2e/host hands a module for m's request; the
-// upstream answers with the header map e2e/host gives a module for m's response, so
-// that the native row runs the module's decision.
+// returns it with the request header map internal/wazerohost hands a module for m's
+// request; the upstream answers with the header map internal/wazerohost gives a module
+// for m's response, so that the native row runs the module's decision.
 func nativeHost(m CostModule) (*nativehost.Host, [][2]string, error) {
 	req, up := m.exchange()
-	upstream := nativehost.Upstream{Headers: host.ResponseHeaderPairs(up)}
+	upstream := nativehost.Upstream{Headers: wazerohost.ResponseHeaderPairs(up)}
 	h, err := nativehost.New(nativehost.Config{
 		PluginConfig: m.Config,
 		Clock:        func() int64 { return time.Now().UnixMicro() },
@@ -43,5 +43,5 @@ func nativeHost(m CostModule) (*nativehost.Host, [][2]string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return h, host.RequestPairs(req), nil
+	return h, wazerohost.RequestPairs(req), nil
 }

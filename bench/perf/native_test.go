@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-rl/tollgate/e2e/host"
 	"github.com/tollgate-rl/tollgate/filter/wasmtest"
+	"github.com/tollgate-rl/tollgate/internal/wazerohost"
 )
 
 // TestNativeRowDecidesLikeTheModule checks that the native row of the decision cost runs
@@ -15,7 +15,7 @@ import (
 // own bucket sets).
 func TestNativeRowDecidesLikeTheModule(t *testing.T) {
 	config := LocalConfig("token_bucket", 1_000_000)
-	h, err := host.New(host.Config{Wasm: wasmtest.BuildWasm(t, FilterPkg), PluginConfig: config, Workers: 1, LogLevel: host.LogWarn})
+	h, err := wazerohost.New(wazerohost.Config{Wasm: wasmtest.BuildWasm(t, FilterPkg), PluginConfig: config, Workers: 1, LogLevel: wazerohost.LogWarn})
 	if err != nil {
 		t.Fatal(err)
 	}

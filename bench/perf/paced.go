@@ -14,7 +14,7 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tollgate-rl/tollgate/e2e/host"
+	"github.com/tollgate-rl/tollgate/internal/wazerohost"
 )
 
 // PacedOptions shapes an open-loop load: Keys keys, each a Poisson process of PerKey
@@ -246,7 +246,7 @@ func (s *Stack) RunPaced(o PacedOptions, kind HTTPKind, limit int) (PacedResult,
 	}
 	var (
 		fn   pacedCheck
-		h    *host.Host
+		h    *wazerohost.Host
 		name string
 	)
 	if o.HTTP {
@@ -286,7 +286,7 @@ func (s *Stack) RunPaced(o PacedOptions, kind HTTPKind, limit int) (PacedResult,
 }
 
 // pacedInProcess is the request of kind's limiter into a gateway host in this process.
-func (s *Stack) pacedInProcess(o PacedOptions, kind HTTPKind, limit int) (pacedCheck, *host.Host, string, func(), error) {
+func (s *Stack) pacedInProcess(o PacedOptions, kind HTTPKind, limit int) (pacedCheck, *wazerohost.Host, string, func(), error) {
 	lo := LoadOptions{Workers: o.Workers, KeySpace: o.Keys, KeyPrefix: o.KeyPrefix}.withDefaults()
 	reqs := requests(lo)
 	var next atomic.Uint64
@@ -306,7 +306,7 @@ func (s *Stack) pacedInProcess(o PacedOptions, kind HTTPKind, limit int) (pacedC
 		}
 		return fn, h, "Tollgate (filter, 100 ms sync)", func() { h.Close() }, nil
 	case HTTPRedisRate, HTTPPassThrough:
-		h, err := host.New(host.Config{Wasm: s.Empty, Workers: o.Workers, LogLevel: host.LogWarn})
+		h, err := wazerohost.New(wazerohost.Config{Wasm: s.Empty, Workers: o.Workers, LogLevel: wazerohost.LogWarn})
 		if err != nil {
 			return nil, nil, "", nil, fmt.Errorf("pass-through host: %w", err)
 		}

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-rl/tollgate/e2e/host"
 	"github.com/tollgate-rl/tollgate/filter/wasmtest"
+	"github.com/tollgate-rl/tollgate/internal/wazerohost"
 )
 
 // benchModules are the three modules of the decision-cost comparison and their plugin
@@ -45,7 +45,7 @@ func BenchmarkDecision(b *testing.B) {
 			} else {
 				wasm = wasmtest.BuildWasm(b, m.pkg)
 			}
-			h, err := host.New(host.Config{Wasm: wasm, PluginConfig: m.config, Workers: 1, LogLevel: host.LogWarn})
+			h, err := wazerohost.New(wazerohost.Config{Wasm: wasm, PluginConfig: m.config, Workers: 1, LogLevel: wazerohost.LogWarn})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -74,7 +74,7 @@ func BenchmarkDecision(b *testing.B) {
 // and the shared-data value).
 func TestFloorHostCalls(t *testing.T) {
 	wasm := wasmtest.BuildWasm(t, FloorPkg)
-	h, err := host.New(host.Config{Wasm: wasm, Workers: 1, CountHostCalls: true, LogLevel: host.LogWarn})
+	h, err := wazerohost.New(wazerohost.Config{Wasm: wasm, Workers: 1, CountHostCalls: true, LogLevel: wazerohost.LogWarn})
 	if err != nil {
 		t.Fatal(err)
 	}

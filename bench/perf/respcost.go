@@ -1,8 +1,8 @@
 package perf
 
 import (
-	"github.com/tollgate-rl/tollgate/e2e/host"
 	"github.com/tollgate-rl/tollgate/internal/llmapi"
+	"github.com/tollgate-rl/tollgate/internal/wazerohost"
 )
 
 // Response-based cost (cost_from): what it adds to a request whose rule does not use it,
@@ -39,11 +39,11 @@ func RespCostConfig(format string) []byte {
 
 // LLMUpstream is a completion reporting 5 tokens in format, with 2,000 bytes of text
 // (the event stream: 32 events).
-func LLMUpstream(format string) *host.Response {
+func LLMUpstream(format string) *wazerohost.Response {
 	h, body := llmapi.Response(format, 5, 2000)
-	r := &host.Response{Status: 200, Body: body}
+	r := &wazerohost.Response{Status: 200, Body: body}
 	for _, kv := range h {
-		r.Header = append(r.Header, host.Pair{kv[0], kv[1]})
+		r.Header = append(r.Header, wazerohost.Pair{kv[0], kv[1]})
 	}
 	return r
 }

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tollgate-rl/tollgate/e2e/host"
+	"github.com/tollgate-rl/tollgate/internal/wazerohost"
 )
 
 // Shaping (max_delay): how evenly held requests reach the upstream, and whether held
@@ -35,14 +35,14 @@ type ShapeResult struct {
 func MeasureShaping(filter []byte) (ShapeResult, error) {
 	var mu sync.Mutex
 	var arrivals []time.Time
-	h, err := host.New(host.Config{Wasm: filter, PluginConfig: ShapeConfig, Workers: 1, LogLevel: host.LogWarn,
-		Upstream: func(_ context.Context, req *host.Request) (*host.Response, error) {
+	h, err := wazerohost.New(wazerohost.Config{Wasm: filter, PluginConfig: ShapeConfig, Workers: 1, LogLevel: wazerohost.LogWarn,
+		Upstream: func(_ context.Context, req *wazerohost.Request) (*wazerohost.Response, error) {
 			if req.Get("x-api-key") == "burst" {
 				mu.Lock()
 				arrivals = append(arrivals, time.Now())
 				mu.Unlock()
 			}
-			return &host.Response{Status: 200, Body: []byte("ok")}, nil
+			return &wazerohost.Response{Status: 200, Body: []byte("ok")}, nil
 		}})
 	if err != nil {
 		return ShapeResult{}, err

@@ -5,7 +5,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/tollgate-rl/tollgate/e2e/host"
+	"github.com/tollgate-rl/tollgate/internal/wazerohost"
 )
 
 // TelemetryConfig is LocalConfig's token-bucket rule (never reached) with the filter's
@@ -50,9 +50,9 @@ func MeasureTelemetry(wasm []byte, o CostOptions) (TelemetryCost, error) {
 		return TelemetryCost{}, err
 	}
 	c := TelemetryCost{Off: costs[0], On: costs[1]}
-	var hosts [2]*host.Host
+	var hosts [2]*wazerohost.Host
 	for i, on := range []bool{false, true} {
-		h, err := host.New(host.Config{Wasm: wasm, PluginConfig: TelemetryConfig(on), Workers: 1, LogLevel: host.LogWarn})
+		h, err := wazerohost.New(wazerohost.Config{Wasm: wasm, PluginConfig: TelemetryConfig(on), Workers: 1, LogLevel: wazerohost.LogWarn})
 		if err != nil {
 			return c, err
 		}
@@ -68,9 +68,9 @@ func MeasureTelemetry(wasm []byte, o CostOptions) (TelemetryCost, error) {
 // PairModules is PairRatios of two modules on one worker each with the same plugin
 // configuration: b/a time ratios.
 func PairModules(a, b, config []byte, nsPerRequest float64, pairs int) ([]float64, error) {
-	var hosts [2]*host.Host
+	var hosts [2]*wazerohost.Host
 	for i, wasm := range [][]byte{a, b} {
-		h, err := host.New(host.Config{Wasm: wasm, PluginConfig: config, Workers: 1, LogLevel: host.LogWarn})
+		h, err := wazerohost.New(wazerohost.Config{Wasm: wasm, PluginConfig: config, Workers: 1, LogLevel: wazerohost.LogWarn})
 		if err != nil {
 			return nil, err
 		}
@@ -85,10 +85,10 @@ func PairModules(a, b, config []byte, nsPerRequest float64, pairs int) ([]float6
 // pairs b/a ratios, sorted: load from elsewhere on the machine, which shifts by far
 // more than a small difference between rounds of 300 ms, hits both sides of a pair
 // alike.
-func PairRatios(a, b *host.Host, nsPerRequest float64, pairs int) ([]float64, error) {
-	hosts := [2]*host.Host{a, b}
+func PairRatios(a, b *wazerohost.Host, nsPerRequest float64, pairs int) ([]float64, error) {
+	hosts := [2]*wazerohost.Host{a, b}
 	req := BenchRequest("k-bench")
-	chunk := func(h *host.Host, n int) (time.Duration, error) {
+	chunk := func(h *wazerohost.Host, n int) (time.Duration, error) {
 		start := time.Now()
 		for k := 0; k < n; k++ {
 			if resp, err := h.Exchange(0, req, UpstreamOK); err != nil || resp.Status != 200 {

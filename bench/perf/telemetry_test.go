@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgate-rl/tollgate/e2e/host"
 	"github.com/tollgate-rl/tollgate/filter/wasmtest"
+	"github.com/tollgate-rl/tollgate/internal/wazerohost"
 )
 
 // TestMeasureTelemetry runs the side-by-side measurement briefly and checks what it
@@ -47,7 +47,7 @@ func BenchmarkTelemetry(b *testing.B) {
 	wasm := wasmtest.BuildWasm(b, FilterPkg)
 	for _, on := range []bool{false, true} {
 		b.Run(map[bool]string{false: "off", true: "on"}[on], func(b *testing.B) {
-			h, err := host.New(host.Config{Wasm: wasm, PluginConfig: TelemetryConfig(on), Workers: 1, LogLevel: host.LogWarn})
+			h, err := wazerohost.New(wazerohost.Config{Wasm: wasm, PluginConfig: TelemetryConfig(on), Workers: 1, LogLevel: wazerohost.LogWarn})
 			if err != nil {
 				b.Fatal(err)
 			}

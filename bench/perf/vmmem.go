@@ -8,7 +8,7 @@ import (
 
 	"github.com/tetratelabs/wazero/api"
 
-	"github.com/tollgate-rl/tollgate/e2e/host"
+	"github.com/tollgate-rl/tollgate/internal/wazerohost"
 )
 
 // VMMemPoint is a worker VM's linear memory after a number of requests.
@@ -24,7 +24,7 @@ type VMMemPoint struct {
 // soak > 0, once a minute until soak has passed. Wasm memory never shrinks, so a flat
 // series means the Go heap inside the module reuses what it has.
 func VMMemory(wasm []byte, keys int, n, every int64, soak time.Duration) ([]VMMemPoint, error) {
-	h, err := host.New(host.Config{Wasm: wasm, Workers: 1, PluginConfig: LocalConfig("token_bucket", 1_000_000), LogLevel: host.LogWarn})
+	h, err := wazerohost.New(wazerohost.Config{Wasm: wasm, Workers: 1, PluginConfig: LocalConfig("token_bucket", 1_000_000), LogLevel: wazerohost.LogWarn})
 	if err != nil {
 		return nil, fmt.Errorf("vm memory: %w", err)
 	}
@@ -34,7 +34,7 @@ func VMMemory(wasm []byte, keys int, n, every int64, soak time.Duration) ([]VMMe
 		h.CallOnVM(0, func(_ context.Context, mod api.Module) { b = mod.Memory().Size() })
 		return b
 	}
-	reqs := make([]*host.Request, keys)
+	reqs := make([]*wazerohost.Request, keys)
 	for i := range reqs {
 		reqs[i] = BenchRequest("vm-" + strconv.Itoa(i))
 	}

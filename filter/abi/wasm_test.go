@@ -11,8 +11,8 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 	"github.com/tetratelabs/wazero/api"
 
-	wasmhost "github.com/tollgate-rl/tollgate/e2e/host"
 	"github.com/tollgate-rl/tollgate/filter/wasmtest"
+	wasmhost "github.com/tollgate-rl/tollgate/internal/wazerohost"
 )
 
 // These tests run against compiled modules: the two benchmark modules and a probe
@@ -314,7 +314,7 @@ func TestProbeThroughProxytest(t *testing.T) {
 	})
 }
 
-// TestStreamsForgottenAtDone runs the floor module under e2e/host, which ends every
+// TestStreamsForgottenAtDone runs the floor module under internal/wazerohost, which ends every
 // stream as Envoy does (proxy_on_done, then proxy_on_delete when exported): the binding
 // must forget each stream in proxy_on_done, since it does not export proxy_on_delete, or
 // every request would leave an entry in its stream table.

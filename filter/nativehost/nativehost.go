@@ -8,7 +8,7 @@
 //
 // It exists so that the plugin's decisions, headers and sync can be tested in
 // milliseconds and simulated with thousands of gateways (bench/sim), while the tests of
-// the compiled module (filter/*_test.go on e2e/host) keep to what only the module shows:
+// the compiled module (filter/*_test.go on internal/wazerohost) keep to what only the module shows:
 // the ABI, start-up, memory. What it does not reproduce: the ABI itself (no memory
 // copies, no host call costs), request and response bodies, trailers, properties beyond
 // the ones given, and failures of host calls other than shared data's (Config.SharedFault).

@@ -4,6 +4,7 @@ import (
 	"github.com/tollgate-rl/tollgate/shared/algo"
 	"github.com/tollgate-rl/tollgate/shared/header"
 	"github.com/tollgate-rl/tollgate/shared/lease"
+	"github.com/tollgate-rl/tollgate/shared/refusal"
 	"github.com/tollgate-rl/tollgate/shared/rule"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
@@ -97,39 +98,39 @@ func ceilSec(us int64) int64 {
 }
 
 func (p *Plugin) bodyDenied(pattern string, byAddress bool) []byte {
-	p.body = header.AppendBody403(p.body[:0], pattern, byAddress)
+	p.body = refusal.AppendBody403(p.body[:0], pattern, byAddress)
 	return p.body
 }
 
 func (p *Plugin) body503(rule string, secs int64) []byte {
-	p.body = header.AppendBody503(p.body[:0], secs, rule)
+	p.body = refusal.AppendBody503(p.body[:0], secs, rule)
 	return p.body
 }
 
 // grpc429, grpcUnavailable and grpcDenied are the grpc-message of gRPC refusals (plain
 // text: the proxy percent-encodes it into the header).
 func (p *Plugin) grpc429(rule string, secs int64) []byte {
-	p.body = header.AppendGRPCMessage(p.body[:0], "rate limited by rule ", rule, secs)
+	p.body = refusal.AppendGRPCMessage(p.body[:0], "rate limited by rule ", rule, secs)
 	return p.body
 }
 
 func (p *Plugin) grpcUnavailable(rule string, secs int64) []byte {
-	p.body = header.AppendGRPCMessage(p.body[:0], "rate limiter unavailable for rule ", rule, secs)
+	p.body = refusal.AppendGRPCMessage(p.body[:0], "rate limiter unavailable for rule ", rule, secs)
 	return p.body
 }
 
 func (p *Plugin) grpcKeyMissing(a *rule.Applied) []byte {
-	p.body = header.AppendGRPCMessage(p.body[:0], "no caller key for rule ", a.Rule.ID, -1)
+	p.body = refusal.AppendGRPCMessage(p.body[:0], "no caller key for rule ", a.Rule.ID, -1)
 	return p.body
 }
 
 func (p *Plugin) grpcDenied(pattern string) []byte {
-	p.body = header.AppendGRPCMessage(p.body[:0], "denied by ", pattern, -1)
+	p.body = refusal.AppendGRPCMessage(p.body[:0], "denied by ", pattern, -1)
 	return p.body
 }
 
 func (p *Plugin) body429(op *bucketOp, secs int64) []byte {
-	e := header.Exceeded{
+	e := refusal.Exceeded{
 		Limit:             op.params.Limit,
 		WindowSeconds:     header.WindowSeconds(op.params.WindowUs),
 		RetryAfterSeconds: secs,
@@ -143,7 +144,7 @@ func (p *Plugin) body429(op *bucketOp, secs int64) []byte {
 		e.PenaltyLevel = int64(op.dec.PenaltyLevel)
 		e.PenaltySeconds = ceilSec(op.dec.PenaltyLeftUs)
 	}
-	p.body = header.AppendBody429(p.body[:0], &e)
+	p.body = refusal.AppendBody429(p.body[:0], &e)
 	return p.body
 }
 

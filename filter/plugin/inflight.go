@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"unsafe"
 
-	"github.com/tollgate-rl/tollgate/shared/header"
+	"github.com/tollgate-rl/tollgate/shared/refusal"
 	"github.com/tollgate-rl/tollgate/shared/rule"
 )
 
@@ -508,11 +508,11 @@ func (s *Stream) refuseInFlight(a *rule.Applied, limit int64) Action {
 	s.hb.Refused(nil, false, secs, a.Rule.ID)
 	s.hb.ConcurrencyLimit(limit)
 	if s.grpc {
-		p.body = header.AppendGRPCMessage(p.body[:0], "concurrency limited by rule ", a.Rule.ID, secs)
-		s.replyGRPC(429, "tollgate_concurrency_limited", header.GRPCResourceExhausted, p.body)
+		p.body = refusal.AppendGRPCMessage(p.body[:0], "concurrency limited by rule ", a.Rule.ID, secs)
+		s.replyGRPC(429, "tollgate_concurrency_limited", refusal.GRPCResourceExhausted, p.body)
 		return Pause
 	}
-	p.body = header.AppendBodyConcurrency(p.body[:0], limit, secs, a.Rule.ID)
+	p.body = refusal.AppendBodyConcurrency(p.body[:0], limit, secs, a.Rule.ID)
 	s.reply(429, "tollgate_concurrency_limited", p.body)
 	return Pause
 }
@@ -528,7 +528,7 @@ func (s *Stream) inflightUnavailable(a *rule.Applied) Action {
 	s.hb.Reset()
 	s.hb.Refused(nil, true, secs, a.Rule.ID)
 	if s.grpc {
-		s.replyGRPC(503, "tollgate_unavailable", header.GRPCUnavailable, p.grpcUnavailable(a.Rule.ID, secs))
+		s.replyGRPC(503, "tollgate_unavailable", refusal.GRPCUnavailable, p.grpcUnavailable(a.Rule.ID, secs))
 		return Pause
 	}
 	s.reply(503, "tollgate_unavailable", p.body503(a.Rule.ID, secs))

@@ -3,7 +3,7 @@ package plugin
 import (
 	"unsafe"
 
-	"github.com/tollgate-rl/tollgate/shared/header"
+	"github.com/tollgate-rl/tollgate/shared/refusal"
 	"github.com/tollgate-rl/tollgate/shared/rule"
 )
 
@@ -56,6 +56,6 @@ func withoutRefusals(applied []rule.Applied) []rule.Applied {
 }
 
 func (p *Plugin) bodyKeyMissing(a *rule.Applied) []byte {
-	p.body = header.AppendBodyKeyMissing(p.body[:0], a.Refuse, a.Rule.ID)
+	p.body = refusal.AppendBodyKeyMissing(p.body[:0], a.Refuse, a.Rule.ID)
 	return p.body
 }

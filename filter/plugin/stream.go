@@ -7,6 +7,7 @@ import (
 	"github.com/tollgate-rl/tollgate/shared/algo"
 	"github.com/tollgate-rl/tollgate/shared/header"
 	"github.com/tollgate-rl/tollgate/shared/lease"
+	"github.com/tollgate-rl/tollgate/shared/refusal"
 	"github.com/tollgate-rl/tollgate/shared/rule"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
@@ -120,7 +121,7 @@ func (s *Stream) decideRequest(now int64, hdrs [][2]string) Action {
 		s.setDecision(decDenied, nil, 0, -1, false)
 		s.hb.Reset()
 		if s.grpc {
-			s.replyGRPC(403, "tollgate_denied", header.GRPCPermissionDenied, p.grpcDenied(lv.Pattern))
+			s.replyGRPC(403, "tollgate_denied", refusal.GRPCPermissionDenied, p.grpcDenied(lv.Pattern))
 			return Pause
 		}
 		s.reply(403, "tollgate_denied", p.bodyDenied(lv.Pattern, lv.ByAddress))
@@ -146,7 +147,7 @@ func (s *Stream) decideRequest(now int64, hdrs [][2]string) Action {
 		s.setDecision(decKeyMissing, a, 0, -1, false)
 		s.hb.Reset()
 		if s.grpc {
-			s.replyGRPC(uint32(a.Refuse), "tollgate_key_missing", header.GRPCStatusFor(a.Refuse), p.grpcKeyMissing(a))
+			s.replyGRPC(uint32(a.Refuse), "tollgate_key_missing", refusal.GRPCStatusFor(a.Refuse), p.grpcKeyMissing(a))
 			return Pause
 		}
 		s.reply(uint32(a.Refuse), "tollgate_key_missing", p.bodyKeyMissing(a))
@@ -201,7 +202,7 @@ func (s *Stream) answer(now int64, v verdict, ops []bucketOp, states []wire.Stat
 		s.hb.Reset()
 		s.hb.Refused(p.views(now, ops, states, nil), true, secs, v.reject.a.Rule.ID) // the rule's fail mode refused, not its window
 		if s.grpc {
-			s.replyGRPC(503, "tollgate_unavailable", header.GRPCUnavailable, p.grpcUnavailable(v.reject.a.Rule.ID, secs))
+			s.replyGRPC(503, "tollgate_unavailable", refusal.GRPCUnavailable, p.grpcUnavailable(v.reject.a.Rule.ID, secs))
 			return Pause
 		}
 		s.reply(503, "tollgate_unavailable", p.body503(v.reject.a.Rule.ID, secs))
@@ -217,7 +218,7 @@ func (s *Stream) answer(now int64, v verdict, ops []bucketOp, states []wire.Stat
 		s.hb.Reset()
 		s.hb.Refused(p.views(now, ops, states, op), v.degraded, secs, op.a.Rule.ID)
 		if s.grpc {
-			s.replyGRPC(429, "tollgate_rate_limited", header.GRPCResourceExhausted, p.grpc429(op.a.Rule.ID, secs))
+			s.replyGRPC(429, "tollgate_rate_limited", refusal.GRPCResourceExhausted, p.grpc429(op.a.Rule.ID, secs))
 			return Pause
 		}
 		s.reply(429, "tollgate_rate_limited", p.body429(op, secs))

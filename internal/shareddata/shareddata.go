@@ -4,9 +4,9 @@
 // the whole store that starts at 1 and skips 0. Every successful set stamps the entry
 // with the next counter value; a set with cas 0 is unconditional; a set with a non-zero
 // cas that differs from the entry's fails; a set on a missing key succeeds whatever cas
-// it carries. The project's wazero host (e2e/host), its native host (filter/nativehost)
-// and the filter's allocation tests all keep their shared data here, so the filter meets
-// the same rules in each.
+// it carries. The project's wazero host (internal/wazerohost), its native host
+// (filter/nativehost) and the filter's allocation tests all keep their shared data here,
+// so the filter meets the same rules in each.
 package shareddata
 
 import (

@@ -16,7 +16,7 @@ import (
 
 	"github.com/tollgate-rl/tollgate/internal/redistest"
 	"github.com/tollgate-rl/tollgate/ratelimit/rls"
-	"github.com/tollgate-rl/tollgate/ratelimit/rules"
+	"github.com/tollgate-rl/tollgate/ratelimit/rulestore"
 	"github.com/tollgate-rl/tollgate/ratelimit/service"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
 )
@@ -106,12 +106,12 @@ func startOn(t testing.TB, o Options, addr string, redisAddrs []string) *env {
 func (e *env) putRules(t testing.TB, body string) {
 	t.Helper()
 	ctx := context.Background()
-	rs := rules.New(e.st.Client())
+	rs := rulestore.NewRedis(e.st.Client())
 	cur, err := rs.CurrentVersion(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := rs.Put(ctx, cur, []byte(body), rules.Record{By: "test", Action: "put"})
+	v, err := rs.Put(ctx, cur, []byte(body), rulestore.Record{By: "test", Action: "put"})
 	if err != nil {
 		t.Fatal(err)
 	}

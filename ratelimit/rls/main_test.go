@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/tollgate-rl/tollgate/internal/redistest"
-	"github.com/tollgate-rl/tollgate/ratelimit/rules"
+	"github.com/tollgate-rl/tollgate/ratelimit/rulestore"
 	"github.com/tollgate-rl/tollgate/ratelimit/service"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
 	"github.com/tollgate-rl/tollgate/shared/lease"
@@ -104,12 +104,12 @@ func start(t testing.TB, o opts) *env {
 func (e *env) putRules(t testing.TB, body string) {
 	t.Helper()
 	ctx := context.Background()
-	rs := rules.New(e.st.Client())
+	rs := rulestore.NewRedis(e.st.Client())
 	cur, err := rs.CurrentVersion(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := rs.Put(ctx, cur, []byte(body), rules.Record{By: "test", Action: "put"})
+	v, err := rs.Put(ctx, cur, []byte(body), rulestore.Record{By: "test", Action: "put"})
 	if err != nil {
 		t.Fatal(err)
 	}

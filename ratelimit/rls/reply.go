@@ -11,6 +11,7 @@ import (
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
 	"github.com/tollgate-rl/tollgate/shared/algo"
 	"github.com/tollgate-rl/tollgate/shared/header"
+	"github.com/tollgate-rl/tollgate/shared/refusal"
 	"github.com/tollgate-rl/tollgate/shared/rule"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
@@ -31,7 +32,7 @@ type reply struct {
 	failClosed *rule.Rule // a fail-closed rule that refused because of that
 	refusedBy  *rule.Rule // the first rule that refused
 	retryUs    int64      // until every refusing window admits again
-	exceeded   *header.Exceeded
+	exceeded   *refusal.Exceeded
 	shadow     *rule.Rule // a shadow rule that would have refused
 }
 
@@ -118,7 +119,7 @@ func (r *reply) build(perDesc [][]check, out *store.Outcome, m *metrics) *rlsv3.
 					retry := int64(max(st.RetryInMs, st.PenaltyInMs)) * 1000
 					if r.refusedBy == nil {
 						r.refusedBy = a.Rule
-						r.exceeded = &header.Exceeded{Limit: c.prm.Limit, WindowSeconds: w.WindowSeconds, Rule: a.Rule.ID,
+						r.exceeded = &refusal.Exceeded{Limit: c.prm.Limit, WindowSeconds: w.WindowSeconds, Rule: a.Rule.ID,
 							ResetUnix: r.now.Unix() + w.ResetInSeconds}
 						if per, _, ok := c.prm.Calendar(); ok {
 							r.exceeded.Per = per.String()
@@ -165,10 +166,10 @@ func (r *reply) build(perDesc [][]check, out *store.Outcome, m *metrics) *rlsv3.
 	resp.ResponseHeadersToAdd = r.headers(views)
 	switch {
 	case r.failClosed != nil && r.refusedBy == nil:
-		resp.RawBody = header.Body503(1, r.failClosed.ID)
+		resp.RawBody = refusal.Body503(1, r.failClosed.ID)
 	case r.exceeded != nil:
 		r.exceeded.RetryAfterSeconds = r.retryAfter()
-		resp.RawBody = header.Body429(r.exceeded)
+		resp.RawBody = refusal.Body429(r.exceeded)
 	}
 	if resp.RawBody != nil {
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, hv(header.ContentType, header.ContentTypeJSON))

@@ -13,7 +13,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/tollgate-rl/tollgate/ratelimit/rules"
+	"github.com/tollgate-rl/tollgate/ratelimit/rulestore"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
 	"github.com/tollgate-rl/tollgate/shared/rule"
 )
@@ -76,11 +76,11 @@ type invalidBody struct {
 	Errors []fieldProblem `json:"errors"`
 }
 
-// refuseInvalid answers 422 when err says a rule set was refused (rules.ErrInvalid),
+// refuseInvalid answers 422 when err says a rule set was refused (rulestore.ErrInvalid),
 // naming every field; it reports whether it answered. The rules store refuses what
 // rule.Parse refuses, so the version that was current keeps serving.
 func (s *Service) refuseInvalid(w http.ResponseWriter, err error) bool {
-	if !errors.Is(err, rules.ErrInvalid) {
+	if !errors.Is(err, rulestore.ErrInvalid) {
 		return false
 	}
 	s.m.error("rules_invalid")
@@ -124,7 +124,7 @@ func (s *Service) handlePutRules(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusUnprocessableEntity, errorBody{Error: err.Error()})
 		return
 	}
-	v, err := s.updateRules(r.Context(), rules.Record{By: actor(r), Action: "put", Reason: reason(r)}, func(*rules.Set) ([]byte, error) { return js, nil })
+	v, err := s.updateRules(r.Context(), rulestore.Record{By: actor(r), Action: "put", Reason: reason(r)}, func(*rulestore.Set) ([]byte, error) { return js, nil })
 	if s.refuseInvalid(w, err) {
 		return
 	}
@@ -154,7 +154,7 @@ func (s *Service) handleRollback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	old, err := s.ruleVersion(r.Context(), from)
-	if errors.Is(err, rules.ErrNotFound) {
+	if errors.Is(err, rulestore.ErrNotFound) {
 		writeJSON(w, http.StatusNotFound, errorBody{Error: err.Error(), Field: "version"})
 		return
 	}
@@ -162,7 +162,7 @@ func (s *Service) handleRollback(w http.ResponseWriter, r *http.Request) {
 		s.storeError(w, err)
 		return
 	}
-	v, err := s.updateRules(r.Context(), rules.Record{By: actor(r), Action: "rollback", From: from, Reason: reason(r)}, func(*rules.Set) ([]byte, error) { return old.Body, nil })
+	v, err := s.updateRules(r.Context(), rulestore.Record{By: actor(r), Action: "rollback", From: from, Reason: reason(r)}, func(*rulestore.Set) ([]byte, error) { return old.Body, nil })
 	if s.refuseInvalid(w, err) {
 		return
 	}
@@ -247,7 +247,7 @@ func (s *Service) handleEditList(add bool) http.HandlerFunc {
 		}
 		replace := add && r.URL.Query().Get("replace") == "true"
 		var changed int
-		v, err := s.updateRules(r.Context(), rules.Record{By: actor(r), Action: list, Reason: reason(r)}, func(cur *rules.Set) ([]byte, error) {
+		v, err := s.updateRules(r.Context(), rulestore.Record{By: actor(r), Action: list, Reason: reason(r)}, func(cur *rulestore.Set) ([]byte, error) {
 			m, entries, err := listOf(cur.Body, list)
 			if err != nil {
 				return nil, err

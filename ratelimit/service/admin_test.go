@@ -91,7 +91,7 @@ func TestRulesAPI(t *testing.T) {
 	}
 
 	// current is the version the rules API says is current. Versions are the writer's
-	// clock in ms (rules.NextVersion): each write's is read back, not predicted.
+	// clock in ms (rulestore.NextVersion): each write's is read back, not predicted.
 	current := func(t *testing.T) uint64 {
 		t.Helper()
 		_, _, out := a.do(t, http.MethodGet, "/v1/rules/versions", adminToken, nil)

@@ -7,8 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tollgate-rl/tollgate/ratelimit/policy"
-	"github.com/tollgate-rl/tollgate/ratelimit/rules"
+	"github.com/tollgate-rl/tollgate/ratelimit/rulestore"
+	"github.com/tollgate-rl/tollgate/ratelimit/rulestore/postgres"
 )
 
 // ReasonHeader says why an admin change is made; it is kept with the version.
@@ -22,14 +22,14 @@ func reason(r *http.Request) string {
 	return a
 }
 
-// PolicyStore is the durable policy store (package policy): with one, every rule change
-// is committed there first and Redis holds a copy.
+// PolicyStore is the durable policy store (package rulestore/postgres): with one, every
+// rule change is committed there first and Redis holds a copy.
 type PolicyStore interface {
-	Active(ctx context.Context) (*rules.Set, rules.Record, error)
+	Active(ctx context.Context) (*rulestore.Set, rulestore.Record, error)
 	ActiveVersion(ctx context.Context) (uint64, error)
-	Get(ctx context.Context, v uint64) (*rules.Set, rules.Record, error)
-	Versions(ctx context.Context, limit int) ([]rules.Record, error)
-	Put(ctx context.Context, base uint64, body []byte, rec rules.Record) (*rules.Set, error)
+	Get(ctx context.Context, v uint64) (*rulestore.Set, rulestore.Record, error)
+	Versions(ctx context.Context, limit int) ([]rulestore.Record, error)
+	Put(ctx context.Context, base uint64, body []byte, rec rulestore.Record) (*rulestore.Set, error)
 	Listen(ctx context.Context, fn func(v uint64))
 }
 
@@ -55,13 +55,13 @@ func raise(a *atomic.Uint64, v uint64) {
 
 // updateRules makes change's result the next version: in the policy store first when
 // there is one (its failure refuses the change), then in Redis.
-func (s *Service) updateRules(ctx context.Context, rec rules.Record, change func(cur *rules.Set) ([]byte, error)) (uint64, error) {
+func (s *Service) updateRules(ctx context.Context, rec rulestore.Record, change func(cur *rulestore.Set) ([]byte, error)) (uint64, error) {
 	if s.pol == nil {
 		return s.rules.Update(ctx, rec, change)
 	}
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
-		var cur *rules.Set
+		var cur *rulestore.Set
 		if cur, _, err = s.pol.pol.Active(ctx); err != nil {
 			return 0, err
 		}
@@ -69,7 +69,7 @@ func (s *Service) updateRules(ctx context.Context, rec rules.Record, change func
 		if body, err = change(cur); err != nil {
 			return 0, err
 		}
-		var set *rules.Set
+		var set *rulestore.Set
 		if set, err = s.pol.pol.Put(ctx, cur.Version, body, rec); err == nil {
 			raise(&s.pol.known, set.Version)
 			rec.Version = set.Version
@@ -79,7 +79,7 @@ func (s *Service) updateRules(ctx context.Context, rec rules.Record, change func
 			}
 			return set.Version, nil
 		}
-		if !errors.Is(err, rules.ErrConflict) {
+		if !errors.Is(err, rulestore.ErrConflict) {
 			return 0, err
 		}
 	}
@@ -88,7 +88,7 @@ func (s *Service) updateRules(ctx context.Context, rec rules.Record, change func
 
 // ruleVersions is the current version and the version records (the policy store's when
 // there is one: every version with its reason).
-func (s *Service) ruleVersions(ctx context.Context) (uint64, []rules.Record, error) {
+func (s *Service) ruleVersions(ctx context.Context) (uint64, []rulestore.Record, error) {
 	if s.pol == nil {
 		cur, err := s.rules.CurrentVersion(ctx)
 		if err != nil {
@@ -101,12 +101,12 @@ func (s *Service) ruleVersions(ctx context.Context) (uint64, []rules.Record, err
 	if err != nil {
 		return 0, nil, err
 	}
-	recs, err := s.pol.pol.Versions(ctx, rules.Keep)
+	recs, err := s.pol.pol.Versions(ctx, rulestore.Keep)
 	return cur, recs, err
 }
 
 // ruleVersion is version v's body, for a rollback.
-func (s *Service) ruleVersion(ctx context.Context, v uint64) (*rules.Set, error) {
+func (s *Service) ruleVersion(ctx context.Context, v uint64) (*rulestore.Set, error) {
 	if s.pol == nil {
 		return s.rules.Get(ctx, v)
 	}
@@ -116,7 +116,7 @@ func (s *Service) ruleVersion(ctx context.Context, v uint64) (*rules.Set, error)
 
 // storeError answers a failed read or write of the rules' stores: 503, naming which.
 func (s *Service) storeError(w http.ResponseWriter, err error) {
-	if errors.Is(err, policy.ErrUnavailable) {
+	if errors.Is(err, postgres.ErrUnavailable) {
 		s.m.error("policy")
 		s.log.Warn("admin request refused: policy store unavailable", "err", err)
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
@@ -224,9 +224,9 @@ func (s *Service) seedPolicy(ctx context.Context) bool {
 	if cur.Version == 0 {
 		return true
 	}
-	set, err := s.pol.pol.Put(pctx, 0, cur.Body, rules.Record{By: "tollgate-ratelimit", Action: "import",
+	set, err := s.pol.pol.Put(pctx, 0, cur.Body, rulestore.Record{By: "tollgate-ratelimit", Action: "import",
 		Reason: "policy store was empty: Redis's current rules"})
-	if errors.Is(err, rules.ErrConflict) {
+	if errors.Is(err, rulestore.ErrConflict) {
 		return true // another replica seeded it
 	}
 	if err != nil {

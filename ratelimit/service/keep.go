@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate-rl/tollgate/internal/backend"
-	"github.com/tollgate-rl/tollgate/ratelimit/rules"
+	"github.com/tollgate-rl/tollgate/ratelimit/rulestore"
 )
 
 // fleetMetrics are the metrics of the identity and rule-keeping code (their own
@@ -98,7 +98,7 @@ func (s *Service) writeBack(ctx context.Context) {
 	if err != nil || cur >= set.Version {
 		return
 	}
-	wrote, err := s.rules.Install(rctx, set, rules.Record{By: "tollgate-ratelimit", Action: "restore",
+	wrote, err := s.rules.Install(rctx, set, rulestore.Record{By: "tollgate-ratelimit", Action: "restore",
 		Reason: "Redis held version " + strconv.FormatUint(cur, 10) + ": written back from the rule set an instance enforces"})
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/tollgate-rl/tollgate/internal/redistest"
-	"github.com/tollgate-rl/tollgate/ratelimit/rules"
+	"github.com/tollgate-rl/tollgate/ratelimit/rulestore"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
 	"github.com/tollgate-rl/tollgate/shared/algo"
 	"github.com/tollgate-rl/tollgate/shared/wire"
@@ -137,7 +137,7 @@ func TestUsageAfterFlushAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 2*time.Second, "rules written back into Redis", func() bool {
-		cur, err := rules.New(rdb).CurrentVersion(ctx)
+		cur, err := rulestore.NewRedis(rdb).CurrentVersion(ctx)
 		return err == nil && cur == v
 	})
 	code, hdr, out := in.do(t, http.MethodGet, "/v1/rules", adminToken, nil)

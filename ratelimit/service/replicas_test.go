@@ -11,8 +11,8 @@ import (
 
 	"github.com/tollgate-rl/tollgate/internal/pgtest"
 	"github.com/tollgate-rl/tollgate/internal/redistest"
-	"github.com/tollgate-rl/tollgate/ratelimit/policy"
-	"github.com/tollgate-rl/tollgate/ratelimit/rules"
+	"github.com/tollgate-rl/tollgate/ratelimit/rulestore"
+	"github.com/tollgate-rl/tollgate/ratelimit/rulestore/postgres"
 	"github.com/tollgate-rl/tollgate/shared/algo"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
@@ -20,7 +20,7 @@ import (
 // withPolicy starts an instance on srv with its own connection to the policy store at url.
 func withPolicy(t *testing.T, srv *redistest.Server, url string) *instance {
 	t.Helper()
-	pol, err := policy.Open(context.Background(), url)
+	pol, err := postgres.Open(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestReplicasAgreeWithoutPolicyStoreAndRedis(t *testing.T) {
 	b.stop()
 	b2 := withPolicy(t, srv, pg.URL())
 	eventually(t, 5*time.Second, "restarted replica on the enforced version", func() bool { return b2.svc.Watcher().Version() == v })
-	if cur, err := rules.New(a.st.Client()).CurrentVersion(ctx); err != nil || cur != v {
+	if cur, err := rulestore.NewRedis(a.st.Client()).CurrentVersion(ctx); err != nil || cur != v {
 		t.Fatalf("Redis holds version %d (%v), want %d written back", cur, err, v)
 	}
 	for name, in := range map[string]*instance{"running": a, "restarted": b2} {

@@ -2,7 +2,7 @@
 // /v1/sync (and strict checks to /v1/check) in the binary wire format and fetch rule sets
 // from /v1/sync/rules; operators manage rule-set versions, allow/deny lists and caller
 // keys through a small JSON admin API. Decisions live in Redis (package store) and rule
-// sets in Redis too (package rules), so any number of instances can run behind one
+// sets in Redis too (package rulestore), so any number of instances can run behind one
 // load balancer with no state of their own.
 package service
 
@@ -24,7 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tollgate-rl/tollgate/internal/backend"
-	"github.com/tollgate-rl/tollgate/ratelimit/rules"
+	"github.com/tollgate-rl/tollgate/ratelimit/rulestore"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
 	"github.com/tollgate-rl/tollgate/ratelimit/top"
 	"github.com/tollgate-rl/tollgate/shared/keyhash"
@@ -65,9 +65,9 @@ type Config struct {
 	// Top configures the hot-key lists behind GET /v1/top (package top); its Hash is
 	// always KeyHash.
 	Top top.Config
-	// Policy, when set, is the source of truth for rules (package policy): changes are
-	// committed there first and refused (503) while it is unavailable; the service keeps
-	// Redis holding its active version. Nil: Redis alone.
+	// Policy, when set, is the source of truth for rules (package rulestore/postgres):
+	// changes are committed there first and refused (503) while it is unavailable; the
+	// service keeps Redis holding its active version. Nil: Redis alone.
 	Policy PolicyStore
 	// PolicyPoll is how often the active version is also read from the policy store,
 	// besides LISTEN/NOTIFY (default 5 s): a notification connection that died silently
@@ -90,8 +90,8 @@ type Service struct {
 	// st is the same store, for what only Redis does: usage and reset (admin API), and
 	// its client, which the rule sets and hot-key lists share.
 	st      *store.Store
-	rules   *rules.Store
-	watcher *rules.Watcher
+	rules   *rulestore.Redis
+	watcher *rulestore.Watcher
 	pol     *durable // nil without a policy store
 	alive   aliveCache
 	m       *Metrics
@@ -122,7 +122,7 @@ func New(cfg Config, st *store.Store, m *Metrics) *Service {
 	if cfg.BatchTimeout <= 0 {
 		cfg.BatchTimeout = time.Duration(sc.MaxRetries+1) * sc.AttemptBudget()
 	}
-	s := &Service{cfg: cfg, be: st, st: st, rules: rules.New(st.Client()), m: m, log: cfg.Logger,
+	s := &Service{cfg: cfg, be: st, st: st, rules: rulestore.NewRedis(st.Client()), m: m, log: cfg.Logger,
 		mux: http.NewServeMux(), syncMux: http.NewServeMux(), adminMux: http.NewServeMux()}
 	if cfg.Policy != nil {
 		s.pol = &durable{pol: cfg.Policy}
@@ -137,7 +137,7 @@ func New(cfg Config, st *store.Store, m *Metrics) *Service {
 	if cfg.Top.RawKeys {
 		s.log.Warn("top lists store and answer raw caller keys (personal data): /v1/top shows them to admin callers")
 	}
-	s.watcher = rules.NewWatcher(s.rules, func(v uint64) {
+	s.watcher = rulestore.NewWatcher(s.rules, func(v uint64) {
 		m.rulesVersion.Set(float64(v))
 		s.log.Info("rules version", "version", v)
 	})
@@ -193,7 +193,7 @@ func nonEmpty(in []string) *[]string {
 func (s *Service) Metrics() *Metrics { return s.m }
 
 // Watcher returns the rules-version watcher (tests use it to wait for propagation).
-func (s *Service) Watcher() *rules.Watcher { return s.watcher }
+func (s *Service) Watcher() *rulestore.Watcher { return s.watcher }
 
 // BatchTimeout is the effective per-batch deadline.
 func (s *Service) BatchTimeout() time.Duration { return s.cfg.BatchTimeout }

@@ -1,6 +1,7 @@
-// Package header formats what Tollgate tells a client about its rate limits: the
-// response headers on every answer (legacy X-RateLimit-*, the IETF RateLimit-Policy and
-// RateLimit structured fields, Retry-After) and the JSON bodies of 429, 403 and 503.
+// Package header formats what Tollgate tells a client about its rate limits in the
+// response headers of every answer: legacy X-RateLimit-*, the IETF RateLimit-Policy and
+// RateLimit structured fields, Retry-After. The body and gRPC status of a refusal are
+// package refusal's.
 //
 // A limiter that does not say when to retry turns rejected clients into a retry storm,
 // so every answer carries the limit, what is left and when it resets, and every refusal
@@ -8,8 +9,7 @@
 //
 // It runs per request inside the Wasm filter, so it is pure (the caller injects time
 // and randomness), uses no reflection, no fmt and no encoding/json, and allocates
-// little: Append builds all its values in one buffer, the body formatters append to a
-// caller's slice without allocating. The IETF fields follow
+// little: Append builds all its values in one buffer. The IETF fields follow
 // draft-ietf-httpapi-ratelimit-headers-10
 // (https://datatracker.ietf.org/doc/draft-ietf-httpapi-ratelimit-headers/10/),
 // serialized as RFC 9651 (formerly 8941) structured-field Lists.
@@ -46,7 +46,7 @@ const (
 	PolicyBypass = "bypass"
 	// RemainingUnknown is XRemaining while degraded.
 	RemainingUnknown = "-1"
-	// ContentTypeJSON is the content type of the bodies this package formats.
+	// ContentTypeJSON is the content type of the refusal bodies (package refusal).
 	ContentTypeJSON = "application/json"
 )
 

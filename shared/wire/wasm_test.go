@@ -14,10 +14,10 @@ func TestBuildsForWasip1(t *testing.T) {
 	if err != nil {
 		t.Skip("go not on PATH")
 	}
-	cmd := exec.Command(gobin, "build", "./shared/wire", "./shared/header")
+	cmd := exec.Command(gobin, "build", "./shared/wire", "./shared/header", "./shared/refusal")
 	cmd.Dir = "../.." // module root
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("GOOS=wasip1 GOARCH=wasm go build ./shared/wire ./shared/header: %v\n%s", err, out)
+		t.Fatalf("GOOS=wasip1 GOARCH=wasm go build ./shared/wire ./shared/header ./shared/refusal: %v\n%s", err, out)
 	}
 }

@@ -269,7 +269,7 @@ func (r *report) writePacedRegimes(w io.Writer) {
 		fmt.Fprintln(w)
 		rg.aloneNote(w)
 		fmt.Fprintln(w, "Both limiters are offered the same open-loop load in section 2's harness (the gateway host,")
-		fmt.Fprintln(w, "`e2e/host`, with 2 worker VMs in this process; the *n*-th request of the schedule to worker *n*")
+		fmt.Fprintln(w, "`internal/wazerohost`, with 2 worker VMs in this process; the *n*-th request of the schedule to worker *n*")
 		fmt.Fprintln(w, "mod 2; a request the filter holds waits for its answer without holding its worker): every key")
 		fmt.Fprintln(w, "a Poisson process at the regime's rate (one Poisson stream, keys drawn uniformly, the same seed")
 		fmt.Fprintln(w, "for every limiter), each request sent at its scheduled time whatever the earlier ones take, and")

@@ -136,7 +136,7 @@ func (r *report) writeScale(w io.Writer, charts string) {
 
 	fmt.Fprintln(w, "### Sync callouts per Envoy")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "One Envoy (one `e2e/host`) with 1, 2 and 8 worker VMs, 10,000 keys, 8 s warm-up then 6 s")
+	fmt.Fprintln(w, "One Envoy (one `internal/wazerohost`) with 1, 2 and 8 worker VMs, 10,000 keys, 8 s warm-up then 6 s")
 	fmt.Fprintln(w, "measured. One worker at a time holds the sync leadership in shared data and sends one batch")
 	fmt.Fprintln(w, "per interval for the whole Envoy (a heartbeat when nothing is due); acquires are the early")
 	fmt.Fprintln(w, "callouts of buckets without a usable lease.")

@@ -8,12 +8,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tollgate-rl/tollgate/e2e/host"
+	"github.com/tollgate-rl/tollgate/internal/wazerohost"
 )
 
 // accessLog writes one line per finished stream, as Envoy's file access log does.
 type accessLog struct {
-	format *host.AccessLogFormat
+	format *wazerohost.AccessLogFormat
 	mu     sync.Mutex
 	w      *bufio.Writer
 	c      io.Closer // nil for stdout
@@ -26,7 +26,7 @@ type accessLog struct {
 const flushEvery = 100 * time.Millisecond
 
 func openAccessLog(path, format string) (*accessLog, error) {
-	f, err := host.ParseAccessLogFormat(format)
+	f, err := wazerohost.ParseAccessLogFormat(format)
 	if err != nil {
 		return nil, fmt.Errorf("--access-log-format: %w", err)
 	}
@@ -43,9 +43,9 @@ func openAccessLog(path, format string) (*accessLog, error) {
 	return a, nil
 }
 
-// write is host.Config.OnStreamDone: it runs with a VM locked, so it only formats
+// write is wazerohost.Config.OnStreamDone: it runs with a VM locked, so it only formats
 // into a buffer; a timer flushes.
-func (a *accessLog) write(e host.AccessEntry) {
+func (a *accessLog) write(e wazerohost.AccessEntry) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.buf = a.format.Append(a.buf[:0], &e, time.Now())

@@ -1,5 +1,5 @@
 // Command tollgate-gateway is an HTTP reverse proxy that runs a proxy-wasm filter the way
-// Envoy would, on the wazero-based host in e2e/host. It serves the end-to-end scenarios
+// Envoy would, on the wazero-based host in internal/wazerohost. It serves the end-to-end scenarios
 // that run on the wazero host (e2e/README.md says which) and the benchmarks; the demo and
 // the Envoy scenarios run real Envoy.
 //
@@ -33,7 +33,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/tollgate-rl/tollgate/e2e/host"
+	"github.com/tollgate-rl/tollgate/internal/wazerohost"
 )
 
 // maxRequestBody bounds a request body the gateway buffers for the filter.
@@ -91,8 +91,8 @@ type options struct {
 }
 
 var logLevels = map[string]int{
-	"trace": host.LogTrace, "debug": host.LogDebug, "info": host.LogInfo,
-	"warn": host.LogWarn, "error": host.LogError, "critical": host.LogCritical,
+	"trace": wazerohost.LogTrace, "debug": wazerohost.LogDebug, "info": wazerohost.LogInfo,
+	"warn": wazerohost.LogWarn, "error": wazerohost.LogError, "critical": wazerohost.LogCritical,
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -116,7 +116,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.failOpen, "fail-open", false, "let requests through unfiltered when a VM has failed (else 503)")
 	fs.StringVar(&o.cacheDir, "cache-dir", "", "directory for wazero's compilation cache (faster restarts)")
 	fs.StringVar(&o.accessLog, "access-log", "", "file to append one access-log line per request to (\"-\": stdout; empty: off)")
-	fs.StringVar(&o.accessLogFormat, "access-log-format", host.DefaultAccessLogFormat, "access-log line in Envoy's format syntax (%REQ(..)%, %RESPONSE_CODE%, %FILTER_STATE(wasm.tollgate:PLAIN)%, ...)")
+	fs.StringVar(&o.accessLogFormat, "access-log-format", wazerohost.DefaultAccessLogFormat, "access-log line in Envoy's format syntax (%REQ(..)%, %RESPONSE_CODE%, %FILTER_STATE(wasm.tollgate:PLAIN)%, ...)")
 	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "file holding the bearer token(s), one per line, that POST /config and GET /logs require (without it they answer 401: a rule set from anyone who reaches the admin listener would open every limit)")
 	fs.StringVar(&o.jwtPayloadInMetadata, "jwt-payload-in-metadata", "", "stand in for jwt_authn: put the bearer token's payload (signature NOT checked) in dynamic metadata under this key")
 	fs.Usage = func() {
@@ -169,24 +169,24 @@ Signals: SIGHUP re-reads --config; SIGTERM/SIGINT drain and exit.
 	if o.nodeID == "" {
 		o.nodeID, _ = os.Hostname()
 	}
-	if _, err := host.ParseAccessLogFormat(o.accessLogFormat); err != nil {
+	if _, err := wazerohost.ParseAccessLogFormat(o.accessLogFormat); err != nil {
 		return o, fmt.Errorf("--access-log-format: %w", err)
 	}
 	return o, nil
 }
 
 // jwtAuthn is the jwt_authn stand-in for --jwt-payload-in-metadata (nil when empty).
-func jwtAuthn(payloadKey string) *host.JWTAuthn {
+func jwtAuthn(payloadKey string) *wazerohost.JWTAuthn {
 	if payloadKey == "" {
 		return nil
 	}
-	return &host.JWTAuthn{PayloadInMetadata: payloadKey}
+	return &wazerohost.JWTAuthn{PayloadInMetadata: payloadKey}
 }
 
 // gateway is the proxy and admin handlers around one Host.
 type gateway struct {
 	opts      options
-	host      *host.Host
+	host      *wazerohost.Host
 	logger    *log.Logger
 	accessLog *accessLog // nil: off
 }
@@ -200,9 +200,9 @@ func newGateway(o options, logger *log.Logger) (*gateway, error) {
 		}
 		pluginConfig = b
 	}
-	upstream := host.StaticUpstream(200, []host.Pair{{"content-type", "text/plain"}}, []byte("ok\n"))
+	upstream := wazerohost.StaticUpstream(200, []wazerohost.Pair{{"content-type", "text/plain"}}, []byte("ok\n"))
 	if o.upstream != "" {
-		u, err := host.ProxyUpstream(o.upstream)
+		u, err := wazerohost.ProxyUpstream(o.upstream)
 		if err != nil {
 			return nil, err
 		}
@@ -216,11 +216,11 @@ func newGateway(o options, logger *log.Logger) (*gateway, error) {
 			return nil, err
 		}
 	}
-	var onDone func(host.AccessEntry)
+	var onDone func(wazerohost.AccessEntry)
 	if al != nil {
 		onDone = al.write
 	}
-	h, err := host.New(host.Config{
+	h, err := wazerohost.New(wazerohost.Config{
 		WasmPath:               o.wasm,
 		Workers:                o.workers,
 		PluginConfig:           pluginConfig,
@@ -230,7 +230,7 @@ func newGateway(o options, logger *log.Logger) (*gateway, error) {
 		Clusters:               o.clusters,
 		Upstream:               upstream,
 		LogLevel:               level,
-		Log:                    func(l int, msg string) { logger.Printf("wasm [%s] %s", host.LevelName(l), msg) },
+		Log:                    func(l int, msg string) { logger.Printf("wasm [%s] %s", wazerohost.LevelName(l), msg) },
 		StreamIdleTimeout:      o.streamIdleTimeout,
 		UpstreamTimeout:        o.upstreamTimeout,
 		DrainTimeout:           o.drainTimeout,
@@ -342,7 +342,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", o.listen, err)
 	}
-	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, ErrorLog: logger, Protocols: host.Protocols()}
+	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, ErrorLog: logger, Protocols: wazerohost.Protocols()}
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
 	logger.Printf("proxy listening on %s (%d workers, node %q)", ln.Addr(), o.workers, o.nodeID)

@@ -1,6 +1,6 @@
 // Package harness runs Tollgate's moving parts for the end-to-end suite and the demo:
 // the sync service as real child processes (so a scenario can SIGKILL one), gateways that
-// run the compiled filter on the wazero host (e2e/host) behind a real HTTP listener, a
+// run the compiled filter on the wazero host (internal/wazerohost) behind a real HTTP listener, a
 // small upstream, an admin client for the rules and usage API, and a paced HTTP load
 // generator that records what every answer said. Everything listens on loopback ports
 // chosen by the kernel and is stopped by its Close/Stop method.

@@ -28,7 +28,7 @@ import (
 	"github.com/tollgate-rl/tollgate/shared/rule"
 )
 
-// Wazero names the project's own proxy-wasm host (e2e/host) as a gateway's host.
+// Wazero names the project's own proxy-wasm host (internal/wazerohost) as a gateway's host.
 const Wazero = "wazero"
 
 // EnvoyHost names the real Envoy of release v as a gateway's host ("envoy-1.40.0").

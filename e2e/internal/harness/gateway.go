@@ -11,8 +11,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/tollgate-rl/tollgate/e2e/host"
 	"github.com/tollgate-rl/tollgate/internal/envoyproc"
+	"github.com/tollgate-rl/tollgate/internal/wazerohost"
 )
 
 // SyncCluster is the cluster name gateways call the sync service by (as in envoy.yaml).
@@ -45,7 +45,7 @@ func (s Sync) withDefaults() Sync {
 
 // GatewayConfig describes one gateway: a proxy with Workers worker VMs.
 type GatewayConfig struct {
-	// Host is the proxy the gateway runs on: Wazero (the default, e2e/host in this
+	// Host is the proxy the gateway runs on: Wazero (the default, internal/wazerohost in this
 	// process) or EnvoyHost(release), a real Envoy process running the shipped envoy.yaml
 	// with only addresses, ports, paths and the plugin configuration substituted
 	// (EnvoyConfigFrom), the filter on envoy.wasm.runtime.v8.
@@ -77,7 +77,7 @@ type GatewayConfig struct {
 	Upstream string
 	// JWTAuthn stands in for Envoy's jwt_authn filter before the plugin (bearer token
 	// payloads in dynamic metadata); nil: none. Wazero host only.
-	JWTAuthn *host.JWTAuthn
+	JWTAuthn *wazerohost.JWTAuthn
 
 	// Bootstrap replaces the shipped envoy.yaml an Envoy host starts from (a scenario's
 	// variant of it); nil: the shipped file.
@@ -136,7 +136,7 @@ type Gateway struct {
 	URL   string // http://127.0.0.1:port
 	Proxy string // the host it runs on (Wazero, EnvoyHost(v))
 	// One of the two is set.
-	host  *host.Host
+	host  *wazerohost.Host
 	envoy *envoyGateway
 
 	workers int
@@ -170,9 +170,9 @@ func StartGateway(cfg GatewayConfig) (*Gateway, error) {
 	if cfg.Host != Wazero {
 		return nil, fmt.Errorf("gateway %q: unknown host %q", cfg.Name, cfg.Host)
 	}
-	upstream := host.StaticUpstream(200, []host.Pair{{"content-type", "text/plain"}}, []byte("ok\n"))
+	upstream := wazerohost.StaticUpstream(200, []wazerohost.Pair{{"content-type", "text/plain"}}, []byte("ok\n"))
 	if cfg.Upstream != "" {
-		if upstream, err = host.ProxyUpstream(cfg.Upstream); err != nil {
+		if upstream, err = wazerohost.ProxyUpstream(cfg.Upstream); err != nil {
 			return nil, err
 		}
 	}
@@ -180,7 +180,7 @@ func StartGateway(cfg GatewayConfig) (*Gateway, error) {
 	if len(cfg.Services) > 0 {
 		clusters[SyncCluster] = cfg.Services
 	}
-	h, err := host.New(host.Config{
+	h, err := wazerohost.New(wazerohost.Config{
 		Wasm:         cfg.Wasm,
 		Workers:      cfg.Workers,
 		PluginConfig: pc,
@@ -190,7 +190,7 @@ func StartGateway(cfg GatewayConfig) (*Gateway, error) {
 		Properties:   cfg.Properties,
 		Clusters:     clusters,
 		Upstream:     upstream,
-		LogLevel:     host.LogInfo,
+		LogLevel:     wazerohost.LogInfo,
 		// A request the filter pauses waits at most this long (a strict check).
 		StreamIdleTimeout: 10 * time.Second,
 		UpstreamTimeout:   10 * time.Second,
@@ -206,7 +206,7 @@ func StartGateway(cfg GatewayConfig) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway %q: listen: %w", cfg.NodeID, err)
 	}
 	g := &Gateway{Name: cfg.Name, URL: "http://" + ln.Addr().String(), Proxy: Wazero, host: h, workers: cfg.Workers, done: make(chan struct{})}
-	g.srv = &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0), Protocols: host.Protocols()}
+	g.srv = &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0), Protocols: wazerohost.Protocols()}
 	go func() {
 		defer close(g.done)
 		// Serve only ends with Shutdown (ErrServerClosed) or a dead listener, which the
@@ -218,7 +218,7 @@ func StartGateway(cfg GatewayConfig) (*Gateway, error) {
 
 // Host is the gateway's wasm host (metrics, logs, shared data) on the wazero host, nil
 // on Envoy.
-func (g *Gateway) Host() *host.Host { return g.host }
+func (g *Gateway) Host() *wazerohost.Host { return g.host }
 
 // Envoy is the Envoy process of a gateway on Envoy (admin API, pid), nil on wazero.
 func (g *Gateway) Envoy() *envoyproc.Proc {

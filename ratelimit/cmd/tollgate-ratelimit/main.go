@@ -29,9 +29,9 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/tollgate-rl/tollgate/ratelimit/policy"
 	"github.com/tollgate-rl/tollgate/ratelimit/rlqs"
 	"github.com/tollgate-rl/tollgate/ratelimit/rls"
+	"github.com/tollgate-rl/tollgate/ratelimit/rulestore/postgres"
 	"github.com/tollgate-rl/tollgate/ratelimit/service"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
 	"github.com/tollgate-rl/tollgate/ratelimit/top"
@@ -432,7 +432,7 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 		BatchTimeout: c.batchTimeout, Logger: log, KeyHashSecret: keyHashSecret,
 		Top: top.Config{RawKeys: c.topRawKeys, Minutes: c.topMinutes, Flush: c.topFlush}}
 	if c.policyStore != "" {
-		pol, err := policy.Open(ctx, c.policyStore)
+		pol, err := postgres.Open(ctx, c.policyStore)
 		if err != nil {
 			fmt.Fprintln(stderr, "tollgate-ratelimit: --policy-store:", err)
 			return 2

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/tollgate-rl/tollgate/internal/pgtest"
-	"github.com/tollgate-rl/tollgate/ratelimit/policy"
+	"github.com/tollgate-rl/tollgate/ratelimit/rulestore/postgres"
 	"github.com/tollgate-rl/tollgate/ratelimit/service"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
 	"github.com/tollgate-rl/tollgate/shared/lease"
@@ -22,7 +22,7 @@ import (
 func TestHistoryFromPolicyStore(t *testing.T) {
 	pg := pgtest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	pol, err := policy.Open(ctx, pg.URL())
+	pol, err := postgres.Open(ctx, pg.URL())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/tollgate-rl/tollgate/internal/redistest"
-	"github.com/tollgate-rl/tollgate/ratelimit/rules"
+	"github.com/tollgate-rl/tollgate/ratelimit/rulestore"
 	"github.com/tollgate-rl/tollgate/ratelimit/service"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
 	"github.com/tollgate-rl/tollgate/shared/algo"
@@ -55,7 +55,7 @@ func startService(t *testing.T) (*service.Service, string) {
 	t.Cleanup(func() { hs.Close(); cancel(); <-done; _ = st.Close() })
 	// Another test may have left a rule set in the shared Redis: wait until the service
 	// serves it, so that what a test reads first is not a load still on its way.
-	cur, err := rules.New(st.Client()).CurrentVersion(context.Background())
+	cur, err := rulestore.NewRedis(st.Client()).CurrentVersion(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
