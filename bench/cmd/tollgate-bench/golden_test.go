@@ -1,0 +1,232 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/tollgate-rl/tollgate/bench/perf"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata from this code")
+
+// loadNames are every load run the report reads by name (main.go, httprounds.go).
+var loadNames = []string{
+	"pass-through", "tollgate local", "tollgate", "redis_rate", "tollgate 100 keys", "redis_rate 100 keys",
+	"paced pass-through", "paced tollgate local", "paced tollgate", "paced redis_rate",
+	"http pass-through", "http floor", "http tollgate", "http redis_rate",
+	"steady tollgate", "steady redis_rate", "steady tollgate 100 keys", "steady redis_rate 100 keys",
+	"steady tollgate 100 keys closed loop",
+}
+
+// filler sets every field of a value, exported or not, from a counter: the same value
+// on every run, a different number in every field, so that a template reading the
+// wrong field or formatting it differently changes the rendered text.
+type filler struct{ n int }
+
+func (f *filler) next() int { f.n++; return f.n }
+
+func (f *filler) fill(v reflect.Value) {
+	if !v.CanSet() {
+		v = reflect.NewAt(v.Type(), unsafe.Pointer(v.UnsafeAddr())).Elem()
+	}
+	switch v.Type() {
+	case reflect.TypeOf(time.Time{}):
+		v.Set(reflect.ValueOf(time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC).Add(time.Duration(f.next()) * time.Minute)))
+		return
+	case reflect.TypeOf(time.Duration(0)):
+		k := f.next()
+		scale := []time.Duration{time.Microsecond / 10, time.Microsecond, time.Millisecond, 100 * time.Millisecond}[k%4]
+		v.SetInt(int64(time.Duration(k%9+1)*scale + time.Duration(k)*scale/7))
+		return
+	}
+	switch v.Kind() {
+	case reflect.Bool:
+		v.SetBool(f.next()%2 == 0)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		v.SetInt(int64(f.next()*7919%4000 + 3))
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		v.SetUint(uint64(f.next()*7919%4000 + 3))
+	case reflect.Float32, reflect.Float64:
+		k := f.next()
+		v.SetFloat(float64(k*7919%100000)/float64([]int{1000, 10, 1}[k%3]) + 0.125)
+	case reflect.String:
+		v.SetString("s" + strings.Repeat("x", f.next()%3) + itoa(f.n))
+	case reflect.Pointer:
+		p := reflect.New(v.Type().Elem())
+		f.fill(p.Elem())
+		v.Set(p)
+	case reflect.Struct:
+		for i := range v.NumField() {
+			f.fill(v.Field(i))
+		}
+	case reflect.Slice:
+		s := reflect.MakeSlice(v.Type(), 3, 3)
+		for i := range 3 {
+			f.fill(s.Index(i))
+		}
+		v.Set(s)
+	case reflect.Array:
+		for i := range v.Len() {
+			f.fill(v.Index(i))
+		}
+	case reflect.Map:
+		m := reflect.MakeMap(v.Type())
+		for range 2 {
+			k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
+			f.fill(k)
+			f.fill(e)
+			m.SetMapIndex(k, e)
+		}
+		v.Set(m)
+	}
+	// Interfaces (errors), funcs and channels stay nil.
+}
+
+func itoa(n int) string { return fmtInt(float64(n)) }
+
+// fullReport is a report with every measurement filled in.
+func fullReport() *report {
+	r := &report{}
+	f := &filler{}
+	f.fill(reflect.ValueOf(r).Elem())
+	r.scale = 1
+	r.args = []string{"-out", "BENCHMARKS.md"}
+	r.firstErr, r.respBeforeErr = nil, nil
+	r.loads = map[string]perf.LoadResult{}
+	for _, name := range loadNames {
+		var x perf.LoadResult
+		f.fill(reflect.ValueOf(&x).Elem())
+		x.Metrics = map[string]int64{}
+		for _, m := range []string{"tollgate.acquires", "tollgate.sync_deltas_sent", "tollgate.requests_penalized", "tollgate.sync_sent"} {
+			x.Metrics[m] = int64(f.next() * 104729 % 900000)
+		}
+		r.loads[name] = x
+	}
+	for i := range r.dists {
+		r.dists[i].Load.Metrics = map[string]int64{"tollgate.sync_deltas_sent": int64(5000 + 1000*i), "tollgate.requests_penalized": int64(70 * i)}
+	}
+	for i := range r.simGateways {
+		r.simGateways[i].Scenario = []string{"adversarial 10x", "bursty", "ninety"}[i]
+	}
+	for i := range r.simInterval {
+		r.simInterval[i].Scenario = []string{"adversarial 10x", "bursty", "ninety"}[i]
+	}
+	// Section 1 reads its modules by position, the first version's last.
+	r.costs = make([]perf.Cost, 6)
+	for i := range r.costs {
+		f.fill(reflect.ValueOf(&r.costs[i]).Elem())
+	}
+	// Section 12 reads its variants by position, the A/A control last.
+	r.envoyBuild.Rows = make([]perf.EnvoyBuildRow, perf.ControlVariant+1)
+	for i := range r.envoyBuild.Rows {
+		f.fill(reflect.ValueOf(&r.envoyBuild.Rows[i]).Elem())
+	}
+	// The simulation's regimes carry their targets as functions, which a filler cannot
+	// make up: section 11 renders as not run.
+	r.regimes.sim = nil
+	// Section 13 looks its rows up by limiter and worker count: not run here either.
+	r.envoyCompare = nil
+	// The sections read these as sorted or as ordered runs.
+	slicesSort(r.firstPairs)
+	return r
+}
+
+func slicesSort(xs []float64) {
+	for i := 1; i < len(xs); i++ {
+		for j := i; j > 0 && xs[j] < xs[j-1]; j-- {
+			xs[j], xs[j-1] = xs[j-1], xs[j]
+		}
+	}
+}
+
+// emptyReport is a run that measured nothing: every "not run" branch.
+func emptyReport() *report {
+	return &report{scale: 0.2, loads: map[string]perf.LoadResult{},
+		firstErr: errors.New("git worktree: no such revision\nsecond line"), respBeforeErr: errors.New("build failed")}
+}
+
+// goldenSections are the report's sections rendered on their own.
+var goldenSections = []struct {
+	name  string
+	write func(r *report, b *bytes.Buffer)
+}{
+	{"targets", func(r *report, b *bytes.Buffer) { r.writeTargets(b) }},
+	{"cost", func(r *report, b *bytes.Buffer) { r.writeCost(b) }},
+	{"load", func(r *report, b *bytes.Buffer) { r.writeLoad(b, "charts") }},
+	{"dists", func(r *report, b *bytes.Buffer) { r.writeDists(b, "charts") }},
+	{"memory", func(r *report, b *bytes.Buffer) { r.writeMemory(b) }},
+	{"ingest", func(r *report, b *bytes.Buffer) { r.writeIngest(b) }},
+	{"admin", func(r *report, b *bytes.Buffer) { r.writeAdmin(b) }},
+	{"topcost", func(r *report, b *bytes.Buffer) { r.writeTopCost(b) }},
+	{"rls", func(r *report, b *bytes.Buffer) { r.writeRLS(b) }},
+	{"diff", func(r *report, b *bytes.Buffer) { r.writeDiff(b) }},
+	{"sim", func(r *report, b *bytes.Buffer) { r.writeSim(b, "charts") }},
+	{"notes", func(r *report, b *bytes.Buffer) { r.writeNotes(b) }},
+	{"report", func(r *report, b *bytes.Buffer) {
+		if err := r.write(b, "charts"); err != nil {
+			panic(err)
+		}
+	}},
+}
+
+// TestGolden renders each section from fixed data, full and empty, and compares it with
+// testdata/<fixture>/<section>.md byte for byte. The golden files were written by the
+// report's code before its prose moved into templates, so they also hold the templates
+// to the text the report printed before. After a deliberate change of wording, run
+// `go test ./bench/cmd/tollgate-bench -run Golden -update` and review the diff.
+func TestGolden(t *testing.T) {
+	for _, fx := range []struct {
+		name string
+		r    func() *report
+	}{{"full", fullReport}, {"empty", emptyReport}} {
+		for _, s := range goldenSections {
+			t.Run(fx.name+"/"+s.name, func(t *testing.T) {
+				var b bytes.Buffer
+				s.write(fx.r(), &b)
+				path := filepath.Join("testdata", fx.name, s.name+".md")
+				if *update {
+					if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+						t.Fatal(err)
+					}
+					return
+				}
+				want, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := b.String(); got != string(want) {
+					t.Errorf("%s differs from %s:\n%s", s.name, path, firstDiff(got, string(want)))
+				}
+			})
+		}
+	}
+}
+
+// firstDiff shows the first line where got and want part.
+func firstDiff(got, want string) string {
+	g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
+	for i := 0; i < len(g) || i < len(w); i++ {
+		var gl, wl string
+		if i < len(g) {
+			gl = g[i]
+		}
+		if i < len(w) {
+			wl = w[i]
+		}
+		if gl != wl {
+			return "line " + itoa(i+1) + ":\n got: " + gl + "\nwant: " + wl
+		}
+	}
+	return "(same lines)"
+}
