@@ -156,25 +156,21 @@ func emptyReport() *report {
 // goldenSections are the report's sections rendered on their own.
 var goldenSections = []struct {
 	name  string
-	write func(r *report, b *bytes.Buffer)
+	write func(r *report, b *bytes.Buffer) error
 }{
-	{"targets", func(r *report, b *bytes.Buffer) { r.writeTargets(b) }},
-	{"cost", func(r *report, b *bytes.Buffer) { r.writeCost(b) }},
-	{"load", func(r *report, b *bytes.Buffer) { r.writeLoad(b, "charts") }},
-	{"dists", func(r *report, b *bytes.Buffer) { r.writeDists(b, "charts") }},
-	{"memory", func(r *report, b *bytes.Buffer) { r.writeMemory(b) }},
-	{"ingest", func(r *report, b *bytes.Buffer) { r.writeIngest(b) }},
-	{"admin", func(r *report, b *bytes.Buffer) { r.writeAdmin(b) }},
-	{"topcost", func(r *report, b *bytes.Buffer) { r.writeTopCost(b) }},
-	{"rls", func(r *report, b *bytes.Buffer) { r.writeRLS(b) }},
-	{"diff", func(r *report, b *bytes.Buffer) { r.writeDiff(b) }},
-	{"sim", func(r *report, b *bytes.Buffer) { r.writeSim(b, "charts") }},
-	{"notes", func(r *report, b *bytes.Buffer) { r.writeNotes(b) }},
-	{"report", func(r *report, b *bytes.Buffer) {
-		if err := r.write(b, "charts"); err != nil {
-			panic(err)
-		}
-	}},
+	{"targets", func(r *report, b *bytes.Buffer) error { r.writeTargets(b); return nil }},
+	{"cost", func(r *report, b *bytes.Buffer) error { return r.writeCost(b) }},
+	{"load", func(r *report, b *bytes.Buffer) error { return r.writeLoad(b, "charts") }},
+	{"dists", func(r *report, b *bytes.Buffer) error { r.writeDists(b, "charts"); return nil }},
+	{"memory", func(r *report, b *bytes.Buffer) error { r.writeMemory(b); return nil }},
+	{"ingest", func(r *report, b *bytes.Buffer) error { r.writeIngest(b); return nil }},
+	{"admin", func(r *report, b *bytes.Buffer) error { r.writeAdmin(b); return nil }},
+	{"topcost", func(r *report, b *bytes.Buffer) error { r.writeTopCost(b); return nil }},
+	{"rls", func(r *report, b *bytes.Buffer) error { r.writeRLS(b); return nil }},
+	{"diff", func(r *report, b *bytes.Buffer) error { r.writeDiff(b); return nil }},
+	{"sim", func(r *report, b *bytes.Buffer) error { r.writeSim(b, "charts"); return nil }},
+	{"notes", func(r *report, b *bytes.Buffer) error { r.writeNotes(b); return nil }},
+	{"report", func(r *report, b *bytes.Buffer) error { return r.write(b, "charts") }},
 }
 
 // TestGolden renders each section from fixed data, full and empty, and compares it with
@@ -190,7 +186,9 @@ func TestGolden(t *testing.T) {
 		for _, s := range goldenSections {
 			t.Run(fx.name+"/"+s.name, func(t *testing.T) {
 				var b bytes.Buffer
-				s.write(fx.r(), &b)
+				if err := s.write(fx.r(), &b); err != nil {
+					t.Fatal(err)
+				}
 				path := filepath.Join("testdata", fx.name, s.name+".md")
 				if *update {
 					if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {

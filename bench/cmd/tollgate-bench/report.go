@@ -338,107 +338,6 @@ func (r *report) diffLine() string {
 		d.Steps, d.Flips-d.BoundaryFlips, d.GoLuaMismatches, d.MaxRetryDiffUs)
 }
 
-func (r *report) writeCost(w io.Writer) {
-	fmt.Fprintln(w, "## 1. Decision cost in the filter")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "One request (`GET /v1/search?q=tollgate`, 9 request headers after the pseudo-headers, key")
-	fmt.Fprintln(w, "`x-api-key`) through `e2e/host`'s direct `Exchange` path on one worker: `proxy_on_context_create`,")
-	fmt.Fprintln(w, "`proxy_on_request_headers`, `proxy_on_response_headers`, `proxy_on_done`, and `proxy_on_log`")
-	fmt.Fprintln(w, "and `proxy_on_delete` for a module that exports them (today's modules export neither; the first")
-	fmt.Fprintln(w, "version exports both), in wazero's compiler engine, no goroutine, timer or HTTP. Time: median")
-	fmt.Fprintln(w, "of 9 rounds of 300 ms per module after 5,000 warm-up requests, the rounds of the modules")
-	fmt.Fprintln(w, "interleaved so that other work on the machine hits them alike (the spread column is min–max")
-	fmt.Fprintln(w, "of the rounds). Host calls and host→guest allocations (`proxy_on_memory_allocate` calls the host")
-	fmt.Fprintln(w, "makes to hand data to the module) are counted over 20,000 requests on a second host with")
-	fmt.Fprintln(w, "`host.Config.CountHostCalls`. *Module CPU* is the CPU time a profile of at least 1 s more")
-	fmt.Fprintln(w, "attributes to the module's compiled code (`runtime._ExternalCode`); the rest of a request is")
-	fmt.Fprintln(w, "the host (Go: header maps, context bookkeeping, the host functions themselves).")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "The Tollgate filter decides one local token-bucket rule (1,000,000/s, never reached); the")
-	fmt.Fprintln(w, "floor module makes only the unavoidable host calls of such a decision (one header-map read,")
-	fmt.Fprintln(w, "one shared-data get, one CAS set, four response headers) and no logic.")
-	fmt.Fprintln(w)
-	var rows [][]string
-	for i, c := range r.costs {
-		floor := r.cost(1).NsPerRequest
-		if i >= 4 {
-			floor = r.cost(4).NsPerRequest // the first version against its own floor
-		}
-		rows = append(rows, []string{c.Module, fmtInt(c.NsPerRequest), spread(c.RoundsNs),
-			fmtF(ratio(c.NsPerRequest, floor), 2) + "×", fmtInt(c.GuestNsPerRequest), fmtF(c.HostCallsPerRequest, 2),
-			fmtF(c.AllocsPerRequest, 2), hostCalls(c.HostCalls)})
-	}
-	if n := r.native; n.NsPerRequest > 0 {
-		rows = append(rows, []string{n.Module, fmtInt(n.NsPerRequest), spread(n.RoundsNs),
-			fmtF(ratio(n.NsPerRequest, r.cost(1).NsPerRequest), 2) + "×", "–", "–", "–", "no wasm: the host's header maps and shared data are Go maps in the same process"})
-	}
-	table(w, []string{"module", "ns/request", "spread", "vs floor", "module CPU ns", "host calls", "allocs", "host calls per request"}, rows)
-	real, fl, empty := r.cost(2), r.cost(1), r.cost(0)
-	fmt.Fprintf(w, "**Where the time goes.** The filter spends about %s ns per request in its own compiled code\n", fmtInt(real.GuestNsPerRequest))
-	fmt.Fprintf(w, "against %s ns for the floor module and %s ns for the empty one, so of the %s ns it costs\n", fmtInt(fl.GuestNsPerRequest), fmtInt(empty.GuestNsPerRequest), fmtInt(real.NsPerRequest-fl.NsPerRequest))
-	fmt.Fprintf(w, "above the floor about %s ns are the filter's logic running as Go compiled to wasm (rule\n", fmtInt(real.GuestNsPerRequest-fl.GuestNsPerRequest))
-	fmt.Fprintln(w, "matching, key extraction, the lease decision, encoding the record, formatting five headers;")
-	fmt.Fprintln(w, "no heap allocation in steady state), and the rest is its extra host calls")
-	fmt.Fprintf(w, "(%s per request against the floor's %s). The host calls themselves are close to the floor:\n", fmtF(real.HostCallsPerRequest, 0), fmtF(fl.HostCallsPerRequest, 0))
-	fmt.Fprintln(w, "one header-map read, one shared-data get and set, the decision metadata for the access log (one")
-	fmt.Fprintln(w, "`proxy_set_property`), and one more response header (`ratelimit-policy`); the counters (the total")
-	fmt.Fprintln(w, "and the rule's) are kept in the VM and handed to the host on the tick (RATIONALE.md §9).")
-	if def := r.cost(3); def.HostCallsPerRequest > real.HostCallsPerRequest {
-		fmt.Fprintf(w, "With the default key (header, falling back to the client IP) the filter makes %s host calls\n", fmtF(def.HostCallsPerRequest, 2))
-		fmt.Fprintln(w, "per request although the header is present: it reads the client address it does not need.")
-	} else {
-		fmt.Fprintln(w, "With the default key (header, falling back to the client IP) it makes the same calls: the")
-		fmt.Fprintln(w, "client address is read only when the header is missing.")
-	}
-	fmt.Fprintln(w)
-	r.writeNative(w)
-	if first := r.cost(5); first.NsPerRequest > 0 {
-		fmt.Fprintf(w, "**Against the first version.** The last two rows are the floor and filter of %s, the first\n", perf.FirstVersion)
-		fmt.Fprintln(w, "version that worked end to end, built from the repository's history as it shipped them and")
-		fmt.Fprintf(w, "measured in the same rounds: its decision took %s ns (%s× its floor), today's %s ns, so the\n",
-			fmtInt(first.NsPerRequest), fmtF(ratio(first.NsPerRequest, r.cost(4).NsPerRequest), 2), fmtInt(real.NsPerRequest))
-		fmt.Fprintf(w, "decision is %s× faster. Its module spent %s ns per request in its own code against today's %s.\n",
-			fmtF(r.firstSpeedup(), 2), fmtInt(first.GuestNsPerRequest), fmtInt(real.GuestNsPerRequest))
-		if n := len(r.firstPairs); n > 0 {
-			fmt.Fprintf(w, "The rounds' medians move with load from elsewhere; in %s pairs of back-to-back chunks of the\n", fmtInt(float64(n)))
-			fmt.Fprintf(w, "same requests (as for the telemetry below) today's filter takes %s of the first version's time\n", fmtF(r.firstPairs[n/2], 3))
-			fmt.Fprintf(w, "(median; quartiles %s–%s): %s× faster.\n",
-				fmtF(r.firstPairs[n/4], 3), fmtF(r.firstPairs[3*n/4], 3), fmtF(1/r.firstPairs[n/2], 2))
-			fmt.Fprintln(w, "The target above needs both: the rounds' medians of two modules drift apart with that load.")
-		}
-		fmt.Fprintln(w)
-	} else if r.firstErr != nil {
-		fmt.Fprintf(w, "The first version (%s) was not measured: %s.\n\n", perf.FirstVersion, oneLine(r.firstErr))
-	}
-	r.writeRecipe(w)
-	fmt.Fprintln(w, "`go test -run '^$' -bench Decision ./bench/perf` measures the same three modules as Go")
-	fmt.Fprintln(w, "benchmarks (`BenchmarkDecision/{empty,floor,filter}`).")
-	fmt.Fprintln(w)
-	t := r.telemetry
-	fmt.Fprintln(w, "**What the telemetry costs.** The same module and rule with the plugin configuration's")
-	fmt.Fprintln(w, "`telemetry` off and on (per-rule stats, and the decision set as the filter state")
-	fmt.Fprintln(w, "`wasm.tollgate` for the access log), timed in interleaved rounds as above:")
-	fmt.Fprintln(w)
-	var trows [][]string
-	for _, c := range []perf.Cost{t.Off, t.On} {
-		trows = append(trows, []string{c.Module, fmtInt(c.NsPerRequest), fmtF(c.HostCallsPerRequest, 2), fmtF(c.AllocsPerRequest, 2), hostCalls(c.HostCalls)})
-	}
-	table(w, []string{"module", "ns/request", "host calls", "allocs", "host calls per request"}, trows)
-	if n := len(t.PairRatios); n > 0 {
-		fmt.Fprintf(w, "The rounds differ by %+.1f %%; the finer comparison, the median on/off ratio of %s pairs of\n",
-			100*ratio(t.On.NsPerRequest-t.Off.NsPerRequest, t.Off.NsPerRequest), fmtInt(float64(n)))
-		fmt.Fprintln(w, "back-to-back chunks of about 2 ms (load from elsewhere shifts between rounds by more than the")
-		fmt.Fprintln(w, "difference), is the one the target is judged on.")
-	}
-	fmt.Fprintf(w, "Telemetry adds %+.1f %% to the decision: the rule's counters in the VM (flushed on the tick) and one\n", 100*t.Overhead())
-	fmt.Fprintln(w, "`proxy_set_property` per request, the metadata formatted into a reused buffer with the key's")
-	fmt.Fprintln(w, "SHA-256 (no guest allocation). `go test -run '^$' -bench Telemetry ./bench/perf` measures the")
-	fmt.Fprintln(w, "same pair as Go benchmarks.")
-	fmt.Fprintln(w)
-	r.respCostSection(w)
-	r.writeInFlightCost(w)
-}
-
 // shapeLine is the shaping target's cell.
 func (r *report) shapeLine() string {
 	c := r.shape
@@ -458,94 +357,12 @@ func (r *report) respNoneLine() string {
 		fmtInt(r.resp.None.NsPerRequest), fmtInt(r.resp.Before.NsPerRequest), perf.BeforeResponseCost)
 }
 
-// respCostSection describes what response-based cost costs.
-func (r *report) respCostSection(w io.Writer) {
-	c := r.resp
-	fmt.Fprintln(w, "**What response-based cost costs.** BenchRequest's rule without `cost_from`, beside a")
-	fmt.Fprintln(w, "`cost_from` rule it does not match, and taking its own cost from the response (a header, a JSON")
-	fmt.Fprintln(w, "body's `usage.total_tokens`, the last event of an event stream), each with a completion of")
-	fmt.Fprintln(w, "2,000 bytes of text (`internal/llmapi`; the stream is 32 events) delivered in 16 KiB chunks,")
-	fmt.Fprintln(w, "timed in interleaved rounds as above. A request with `cost_from` reads and writes its bucket")
-	fmt.Fprintln(w, "twice: to decide, and to charge what the response reported.")
-	fmt.Fprintln(w)
-	rows := [][]string{}
-	add := func(x perf.Cost) {
-		if x.NsPerRequest > 0 {
-			rows = append(rows, []string{x.Module, fmtInt(x.NsPerRequest), fmtF(x.HostCallsPerRequest, 2), fmtF(x.AllocsPerRequest, 2)})
-		}
-	}
-	add(c.Before)
-	add(c.None)
-	add(c.Other)
-	for _, f := range []string{"header", "json", "sse"} {
-		add(c.Plain[f])
-		add(c.Charged[f])
-	}
-	table(w, []string{"module", "ns/request", "host calls", "allocs"}, rows)
-	fmt.Fprintf(w, "Following the response adds %s ns (header), %s ns (JSON body) and %s ns (event stream) per\n",
-		fmtInt(c.ParseNs("header")), fmtInt(c.ParseNs("json")), fmtInt(c.ParseNs("sse")))
-	fmt.Fprintln(w, "response, against the same response without `cost_from`. `go test -run '^$' -bench ResponseCost")
-	fmt.Fprintln(w, "./bench/perf` measures the same cases.")
-	fmt.Fprintln(w)
-}
-
-// writeInFlightCost says what a rule's max_in_flight adds to a decision.
-func (r *report) writeInFlightCost(w io.Writer) {
-	c := r.inflight
-	if c.Off.NsPerRequest <= 0 {
-		return
-	}
-	fmt.Fprintln(w, "**What a concurrency limit costs.** The same module and rule without and with")
-	fmt.Fprintln(w, "`max_in_flight` (never reached: each request takes a slot in shared data when admitted and")
-	fmt.Fprintln(w, "gives it back when its stream ends), timed in interleaved rounds as above:")
-	fmt.Fprintln(w)
-	var rows [][]string
-	for _, x := range []perf.Cost{c.Off, c.On} {
-		rows = append(rows, []string{x.Module, fmtInt(x.NsPerRequest), fmtF(x.HostCallsPerRequest, 2), fmtF(x.AllocsPerRequest, 2), hostCalls(x.HostCalls)})
-	}
-	table(w, []string{"module", "ns/request", "host calls", "allocs", "host calls per request"}, rows)
-	fmt.Fprintf(w, "The slot makes the decision %.2f× as long: two shared-data reads and writes more (the record\n", c.Ratio())
-	fmt.Fprintln(w, "when the slot is taken and when it is given back), no guest allocation. `go test -run '^$'")
-	fmt.Fprintln(w, "-bench InFlight ./bench/perf` measures the same pair.")
-	fmt.Fprintln(w)
-}
-
 // spread is the min–max of the rounds' ns per request.
 func spread(roundsNs []float64) string {
 	if len(roundsNs) == 0 {
 		return "–"
 	}
 	return fmt.Sprintf("%s–%s", fmtInt(slices.Min(roundsNs)), fmtInt(slices.Max(roundsNs)))
-}
-
-// writeNative accounts for the rest of the decision with the native row: the same
-// logic without wasm, and what the module's own code would have to cost for the target.
-func (r *report) writeNative(w io.Writer) {
-	n, real, fl := r.native, r.cost(2), r.cost(1)
-	if n.NsPerRequest == 0 || real.GuestNsPerRequest == 0 {
-		return
-	}
-	hostPart := real.NsPerRequest - real.GuestNsPerRequest // wazero and the host, per request
-	budget := 1.5*fl.NsPerRequest - hostPart
-	fmt.Fprintln(w, "**Where the rest goes.** The native row is the same plugin code and rule compiled for the")
-	fmt.Fprintln(w, "machine instead of wasm, driven by `filter/nativehost` in the same rounds. The whole request")
-	fmt.Fprintf(w, "costs %s ns there, %s the floor module, its in-process host included (Go maps, a stream\n",
-		fmtInt(n.NsPerRequest), fmtF(ratio(n.NsPerRequest, fl.NsPerRequest), 2)+"×")
-	fmt.Fprintln(w, "record per request), so the logic alone costs less. Compiled to wasm, the module's own code")
-	fmt.Fprintf(w, "takes %s ns (module CPU), %s× the whole native request; its part above the floor module's\n",
-		fmtInt(real.GuestNsPerRequest), fmtF(ratio(real.GuestNsPerRequest, n.NsPerRequest), 1))
-	fmt.Fprintf(w, "own code (%s ns) is %s× it. That factor is the code Go's wasm backend emits (every value\n",
-		fmtInt(real.GuestNsPerRequest-fl.GuestNsPerRequest), fmtF(ratio(real.GuestNsPerRequest-fl.GuestNsPerRequest, n.NsPerRequest), 1))
-	fmt.Fprintln(w, "that crosses a call goes through linear memory, each function is a resumable state machine),")
-	fmt.Fprintln(w, "compiled by wazero, which checks memory bounds in the code it emits; it is not work the")
-	fmt.Fprintln(w, "filter could skip: the request path allocates nothing and no guest function takes more than a")
-	fmt.Fprintln(w, "few per cent (RATIONALE.md §6).")
-	if budget > 0 {
-		fmt.Fprintf(w, "At 1.5× the floor the module's own code would have %s ns, %s of what it takes now, with the\n",
-			fmtInt(budget), fmt.Sprintf("%.0f %%", 100*ratio(budget, real.GuestNsPerRequest)))
-		fmt.Fprintln(w, "host's share unchanged.")
-	}
-	fmt.Fprintln(w)
 }
 
 // firstSpeedup is how many times faster today's filter decides than the first
@@ -622,125 +439,6 @@ func hostCalls(m map[string]float64) string {
 	return strings.Join(parts, ", ")
 }
 
-func loadRow(name string, x perf.LoadResult, redisRT bool) []string {
-	rt := fmtF(ratio(float64(x.RoundTrips), float64(x.Checks)), 4)
-	if !redisRT {
-		rt = "–"
-	}
-	return []string{name, fmtInt(x.ChecksPerSec), fmtDur(x.P50), fmtDur(x.P99), fmtDur(x.P999),
-		fmtF(x.RedisCPUPerCheck(), 2), fmtF(perf.Per1M(float64(x.Redis.Commands), x.Checks)/1e6, 3), rt,
-		fmtF(100*ratio(float64(x.Admitted), float64(x.Checks)), 1)}
-}
-
-var loadHeader = []string{"limiter", "checks/s", "p50", "p99", "p99.9", "Redis CPU µs/check", "Redis commands/check", "Redis round trips/check", "admitted %"}
-
-func (r *report) writeLoad(w io.Writer, charts string) {
-	l := r.loads
-	fmt.Fprintln(w, "## 2. Decision cost against a per-request Redis limiter")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "The same harness and concurrency for both: 8 goroutines, each sending its next request as")
-	fmt.Fprintln(w, "soon as the last is answered (closed loop), keys drawn uniformly from 10,000, 2 worker VMs")
-	fmt.Fprintln(w, "(Envoy `--concurrency 2` on 2 cores; goroutine *g* uses worker *g* mod 2 and waits for it")
-	fmt.Fprintln(w, "like a request queued on an Envoy worker), 1 s warm-up then 5 s measured, all on one Redis.")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "- **Tollgate**: the compiled filter, one GCRA rule of 1,000/s per key (never reached),")
-	fmt.Fprintln(w, "  syncing every 100 ms (default sync settings) with the sync service, which runs in the same")
-	fmt.Fprintln(w, "  process on a loopback listener and applies batches to Redis with its Lua scripts.")
-	fmt.Fprintln(w, "  Latency is the `Exchange` call (both filter callbacks, context create/delete included).")
-	fmt.Fprintln(w, "- **Per-request limiter**: `github.com/go-redis/redis_rate/v10` `Allow` (GCRA, one EVALSHA")
-	fmt.Fprintln(w, "  round trip per request, the way envoyproxy/ratelimit and most designs decide) with the same")
-	fmt.Fprintln(w, "  limit, called before the request runs through the pass-through module (Envoy's ratelimit")
-	fmt.Fprintln(w, "  filter asks before the request continues); latency is `Allow` plus that `Exchange`.")
-	fmt.Fprintln(w, "- **Pass-through**: the empty module alone, no limiter (what the proxy costs anyway).")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Redis CPU per check is the change of `used_cpu_sys + used_cpu_user` (INFO) over the measured")
-	fmt.Fprintln(w, "time divided by the checks; commands count those run inside scripts too")
-	fmt.Fprintln(w, "(`total_commands_processed`); Tollgate's round trips are the pipelines its sync service")
-	fmt.Fprintln(w, "sent (counted in the store's metrics hook).")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "### Saturated: checks/s")
-	fmt.Fprintln(w)
-	table(w, loadHeader, [][]string{
-		loadRow("pass-through (no limiter)", l["pass-through"], false),
-		loadRow("Tollgate, local only (no sync)", l["tollgate local"], false),
-		loadRow("**Tollgate, 100 ms sync**", l["tollgate"], true),
-		loadRow("**per-request redis_rate**", l["redis_rate"], true),
-		loadRow("Tollgate, 100 ms sync, 100 keys", l["tollgate 100 keys"], true),
-		loadRow("per-request redis_rate, 100 keys", l["redis_rate 100 keys"], true),
-	})
-	tg, rr := l["tollgate"], l["redis_rate"]
-	fmt.Fprintf(w, "Tollgate served **%.2f×** the checks/s of the per-request limiter (target ≥ 20×). Its filter\n", ratio(tg.ChecksPerSec, rr.ChecksPerSec))
-	fmt.Fprintln(w, "decision is CPU work on the gateway (section 1), and on 2 shared cores that CPU competes with")
-	fmt.Fprintln(w, "the sync service and Redis; the per-request limiter spends most of each check waiting for")
-	fmt.Fprintln(w, "Redis, which frees the cores for other checks. These runs start cold: in the 1 s warm-up and")
-	fmt.Fprintln(w, "the 5 s measured every one of the 10,000 keys is seen for the first time and acquires its")
-	fmt.Fprintf(w, "lease (%s acquires and %s batch deltas per check here), which section 0 leaves out by\n",
-		fmtF(ratio(float64(tg.Metrics["tollgate.acquires"]), float64(tg.Checks)), 3), fmtF(ratio(float64(tg.Metrics["tollgate.sync_deltas_sent"]), float64(tg.Checks)), 3))
-	fmt.Fprintln(w, "measuring after a longer warm-up: there, a key costs one delta per lease or staleness period.")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Latencies in this table are measured at saturation: they include waiting for a CPU and, for")
-	fmt.Fprintln(w, "Tollgate, for a worker VM that is busy with another request or with folding a sync reply")
-	fmt.Fprintln(w, "(up to `max_batch` bucket states written to shared data in one callback).")
-	fmt.Fprintln(w)
-	fmt.Fprintf(w, "### Fixed rate: added latency below saturation\n\n")
-	fmt.Fprintf(w, "The same runs paced at %s requests/s in all (each goroutine on its own schedule), so that\n", fmtInt(pacedRate))
-	fmt.Fprintln(w, "neither side is CPU-bound; latency is measured from the actual send of each request.")
-	fmt.Fprintln(w)
-	table(w, loadHeader, [][]string{
-		loadRow("pass-through (no limiter)", l["paced pass-through"], false),
-		loadRow("Tollgate, local only (no sync)", l["paced tollgate local"], false),
-		loadRow("**Tollgate, 100 ms sync**", l["paced tollgate"], true),
-		loadRow("**per-request redis_rate**", l["paced redis_rate"], true),
-	})
-	ptg, prr := l["paced tollgate"], l["paced redis_rate"]
-	fmt.Fprintf(w, "Tollgate's p50 is %s of the per-request limiter's (%s vs %s) and its p99 %s (%s vs %s;\n",
-		fmtRatio(ratio(float64(ptg.P50), float64(prr.P50))), fmtDur(ptg.P50), fmtDur(prr.P50),
-		fmtRatio(ratio(float64(ptg.P99), float64(prr.P99))), fmtDur(ptg.P99), fmtDur(prr.P99))
-	fmt.Fprintln(w, "target ≤ 1/100). Both tails contain the Go scheduler and GC of a process that also runs the")
-	fmt.Fprintf(w, "service and the load. The local-only row (p99 %s) separates the filter's own tail — its\n", fmtDur(l["paced tollgate local"].P99))
-	fmt.Fprintln(w, "decision, and the Go runtime's garbage collection inside the module, which stops that worker —")
-	fmt.Fprintln(w, "from what the sync adds: a worker that folds a sync reply (one shared-data CAS per bucket of")
-	fmt.Fprintln(w, "the batch, inside `proxy_on_http_call_response`) serves no request meanwhile, and every")
-	fmt.Fprintln(w, "request that arrives then waits, as it would on an Envoy worker thread.")
-	fmt.Fprintln(w)
-	r.writeCapacity(w)
-	fmt.Fprintln(w, "### Through HTTP")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Load generator (8 goroutines, one keep-alive HTTP/1.1 connection each) → a gateway front")
-	fmt.Fprintln(w, "like `e2e/cmd/tollgate-gateway` (net/http server → `host.Serve` on the worker the connection")
-	fmt.Fprintln(w, "maps to; for redis_rate, `Allow` first, then the pass-through module) → an upstream HTTP")
-	fmt.Fprintln(w, "server answering 200 with an 11-byte body, via `host.ProxyUpstream`. Same keys, limits and")
-	fmt.Fprintln(w, "Redis as above, but a 12 s warm-up, so every key has its lease before the 5 s measured;")
-	fmt.Fprintln(w, "latency is the client's.")
-	if n := len(r.httpRounds); n > 1 {
-		fmt.Fprintf(w, "Pass-through, floor module and Tollgate run in %d interleaved rounds (each round starts with\n", n)
-		fmt.Fprintln(w, "a different one); the first three rows are the round whose Tollgate share is the median, and")
-		fmt.Fprintln(w, "the goal table lists every round's shares.")
-	}
-	fmt.Fprintln(w)
-	table(w, loadHeader, [][]string{
-		loadRow("pass-through (no limiter)", l["http pass-through"], false),
-		loadRow("floor module (its host calls, no logic)", l["http floor"], false),
-		loadRow("**Tollgate, 100 ms sync**", l["http tollgate"], true),
-		loadRow("**per-request redis_rate**", l["http redis_rate"], true),
-	})
-	hp, ht, hr := l["http pass-through"], l["http tollgate"], l["http redis_rate"]
-	fmt.Fprintf(w, "Here the proxy is the bottleneck: without any limiter the HTTP path carries %s req/s (two\n", fmtInt(hp.ChecksPerSec))
-	fmt.Fprintln(w, "HTTP hops, request parsing and header maps per request, all in Go on the same 2 cores), and")
-	fmt.Fprintf(w, "the limiters reduce that to %s (Tollgate, %.0f %% of pass-through) and %s (redis_rate, %.0f %%).\n",
-		fmtInt(ht.ChecksPerSec), 100*ratio(ht.ChecksPerSec, hp.ChecksPerSec), fmtInt(hr.ChecksPerSec), 100*ratio(hr.ChecksPerSec, hp.ChecksPerSec))
-	if hf := l["http floor"]; hf.ChecksPerSec > 0 {
-		fmt.Fprintf(w, "The floor module, which makes only the host calls of one decision and no logic, carries %s\n", fmtInt(hf.ChecksPerSec))
-		fmt.Fprintf(w, "(%.0f %% of pass-through): that much of the gap is this host's Go implementation of those calls\n", 100*ratio(hf.ChecksPerSec, hp.ChecksPerSec))
-		fmt.Fprintf(w, "(header maps, shared data, response headers), which any filter pays here; Tollgate carries %.0f %%\n", 100*ratio(ht.ChecksPerSec, hf.ChecksPerSec))
-		fmt.Fprintln(w, "of the floor's requests/s, its logic and its sync together.")
-	}
-	fmt.Fprintln(w, "A real Envoy's HTTP path is several times cheaper than this Go stand-in, so the in-process")
-	fmt.Fprintln(w, "harness above is the better guide to what the limiter itself costs.")
-	fmt.Fprintln(w)
-	fmt.Fprintf(w, "![checks/s, Tollgate vs per-request limiter](%s/%s)\n\n", charts, chartChecks)
-}
-
 // cpuPerDelta is Redis CPU per delta of a distribution run, idle baseline subtracted.
 func (r *report) cpuPerDelta(d perf.RedisCost) string {
 	deltas := d.Load.Metrics["tollgate.sync_deltas_sent"]
@@ -749,30 +447,6 @@ func (r *report) cpuPerDelta(d perf.RedisCost) string {
 	}
 	cpu := d.Load.Redis.CPU - r.redisIdleMsPerSec/1e3*d.Load.Elapsed.Seconds()
 	return fmtF(max(cpu, 0)*1e6/float64(deltas), 1)
-}
-
-// writeCapacity turns Redis CPU per check into what one Redis core could carry.
-func (r *report) writeCapacity(w io.Writer) {
-	l := r.loads
-	fmt.Fprintln(w, "### What one Redis core carries")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Derived from the measured Redis CPU per check above and in section 3 (1 s of Redis CPU /")
-	fmt.Fprintln(w, "CPU per check): the checks/s one Redis core could serve if Redis, not the clients, were the")
-	fmt.Fprintln(w, "bottleneck. An estimate, not a measurement: it ignores the network and assumes the per-check")
-	fmt.Fprintln(w, "CPU stays the same at that rate (for Tollgate it falls as keys get hotter).")
-	fmt.Fprintln(w)
-	row := func(name string, cpuUs float64) []string {
-		return []string{name, fmtF(cpuUs, 2), fmtInt(1e6 / max(cpuUs, 1e-3))}
-	}
-	rows := [][]string{
-		row("per-request redis_rate, 10,000 keys", l["redis_rate"].RedisCPUPerCheck()),
-		row("Tollgate, 10,000 uniform keys", l["tollgate"].RedisCPUPerCheck()),
-		row("Tollgate, 100 keys", l["tollgate 100 keys"].RedisCPUPerCheck()),
-	}
-	for _, d := range r.dists {
-		rows = append(rows, row("Tollgate, "+d.Dist.Name+" (section 3)", d.CPUSecPer1M))
-	}
-	table(w, []string{"workload", "Redis CPU µs/check", "checks/s per Redis core"}, rows)
 }
 
 func (r *report) writeDists(w io.Writer, charts string) {
@@ -1231,30 +905,15 @@ func (r *report) writeRLS(w io.Writer) {
 	fmt.Fprintln(w)
 }
 
-// writeRecipe is the decision section's paragraph on the build steps after the Go
-// toolchain's that change the filter's speed: the jump threading and the profile.
-func (r *report) writeRecipe(w io.Writer) {
-	c := r.recipe
-	if c.Shipped.NsPerRequest == 0 {
-		return
+// loadRow and loadHeader are a load run's row in the tables of sections 0 and 10.
+func loadRow(name string, x perf.LoadResult, redisRT bool) []string {
+	rt := fmtF(ratio(float64(x.RoundTrips), float64(x.Checks)), 4)
+	if !redisRT {
+		rt = "–"
 	}
-	fmt.Fprintln(w, "**What the build gives.** The filter as it ships beside the same source built without")
-	fmt.Fprintln(w, "wasmbuild's `Thread` (every jump between basic blocks through the Go backend's dispatch, as")
-	fmt.Fprintln(w, "the toolchain emits it) and without the profile-guided build (`filter/default.pgo`), timed in")
-	fmt.Fprintln(w, "interleaved rounds as above and in paired chunks of the same requests (RATIONALE.md §6):")
-	fmt.Fprintln(w)
-	var rows [][]string
-	for _, m := range []struct {
-		c     perf.Cost
-		bytes int
-	}{{c.Shipped, c.ShippedBytes}, {c.Unthreaded, c.UnthreadedBytes}, {c.Unprofiled, c.UnprofiledBytes}} {
-		rows = append(rows, []string{m.c.Module, fmtF(float64(m.bytes)/1e6, 2) + " MB", fmtInt(m.c.NsPerRequest), fmtF(m.c.HostCallsPerRequest, 2)})
-	}
-	table(w, []string{"module", "size", "ns/request", "host calls"}, rows)
-	fmt.Fprintf(w, "In %s paired chunks the shipped module takes %s of the time of the unthreaded one (median)\n",
-		fmtInt(float64(len(c.ThreadPairs))), fmtF(c.ThreadRatio(), 3))
-	fmt.Fprintf(w, "and %s of the one built without the profile. What the steps give in Envoy, with start-up,\n", fmtF(c.ProfileRatio(), 3))
-	fmt.Fprintln(w, "memory per VM and the compressed module, is in [section 12](#12-build-steps-in-envoy). `go test")
-	fmt.Fprintln(w, "-run '^$' -bench Recipe ./bench/perf` measures the same.")
-	fmt.Fprintln(w)
+	return []string{name, fmtInt(x.ChecksPerSec), fmtDur(x.P50), fmtDur(x.P99), fmtDur(x.P999),
+		fmtF(x.RedisCPUPerCheck(), 2), fmtF(perf.Per1M(float64(x.Redis.Commands), x.Checks)/1e6, 3), rt,
+		fmtF(100*ratio(float64(x.Admitted), float64(x.Checks)), 1)}
 }
+
+var loadHeader = []string{"limiter", "checks/s", "p50", "p99", "p99.9", "Redis CPU µs/check", "Redis commands/check", "Redis round trips/check", "admitted %"}

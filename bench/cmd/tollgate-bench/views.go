@@ -1,0 +1,267 @@
+package main
+
+import (
+	"io"
+	"time"
+
+	"github.com/tollgate-rl/tollgate/bench/perf"
+)
+
+// Each section's view: every number its template prints, computed here once.
+
+// costRow is one module of section 1's table: its measurement and its time over the
+// floor module's (the first version's over its own floor).
+type costRow struct {
+	perf.Cost
+	VsFloor float64
+}
+
+// costView is section 1, the decision cost in the filter.
+type costView struct {
+	Rows   []costRow
+	Native *costRow // the plugin code run natively, when measured
+	// The filter (header key) against the floor and the empty module.
+	FilterGuestNs, FloorGuestNs, EmptyGuestNs float64
+	AboveFloorNs, GuestAboveFloorNs           float64
+	FilterHostCalls, FloorHostCalls           float64
+	DefaultKeyMoreCalls                       bool // the default key makes more host calls
+	DefaultKeyHostCalls                       float64
+	Rest                                      *nativeView
+	FirstVersion                              string
+	First                                     *firstView
+	FirstErr                                  string // why the first version was not measured
+	Recipe                                    *recipeView
+	Telemetry                                 telemetryView
+	Resp                                      respView
+	InFlight                                  *inFlightView
+}
+
+// nativeView accounts for the decision with the native row.
+type nativeView struct {
+	NativeNs, NativeVsFloor          float64
+	GuestNs, GuestVsNative           float64
+	GuestAboveFloorNs, AboveVsNative float64
+	Budget, BudgetShare              float64 // the module's own code at 1.5× the floor
+	Budgeted                         bool    // Budget > 0
+}
+
+// firstView is the first version against today's filter.
+type firstView struct {
+	Ns, VsOwnFloor, NowNs, Speedup float64
+	GuestNs, NowGuestNs            float64
+	Pairs                          int // paired chunks (0: none)
+	PairMedian, PairQ1, PairQ3     float64
+	PairSpeedup                    float64
+}
+
+// recipeView is what the build steps after the Go toolchain's give.
+type recipeView struct {
+	Rows                      []recipeRow
+	Pairs                     int
+	ThreadRatio, ProfileRatio float64
+}
+
+type recipeRow struct {
+	perf.Cost
+	MB float64
+}
+
+// telemetryView is the filter with telemetry off and on.
+type telemetryView struct {
+	Rows                 []perf.Cost
+	Pairs                int
+	RoundsDiff, Overhead float64
+}
+
+// respView is what response-based cost costs.
+type respView struct {
+	Rows              []perf.Cost
+	Header, JSON, SSE float64 // ns following the response adds, by format
+}
+
+// inFlightView is what max_in_flight costs.
+type inFlightView struct {
+	Rows  []perf.Cost
+	Ratio float64
+}
+
+func (r *report) costView() costView {
+	real, fl, empty := r.cost(2), r.cost(1), r.cost(0)
+	v := costView{
+		FilterGuestNs: real.GuestNsPerRequest, FloorGuestNs: fl.GuestNsPerRequest, EmptyGuestNs: empty.GuestNsPerRequest,
+		AboveFloorNs: real.NsPerRequest - fl.NsPerRequest, GuestAboveFloorNs: real.GuestNsPerRequest - fl.GuestNsPerRequest,
+		FilterHostCalls: real.HostCallsPerRequest, FloorHostCalls: fl.HostCallsPerRequest,
+		FirstVersion: perf.FirstVersion,
+	}
+	for i, c := range r.costs {
+		floor := fl.NsPerRequest
+		if i >= 4 {
+			floor = r.cost(4).NsPerRequest // the first version against its own floor
+		}
+		v.Rows = append(v.Rows, costRow{c, ratio(c.NsPerRequest, floor)})
+	}
+	if n := r.native; n.NsPerRequest > 0 {
+		v.Native = &costRow{n, ratio(n.NsPerRequest, fl.NsPerRequest)}
+	}
+	if def := r.cost(3); def.HostCallsPerRequest > real.HostCallsPerRequest {
+		v.DefaultKeyMoreCalls, v.DefaultKeyHostCalls = true, def.HostCallsPerRequest
+	}
+	if n := r.native; n.NsPerRequest != 0 && real.GuestNsPerRequest != 0 {
+		hostPart := real.NsPerRequest - real.GuestNsPerRequest // wazero and the host, per request
+		budget := 1.5*fl.NsPerRequest - hostPart
+		v.Rest = &nativeView{
+			NativeNs: n.NsPerRequest, NativeVsFloor: ratio(n.NsPerRequest, fl.NsPerRequest),
+			GuestNs: real.GuestNsPerRequest, GuestVsNative: ratio(real.GuestNsPerRequest, n.NsPerRequest),
+			GuestAboveFloorNs: v.GuestAboveFloorNs, AboveVsNative: ratio(v.GuestAboveFloorNs, n.NsPerRequest),
+			Budget: budget, BudgetShare: ratio(budget, real.GuestNsPerRequest), Budgeted: budget > 0,
+		}
+	}
+	if first := r.cost(5); first.NsPerRequest > 0 {
+		f := &firstView{Ns: first.NsPerRequest, VsOwnFloor: ratio(first.NsPerRequest, r.cost(4).NsPerRequest), NowNs: real.NsPerRequest,
+			Speedup: r.firstSpeedup(), GuestNs: first.GuestNsPerRequest, NowGuestNs: real.GuestNsPerRequest}
+		if n := len(r.firstPairs); n > 0 {
+			f.Pairs, f.PairMedian, f.PairQ1, f.PairQ3 = n, r.firstPairs[n/2], r.firstPairs[n/4], r.firstPairs[3*n/4]
+			f.PairSpeedup = 1 / r.firstPairs[n/2]
+		}
+		v.First = f
+	} else if r.firstErr != nil {
+		v.FirstErr = oneLine(r.firstErr)
+	}
+	if c := r.recipe; c.Shipped.NsPerRequest != 0 {
+		v.Recipe = &recipeView{
+			Rows: []recipeRow{{c.Shipped, float64(c.ShippedBytes) / 1e6}, {c.Unthreaded, float64(c.UnthreadedBytes) / 1e6},
+				{c.Unprofiled, float64(c.UnprofiledBytes) / 1e6}},
+			Pairs: len(c.ThreadPairs), ThreadRatio: c.ThreadRatio(), ProfileRatio: c.ProfileRatio(),
+		}
+	}
+	t := r.telemetry
+	v.Telemetry = telemetryView{Rows: []perf.Cost{t.Off, t.On}, Pairs: len(t.PairRatios),
+		RoundsDiff: ratio(t.On.NsPerRequest-t.Off.NsPerRequest, t.Off.NsPerRequest), Overhead: t.Overhead()}
+	c := r.resp
+	for _, x := range []perf.Cost{c.Before, c.None, c.Other, c.Plain["header"], c.Charged["header"],
+		c.Plain["json"], c.Charged["json"], c.Plain["sse"], c.Charged["sse"]} {
+		if x.NsPerRequest > 0 {
+			v.Resp.Rows = append(v.Resp.Rows, x)
+		}
+	}
+	v.Resp.Header, v.Resp.JSON, v.Resp.SSE = c.ParseNs("header"), c.ParseNs("json"), c.ParseNs("sse")
+	if in := r.inflight; in.Off.NsPerRequest > 0 {
+		v.InFlight = &inFlightView{Rows: []perf.Cost{in.Off, in.On}, Ratio: in.Ratio()}
+	}
+	return v
+}
+
+func (r *report) writeCost(w io.Writer) error { return render(w, "cost", r.costView()) }
+
+var _ = time.Second
+
+// runRow is one limiter's run in section 2's tables.
+type runRow struct {
+	Name               string
+	ChecksPerSec       float64
+	P50, P99, P999     time.Duration
+	RedisCPUPerCheck   float64 // µs
+	CommandsPerCheck   float64
+	Synced             bool // round trips are the limiter's own (else "–")
+	RoundTripsPerCheck float64
+	AdmittedPct        float64
+}
+
+func newRunRow(name string, x perf.LoadResult, synced bool) runRow {
+	return runRow{Name: name, ChecksPerSec: x.ChecksPerSec, P50: x.P50, P99: x.P99, P999: x.P999,
+		RedisCPUPerCheck: x.RedisCPUPerCheck(), CommandsPerCheck: perf.Per1M(float64(x.Redis.Commands), x.Checks) / 1e6,
+		Synced: synced, RoundTripsPerCheck: ratio(float64(x.RoundTrips), float64(x.Checks)),
+		AdmittedPct: 100 * ratio(float64(x.Admitted), float64(x.Checks))}
+}
+
+// capacityRow is what one Redis core could carry at a workload's Redis CPU per check.
+type capacityRow struct {
+	Workload      string
+	CPUPerCheck   float64 // µs
+	ChecksPerCore float64
+}
+
+func newCapacityRow(name string, cpuUs float64) capacityRow {
+	return capacityRow{name, cpuUs, 1e6 / max(cpuUs, 1e-3)}
+}
+
+// loadView is section 2, Tollgate against a per-request Redis limiter.
+type loadView struct {
+	Saturated                        []runRow
+	Speedup                          float64 // Tollgate's checks/s over redis_rate's
+	AcquiresPerCheck, DeltasPerCheck float64
+	PacedRate                        float64
+	Paced                            []runRow
+	P50Ratio, P99Ratio               float64
+	TgP50, RrP50, TgP99, RrP99       time.Duration
+	LocalP99                         time.Duration
+	Capacity                         []capacityRow
+	HTTPRounds                       int // interleaved rounds through HTTP, when more than one
+	HTTP                             []runRow
+	PassRPS, TgRPS, RrRPS            float64
+	TgShare, RrShare                 float64 // of pass-through's requests/s
+	Floor                            *httpFloorView
+	Charts, Chart                    string
+}
+
+// httpFloorView is the floor module through HTTP.
+type httpFloorView struct {
+	RPS, Share, TgOfFloor float64
+}
+
+func (r *report) loadView(charts string) loadView {
+	l := r.loads
+	tg, rr := l["tollgate"], l["redis_rate"]
+	ptg, prr := l["paced tollgate"], l["paced redis_rate"]
+	hp, ht, hr := l["http pass-through"], l["http tollgate"], l["http redis_rate"]
+	v := loadView{
+		Saturated: []runRow{
+			newRunRow("pass-through (no limiter)", l["pass-through"], false),
+			newRunRow("Tollgate, local only (no sync)", l["tollgate local"], false),
+			newRunRow("**Tollgate, 100 ms sync**", tg, true),
+			newRunRow("**per-request redis_rate**", rr, true),
+			newRunRow("Tollgate, 100 ms sync, 100 keys", l["tollgate 100 keys"], true),
+			newRunRow("per-request redis_rate, 100 keys", l["redis_rate 100 keys"], true),
+		},
+		Speedup:          ratio(tg.ChecksPerSec, rr.ChecksPerSec),
+		AcquiresPerCheck: ratio(float64(tg.Metrics["tollgate.acquires"]), float64(tg.Checks)),
+		DeltasPerCheck:   ratio(float64(tg.Metrics["tollgate.sync_deltas_sent"]), float64(tg.Checks)),
+		PacedRate:        pacedRate,
+		Paced: []runRow{
+			newRunRow("pass-through (no limiter)", l["paced pass-through"], false),
+			newRunRow("Tollgate, local only (no sync)", l["paced tollgate local"], false),
+			newRunRow("**Tollgate, 100 ms sync**", ptg, true),
+			newRunRow("**per-request redis_rate**", prr, true),
+		},
+		P50Ratio: ratio(float64(ptg.P50), float64(prr.P50)), P99Ratio: ratio(float64(ptg.P99), float64(prr.P99)),
+		TgP50: ptg.P50, RrP50: prr.P50, TgP99: ptg.P99, RrP99: prr.P99, LocalP99: l["paced tollgate local"].P99,
+		Capacity: []capacityRow{
+			newCapacityRow("per-request redis_rate, 10,000 keys", rr.RedisCPUPerCheck()),
+			newCapacityRow("Tollgate, 10,000 uniform keys", tg.RedisCPUPerCheck()),
+			newCapacityRow("Tollgate, 100 keys", l["tollgate 100 keys"].RedisCPUPerCheck()),
+		},
+		HTTP: []runRow{
+			newRunRow("pass-through (no limiter)", hp, false),
+			newRunRow("floor module (its host calls, no logic)", l["http floor"], false),
+			newRunRow("**Tollgate, 100 ms sync**", ht, true),
+			newRunRow("**per-request redis_rate**", hr, true),
+		},
+		PassRPS: hp.ChecksPerSec, TgRPS: ht.ChecksPerSec, RrRPS: hr.ChecksPerSec,
+		TgShare: ratio(ht.ChecksPerSec, hp.ChecksPerSec), RrShare: ratio(hr.ChecksPerSec, hp.ChecksPerSec),
+		Charts: charts, Chart: chartChecks,
+	}
+	for _, d := range r.dists {
+		v.Capacity = append(v.Capacity, newCapacityRow("Tollgate, "+d.Dist.Name+" (section 3)", d.CPUSecPer1M))
+	}
+	if n := len(r.httpRounds); n > 1 {
+		v.HTTPRounds = n
+	}
+	if hf := l["http floor"]; hf.ChecksPerSec > 0 {
+		v.Floor = &httpFloorView{RPS: hf.ChecksPerSec, Share: ratio(hf.ChecksPerSec, hp.ChecksPerSec), TgOfFloor: ratio(ht.ChecksPerSec, hf.ChecksPerSec)}
+	}
+	return v
+}
+
+func (r *report) writeLoad(w io.Writer, charts string) error {
+	return render(w, "load", r.loadView(charts))
+}
