@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"time"
 
@@ -265,3 +266,183 @@ func (r *report) loadView(charts string) loadView {
 func (r *report) writeLoad(w io.Writer, charts string) error {
 	return render(w, "load", r.loadView(charts))
 }
+
+// distRow is one key distribution of section 3.
+type distRow struct {
+	perf.RedisCost
+	Requests          int64
+	RPS, PenalizedPct float64
+	CPUPerDelta       float64 // Redis CPU µs per delta, idle baseline subtracted
+	HasCPUPerDelta    bool    // enough deltas for the baseline's noise
+}
+
+// distsView is section 3, Redis round trips and CPU per 1M requests.
+type distsView struct {
+	IdleMsPerSec float64
+	Rows         []distRow
+	// RedisRate is the per-request limiter's row, from section 2.
+	RedisRate                                     perf.LoadResult
+	RRAdmittedPct                                 float64
+	RRRoundTrips, RRScripts, RRCommands, RRCPUSec float64 // per 1M requests
+	Charts, Chart                                 string
+}
+
+func (r *report) distsView(charts string) distsView {
+	rr := r.loads["redis_rate"]
+	v := distsView{IdleMsPerSec: r.redisIdleMsPerSec, RedisRate: rr,
+		RRAdmittedPct: 100 * ratio(float64(rr.Admitted), float64(rr.Checks)),
+		RRRoundTrips:  perf.Per1M(float64(rr.RoundTrips), rr.Checks), RRScripts: perf.Per1M(float64(rr.Redis.Scripts()), rr.Checks),
+		RRCommands: perf.Per1M(float64(rr.Redis.Commands), rr.Checks), RRCPUSec: perf.Per1M(rr.Redis.CPU, rr.Checks),
+		Charts: charts, Chart: chartRedisOps}
+	for _, d := range r.dists {
+		x := d.Load
+		row := distRow{RedisCost: d, Requests: x.Checks, RPS: x.ChecksPerSec,
+			PenalizedPct: 100 * ratio(float64(x.Metrics["tollgate.requests_penalized"]), float64(x.Checks))}
+		row.CPUPerDelta, row.HasCPUPerDelta = r.cpuPerDelta(d)
+		v.Rows = append(v.Rows, row)
+	}
+	return v
+}
+
+// cpuPerDelta is Redis CPU per delta (µs) of a distribution run, idle baseline
+// subtracted; false when the run sent too few deltas for the baseline's noise.
+func (r *report) cpuPerDelta(d perf.RedisCost) (float64, bool) {
+	deltas := d.Load.Metrics["tollgate.sync_deltas_sent"]
+	if deltas < 1000 {
+		return 0, false
+	}
+	cpu := d.Load.Redis.CPU - r.redisIdleMsPerSec/1e3*d.Load.Elapsed.Seconds()
+	return max(cpu, 0) * 1e6 / float64(deltas), true
+}
+
+func (r *report) writeDists(w io.Writer, charts string) error {
+	return render(w, "dists", r.distsView(charts))
+}
+
+// memoryView is section 4, memory per bucket.
+type memoryView struct {
+	MemKeys, VMMemKeys int
+	Shared             []perf.SharedMem
+	Shapes             []string // fleet shapes, the Redis table's columns
+	Redis              []redisMemRow
+	RedisRateBytes     int64
+	RedisRatePad       []struct{} // empty cells after redis_rate's
+	KeyHash            []perf.KeyHashMem
+	VM                 []vmMemRow
+}
+
+type redisMemRow struct {
+	Algo  string
+	Cells []perf.RedisMem
+}
+
+type vmMemRow struct {
+	Requests int64
+	Elapsed  string
+	MiB      float64
+}
+
+func (r *report) memoryView() memoryView {
+	v := memoryView{MemKeys: memKeys, VMMemKeys: vmMemKeys, Shared: r.shared, RedisRateBytes: r.redisRateMem, KeyHash: r.keyHashMem}
+	shapes := map[[2]int]bool{}
+	var order [][2]int
+	byAlgo := map[string]map[[2]int]perf.RedisMem{}
+	for _, rm := range r.redisMem {
+		sh := [2]int{rm.Nodes, rm.Workers}
+		if !shapes[sh] {
+			shapes[sh] = true
+			order = append(order, sh)
+			v.Shapes = append(v.Shapes, fmt.Sprintf("%d gateway × %d worker", sh[0], sh[1]))
+		}
+		if byAlgo[rm.Algo] == nil {
+			byAlgo[rm.Algo] = map[[2]int]perf.RedisMem{}
+		}
+		byAlgo[rm.Algo][sh] = rm
+	}
+	for _, a := range perf.Algorithms {
+		row := redisMemRow{Algo: a}
+		for _, sh := range order {
+			row.Cells = append(row.Cells, byAlgo[a][sh])
+		}
+		v.Redis = append(v.Redis, row)
+	}
+	v.RedisRatePad = make([]struct{}, max(len(order)-1, 0))
+	for _, p := range r.vmMem {
+		v.VM = append(v.VM, vmMemRow{p.Requests, p.Elapsed.Round(time.Second).String(), float64(p.Bytes) / (1 << 20)})
+	}
+	return v
+}
+
+func (r *report) writeMemory(w io.Writer) error { return render(w, "memory", r.memoryView()) }
+
+// ingestRow is one Redis and sender count of section 5: raw batched Lua against the
+// service.
+type ingestRow struct {
+	Mode               string
+	Concurrency        int
+	Raw, Service       perf.IngestResult
+	Share              float64 // service / raw deltas/s
+	HasCPU             bool
+	RawCPU, ServiceCPU float64 // Redis CPU µs per delta
+}
+
+func (r *report) ingestView() []ingestRow {
+	var rows []ingestRow
+	for _, mode := range []string{"standalone", "cluster"} {
+		for _, conc := range []int{1, 4} {
+			raw, ok1 := r.ingestOf(mode, "raw store.Apply", conc)
+			svc, ok2 := r.ingestOf(mode, "POST /v1/sync", conc)
+			if !ok1 || !ok2 {
+				continue
+			}
+			row := ingestRow{Mode: mode, Concurrency: conc, Raw: raw, Service: svc, Share: ratio(svc.DeltasPerSec, raw.DeltasPerSec)}
+			if raw.Redis.CPU > 0 {
+				row.HasCPU = true
+				row.RawCPU = raw.Redis.CPU * 1e6 / float64(raw.Batches*perf.IngestBatch)
+				row.ServiceCPU = svc.Redis.CPU * 1e6 / float64(max(svc.Batches, 1)*perf.IngestBatch)
+			}
+			rows = append(rows, row)
+		}
+	}
+	return rows
+}
+
+func (r *report) writeIngest(w io.Writer) error { return render(w, "ingest", r.ingestView()) }
+
+// adminView is the admin API at scale.
+type adminView struct {
+	Samples                  int
+	Points                   []perf.AdminPoint
+	Growth                   bool // more than one size: the first against the last
+	FirstKeys, LastKeys      int
+	UsageGrowth, ResetGrowth float64
+}
+
+func (r *report) adminView() adminView {
+	v := adminView{Samples: adminSamples, Points: r.admin}
+	if n := len(r.admin); n > 1 {
+		first, last := r.admin[0], r.admin[n-1]
+		v.Growth, v.FirstKeys, v.LastKeys = true, first.Keys, last.Keys
+		v.UsageGrowth = ratio(float64(last.UsageP50), float64(first.UsageP50))
+		v.ResetGrowth = ratio(float64(last.ResetP50), float64(first.ResetP50))
+	}
+	return v
+}
+
+func (r *report) writeAdmin(w io.Writer) error { return render(w, "admin", r.adminView()) }
+
+// topCostRow is the hot-key lists' Redis cost at one flush interval.
+type topCostRow struct {
+	perf.TopCost
+	Share float64 // flushes' Redis time over the lease scripts'
+}
+
+func (r *report) topCostView() []topCostRow {
+	var rows []topCostRow
+	for _, c := range r.topCost {
+		rows = append(rows, topCostRow{c, c.Ratio()})
+	}
+	return rows
+}
+
+func (r *report) writeTopCost(w io.Writer) error { return render(w, "topcost", r.topCostView()) }
