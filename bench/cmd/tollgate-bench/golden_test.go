@@ -166,10 +166,10 @@ var goldenSections = []struct {
 	{"ingest", func(r *report, b *bytes.Buffer) error { return r.writeIngest(b) }},
 	{"admin", func(r *report, b *bytes.Buffer) error { return r.writeAdmin(b) }},
 	{"topcost", func(r *report, b *bytes.Buffer) error { return r.writeTopCost(b) }},
-	{"rls", func(r *report, b *bytes.Buffer) error { r.writeRLS(b); return nil }},
-	{"diff", func(r *report, b *bytes.Buffer) error { r.writeDiff(b); return nil }},
-	{"sim", func(r *report, b *bytes.Buffer) error { r.writeSim(b, "charts"); return nil }},
-	{"notes", func(r *report, b *bytes.Buffer) error { r.writeNotes(b); return nil }},
+	{"rls", func(r *report, b *bytes.Buffer) error { return r.writeRLS(b) }},
+	{"diff", func(r *report, b *bytes.Buffer) error { return r.writeDiff(b) }},
+	{"sim", func(r *report, b *bytes.Buffer) error { return r.writeSim(b, "charts") }},
+	{"notes", func(r *report, b *bytes.Buffer) error { return r.writeNotes(b) }},
 	{"report", func(r *report, b *bytes.Buffer) error { return r.write(b, "charts") }},
 }
 

@@ -492,8 +492,7 @@ func measureRLSOnly(r *report, o options, logger *log.Logger, stdout io.Writer) 
 	if r.rls, err = perf.CompareRLS(o.rlsBin, rdb, rlsOptions(o), rlsKeys); err != nil {
 		return err
 	}
-	r.writeRLS(stdout)
-	return nil
+	return r.writeRLS(stdout)
 }
 
 // Workload constants, quoted in the report.

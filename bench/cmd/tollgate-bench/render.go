@@ -20,16 +20,16 @@ var templateFS embed.FS
 
 // templateFuncs are the number formatters every section's template uses.
 var templateFuncs = template.FuncMap{
-	"int":       func(v any) string { return fmtInt(num(v)) },           // 12,345
-	"f":         func(prec int, v any) string { return fmtF(num(v), prec) }, // fixed decimals
-	"dur":       fmtDur,                                                   // 1.50 ms
-	"times":     fmtRatio,                                                 // 2.0× or 1/100
+	"int":       func(v any) string { return fmtInt(num(v)) },                                           // 12,345
+	"f":         func(prec int, v any) string { return fmtF(num(v), prec) },                             // fixed decimals
+	"dur":       fmtDur,                                                                                 // 1.50 ms
+	"times":     fmtRatio,                                                                               // 2.0× or 1/100
 	"pct":       func(prec int, frac float64) string { return fmt.Sprintf("%.*f %%", prec, 100*frac) },  // 12 %
 	"spct":      func(prec int, frac float64) string { return fmt.Sprintf("%+.*f %%", prec, 100*frac) }, // +1.5 %
-	"met":       yesNo,                                                    // **met** / **missed**
-	"spread":    spread,                                                   // min–max of rounds
-	"hostCalls": hostCalls,                                                // get_header_map_value 1.00, ...
-	"cells":     cells,                                                    // a table row's cells
+	"met":       yesNo,                                                                                  // **met** / **missed**
+	"spread":    spread,                                                                                 // min–max of rounds
+	"hostCalls": hostCalls,                                                                              // get_header_map_value 1.00, ...
+	"cells":     cells,                                                                                  // a table row's cells
 }
 
 var sectionTemplates = template.Must(template.New("").Funcs(templateFuncs).ParseFS(templateFS, "templates/*.tmpl"))

@@ -3,9 +3,11 @@ package main
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"time"
 
 	"github.com/tollgate-rl/tollgate/bench/perf"
+	"github.com/tollgate-rl/tollgate/bench/sim"
 )
 
 // Each section's view: every number its template prints, computed here once.
@@ -446,3 +448,172 @@ func (r *report) topCostView() []topCostRow {
 }
 
 func (r *report) writeTopCost(w io.Writer) error { return render(w, "topcost", r.topCostView()) }
+
+// diffView is section 7, the differential check against redis_rate.
+type diffView struct {
+	Rules    []diffRule
+	D        *perf.DiffReport // nil: not run
+	Failures int
+}
+
+// diffRule is one GCRA rule the differential replays.
+type diffRule struct {
+	Limit  int64
+	Window time.Duration
+	Burst  int64
+}
+
+func (r *report) diffView() diffView {
+	v := diffView{D: r.diff}
+	if r.diff != nil {
+		v.Failures = len(r.diff.Failures)
+	}
+	for _, p := range perf.DiffParams {
+		v.Rules = append(v.Rules, diffRule{p.Limit, time.Duration(p.WindowUs) * time.Microsecond, int64(p.Capacity())})
+	}
+	return v
+}
+
+func (r *report) writeDiff(w io.Writer) error { return render(w, "diff", r.diffView()) }
+
+// simView is section 8, the fleet simulation.
+type simView struct {
+	Keys                int
+	Duration            time.Duration
+	Gateways, Intervals simSweep
+	PenaltyPct          float64 // of the bursty clients' false rejections over the gateway sweep
+	HasPenaltyShare     bool
+	Charts              string
+	ChartGateways       string
+	ChartInterval       string
+}
+
+// simSweep is one sweep's table: what varies (its first column) and a row per value.
+type simSweep struct {
+	Name string
+	Rows []simRow
+}
+
+// simRow is one point of a sweep: its three scenarios side by side.
+type simRow struct {
+	X                   string
+	Adv, Bursty, Ninety sim.Result
+}
+
+// simRows groups a sweep's points by x, in the order the sweep ran them.
+func simRows(points []perf.SimPoint, x func(perf.SimPoint) string) []simRow {
+	byX := map[string]map[string]perf.SimPoint{}
+	var xs []string
+	for _, p := range points {
+		k := x(p)
+		if byX[k] == nil {
+			byX[k] = map[string]perf.SimPoint{}
+			xs = append(xs, k)
+		}
+		byX[k][p.Scenario] = p
+	}
+	var rows []simRow
+	for _, k := range xs {
+		rows = append(rows, simRow{k, byX[k]["adversarial 10x"].Result, byX[k]["bursty"].Result, byX[k]["ninety"].Result})
+	}
+	return rows
+}
+
+func (r *report) simView(charts string) simView {
+	v := simView{Keys: perf.SimKeys, Duration: perf.SimDuration,
+		Gateways:  simSweep{"gateways", simRows(r.simGateways, func(p perf.SimPoint) string { return strconv.Itoa(p.Gateways) })},
+		Intervals: simSweep{"sync interval (4 gateways)", simRows(r.simInterval, func(p perf.SimPoint) string { return p.Interval.String() })},
+		Charts:    charts, ChartGateways: chartGateways, ChartInterval: chartInterval}
+	var fr, pen int64
+	for _, p := range r.simGateways {
+		if p.Scenario == "bursty" {
+			b := p.Result.FalseBy
+			fr += b.Local + b.Service + b.Penalty + b.Degraded
+			pen += b.Penalty
+		}
+	}
+	if fr > 0 {
+		v.PenaltyPct, v.HasPenaltyShare = 100*float64(pen)/float64(fr), true
+	}
+	return v
+}
+
+func (r *report) writeSim(w io.Writer, charts string) error {
+	return render(w, "sim", r.simView(charts))
+}
+
+// notesView is section 9, the notes on two shared cores.
+type notesView struct {
+	LoadAvg                        string
+	TgRedisPct, RrRedisPct         float64 // % of a core Redis used in the saturated runs
+	RrCPUPerCheck, RrChecksPerCore float64
+}
+
+func (r *report) notesView() notesView {
+	tg, rr := r.loads["tollgate"], r.loads["redis_rate"]
+	return notesView{LoadAvg: r.machine.loadAvg,
+		TgRedisPct: 100 * tg.Redis.CPU / tg.Elapsed.Seconds(), RrRedisPct: 100 * rr.Redis.CPU / rr.Elapsed.Seconds(),
+		RrCPUPerCheck: rr.RedisCPUPerCheck(), RrChecksPerCore: 1e6 / max(rr.RedisCPUPerCheck(), 0.01)}
+}
+
+func (r *report) writeNotes(w io.Writer) error { return render(w, "notes", r.notesView()) }
+
+// rlsView is section 6, the gRPC rate limit service against redis_rate.
+type rlsView struct {
+	Callers       int
+	DescriptorKey string
+	Limit         float64
+	Rows          []rlsRow
+	Summaries     []rlsSummary
+}
+
+// rlsRow is one path at one key count.
+type rlsRow struct {
+	Path                            string
+	Keys                            int
+	ChecksPerSec, ChecksPerCore     float64
+	HasService                      bool    // a service process (not the in-process library)
+	ServiceCPU, ClientCPU, RedisCPU float64 // µs per check
+	P50, P99                        time.Duration
+	RoundTripsPerCheck              float64
+	HasPerTrip                      bool
+	ChecksPerTrip                   float64
+	Errors                          int64
+}
+
+// rlsSummary compares the paths at one key count.
+type rlsSummary struct {
+	Keys                           int
+	RedisVsStrict, ServiceVsStrict float64 // leases over every check in Redis
+	ChecksVsStrict, RedisVsRate    float64
+}
+
+func (r *report) rlsView() rlsView {
+	v := rlsView{Callers: rlsCallers, DescriptorKey: perf.RLSDescriptorKey, Limit: float64(perf.RLSLimit)}
+	for _, c := range r.rls {
+		for _, x := range []struct {
+			name string
+			res  perf.RLSResult
+			svc  bool
+		}{{"**gRPC ShouldRateLimit, leases**", c.Leases, true}, {"gRPC ShouldRateLimit, `--rls-leases=false`", c.Strict, true},
+			{"per-request redis_rate", c.Rate, false}} {
+			row := rlsRow{Path: x.name, Keys: c.Keys, ChecksPerSec: x.res.Load.ChecksPerSec, ChecksPerCore: x.res.ChecksPerCore(),
+				HasService: x.svc, ServiceCPU: x.res.ServiceCPUPerCheck(), ClientCPU: x.res.ClientCPUPerCheck(), RedisCPU: x.res.RedisCPUPerCheck(),
+				P50: x.res.Load.P50, P99: x.res.Load.P99, RoundTripsPerCheck: x.res.RoundTripsPerCheck(), Errors: x.res.Load.Errors}
+			if x.res.RoundTrips > 0 {
+				row.HasPerTrip, row.ChecksPerTrip = true, float64(x.res.Load.Checks)/float64(x.res.RoundTrips)
+			}
+			v.Rows = append(v.Rows, row)
+		}
+	}
+	for _, c := range r.rls {
+		v.Summaries = append(v.Summaries, rlsSummary{Keys: c.Keys,
+			RedisVsStrict:   ratio(c.Leases.RedisCPUPerCheck(), c.Strict.RedisCPUPerCheck()),
+			ServiceVsStrict: ratio(c.Leases.ServiceCPUPerCheck(), c.Strict.ServiceCPUPerCheck()),
+			ChecksVsStrict:  ratio(c.Leases.Load.ChecksPerSec, c.Strict.Load.ChecksPerSec),
+			RedisVsRate:     ratio(c.Leases.RedisCPUPerCheck(), c.Rate.RedisCPUPerCheck())})
+	}
+	return v
+}
+
+func (r *report) writeRLS(w io.Writer) error { return render(w, "rls", r.rlsView()) }
