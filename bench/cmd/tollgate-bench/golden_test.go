@@ -158,7 +158,7 @@ var goldenSections = []struct {
 	name  string
 	write func(r *report, b *bytes.Buffer) error
 }{
-	{"targets", func(r *report, b *bytes.Buffer) error { r.writeTargets(b); return nil }},
+	{"targets", func(r *report, b *bytes.Buffer) error { return r.writeTargets(b) }},
 	{"cost", func(r *report, b *bytes.Buffer) error { return r.writeCost(b) }},
 	{"load", func(r *report, b *bytes.Buffer) error { return r.writeLoad(b, "charts") }},
 	{"dists", func(r *report, b *bytes.Buffer) error { return r.writeDists(b, "charts") }},

@@ -4,6 +4,7 @@ import (
 	"embed"
 	"fmt"
 	"io"
+	"strings"
 	"text/template"
 	"time"
 )
@@ -18,18 +19,27 @@ import (
 //go:embed templates/*.tmpl
 var templateFS embed.FS
 
-// templateFuncs are the number formatters every section's template uses.
+// templateFuncs are the number formatters every section's template uses, one copy.
 var templateFuncs = template.FuncMap{
-	"int":       func(v any) string { return fmtInt(num(v)) },                                           // 12,345
-	"f":         func(prec int, v any) string { return fmtF(num(v), prec) },                             // fixed decimals
-	"dur":       fmtDur,                                                                                 // 1.50 ms
-	"times":     fmtRatio,                                                                               // 2.0× or 1/100
-	"pct":       func(prec int, frac float64) string { return fmt.Sprintf("%.*f %%", prec, 100*frac) },  // 12 %
-	"spct":      func(prec int, frac float64) string { return fmt.Sprintf("%+.*f %%", prec, 100*frac) }, // +1.5 %
-	"met":       yesNo,                                                                                  // **met** / **missed**
-	"spread":    spread,                                                                                 // min–max of rounds
-	"hostCalls": hostCalls,                                                                              // get_header_map_value 1.00, ...
-	"cells":     cells,                                                                                  // a table row's cells
+	// int is a whole number with thousands separators: 12,345.
+	"int": func(v any) string { return fmtInt(num(v)) },
+	// f is a number with prec decimals: {{f 2 .X}} is 1.50.
+	"f": func(prec int, v any) string { return fmtF(num(v), prec) },
+	// dur is a duration in the unit that suits it: 850.0 µs, 1.50 ms, 2.00 s.
+	"dur": fmtDur,
+	// times is a ratio as a multiple or a fraction: 2.0×, 1/100.
+	"times": fmtRatio,
+	// pct and spct are a fraction as a percentage, spct with its sign: 12 %, +1.5 %.
+	"pct":  func(prec int, frac float64) string { return fmt.Sprintf("%.*f %%", prec, 100*frac) },
+	"spct": func(prec int, frac float64) string { return fmt.Sprintf("%+.*f %%", prec, 100*frac) },
+	// met is a target's verdict: **met** or **missed**.
+	"met": yesNo,
+	// spread is the min–max of a module's rounds (ns per request).
+	"spread": spread,
+	// hostCalls lists host calls per request by name.
+	"hostCalls": hostCalls,
+	// cells joins a table row another file formatted already.
+	"cells": cells,
 }
 
 var sectionTemplates = template.Must(template.New("").Funcs(templateFuncs).ParseFS(templateFS, "templates/*.tmpl"))
@@ -54,17 +64,10 @@ func num(v any) float64 {
 	case time.Duration:
 		return float64(x)
 	}
-	panic(fmt.Sprintf("template number of type %T", v)) // a template's mistake, caught by TestGolden
+	// A template's mistake: text/template turns the panic into Execute's error, which
+	// TestGolden reports.
+	panic(fmt.Sprintf("template number of type %T", v))
 }
 
 // cells is a table row whose cells another part of the report formatted already.
-func cells(row []string) string {
-	s := ""
-	for i, c := range row {
-		if i > 0 {
-			s += " | "
-		}
-		s += c
-	}
-	return s
-}
+func cells(row []string) string { return strings.Join(row, " | ") }

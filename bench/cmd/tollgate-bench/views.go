@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tollgate-rl/tollgate/bench/perf"
@@ -156,7 +157,6 @@ func (r *report) costView() costView {
 
 func (r *report) writeCost(w io.Writer) error { return render(w, "cost", r.costView()) }
 
-var _ = time.Second
 
 // runRow is one limiter's run in section 2's tables.
 type runRow struct {
@@ -617,3 +617,207 @@ func (r *report) rlsView() rlsView {
 }
 
 func (r *report) writeRLS(w io.Writer) error { return render(w, "rls", r.rlsView()) }
+
+// targetsView is the Targets table of the project's own host: each target's numbers and
+// whether it was met.
+type targetsView struct {
+	EnvoyAnchor string
+
+	CostRatio, FilterNs, FloorNs float64
+	CostMet                      bool
+
+	FirstVersion string
+	First        *firstTarget // nil: not measured
+	FirstErr     string       // why not, when known
+	FirstMet     bool
+
+	HTTPShare, HTTPTgRPS, HTTPPassRPS float64
+	HTTPFloorShare                    float64
+	HasHTTPFloor                      bool
+	HTTPRoundsNote                    string // httprounds.go
+	HTTPMet                           bool
+
+	TelemetryOverhead         float64
+	TelemetryPairs            int
+	TelemetryOn, TelemetryOff float64
+	TelemetryMet              bool
+
+	MatchRatio, MatchThreeNs, MatchPrefixNs float64
+	MatchMet                                bool
+
+	RespOtherAdded, RespOtherNs, RespNoneNs float64
+	RespOtherMet                            bool
+	RespBefore                              *respBeforeTarget // nil: not measured
+	RespBeforeErr                           string
+	RespNoneMet                             bool
+
+	Shape     perf.ShapeResult
+	ShapeMet  bool
+	HeldRatio float64
+	HeldMet   bool
+
+	EnvoyBuild []string // envoybuild.go's row
+
+	Allocs, DefaultKeyAllocs float64
+	AllocsMet                bool
+
+	ChecksRatio, TgChecks, RrChecks float64
+	ChecksMet                       bool
+
+	P99Ratio     float64
+	TgP99, RrP99 time.Duration
+	PacedRate    float64
+	P99Met       bool
+
+	HotRoundTrips float64
+	HotMet        bool
+
+	WorstRecord int
+	WorstAlgo   string
+	WorstID     float64
+	RecordMet   bool
+
+	ServiceShare, ServiceDeltas, RawDeltas float64
+	ServiceMet                             bool
+
+	Diff    *perf.DiffReport
+	DiffOff int // decisions differing off a boundary
+	DiffMet bool
+
+	RLS    []rlsTarget
+	RLSMet bool
+}
+
+// firstTarget is today's filter against the first version's.
+type firstTarget struct {
+	Speedup, FirstNs, NowNs float64
+	Pairs                   int
+	PairSpeedup             float64
+}
+
+// respBeforeTarget is the module without cost_from against the one before it.
+type respBeforeTarget struct {
+	Added, NoneNs, BeforeNs float64
+	Revision                string
+}
+
+// rlsTarget is the gRPC target at one key count.
+type rlsTarget struct {
+	Keys           int
+	Redis, Service float64 // leases over every check in Redis, per check
+}
+
+func (r *report) targetsView() targetsView {
+	l := r.loads
+	floor, real := r.cost(1), r.cost(2)
+	tg, rr := l["tollgate"], l["redis_rate"]
+	ptg, prr := l["paced tollgate"], l["paced redis_rate"]
+	ht, hp, hf := l["http tollgate"], l["http pass-through"], l["http floor"]
+	v := targetsView{
+		EnvoyAnchor: envoyCompareAnchor,
+		CostRatio:   ratio(real.NsPerRequest, floor.NsPerRequest), FilterNs: real.NsPerRequest, FloorNs: floor.NsPerRequest,
+		FirstVersion: perf.FirstVersion, FirstMet: r.firstMet(),
+		HTTPShare: ratio(ht.ChecksPerSec, hp.ChecksPerSec), HTTPTgRPS: ht.ChecksPerSec, HTTPPassRPS: hp.ChecksPerSec,
+		HTTPRoundsNote:    r.httpRoundsNote(),
+		TelemetryOverhead: r.telemetry.Overhead(), TelemetryPairs: len(r.telemetry.PairRatios),
+		TelemetryOn: r.telemetry.On.NsPerRequest, TelemetryOff: r.telemetry.Off.NsPerRequest,
+		TelemetryMet: r.telemetry.Off.NsPerRequest > 0 && r.telemetry.Overhead() <= 0.10,
+		MatchRatio:   r.match.Ratio(), MatchThreeNs: r.match.Three.NsPerRequest, MatchPrefixNs: r.match.Prefix.NsPerRequest,
+		MatchMet:       r.match.Ratio() > 0 && r.match.Ratio() <= 1.15,
+		RespOtherAdded: r.resp.OtherRatio() - 1, RespOtherNs: r.resp.Other.NsPerRequest, RespNoneNs: r.resp.None.NsPerRequest,
+		RespOtherMet: r.resp.OtherRatio() > 0 && r.resp.OtherRatio() <= 1.10,
+		RespNoneMet:  r.resp.NoneRatio() > 0 && r.resp.NoneRatio() <= 1.05,
+		Shape:        r.shape,
+		ShapeMet:     r.shape.Through >= 101 && r.shape.Refused > 0 && r.shape.GapMean >= 9*time.Millisecond && r.shape.GapMean <= 11*time.Millisecond,
+		HeldRatio:    ratio(float64(r.shape.OtherHeld), float64(r.shape.OtherIdle)),
+		HeldMet:      r.shape.OtherIdle > 0 && ratio(float64(r.shape.OtherHeld), float64(r.shape.OtherIdle)) <= 1.2,
+		EnvoyBuild:   r.envoyBuildTarget(),
+		Allocs:       real.AllocsPerRequest, DefaultKeyAllocs: r.cost(3).AllocsPerRequest, AllocsMet: real.AllocsPerRequest <= 2,
+		ChecksRatio: ratio(tg.ChecksPerSec, rr.ChecksPerSec), TgChecks: tg.ChecksPerSec, RrChecks: rr.ChecksPerSec,
+		P99Ratio: ratio(float64(ptg.P99), float64(prr.P99)), TgP99: ptg.P99, RrP99: prr.P99, PacedRate: pacedRate,
+		Diff: r.diff,
+	}
+	v.CostMet = v.CostRatio <= 1.5
+	v.HTTPMet = v.HTTPShare >= 0.8
+	v.ChecksMet = v.ChecksRatio >= 20
+	v.P99Met = v.P99Ratio > 0 && v.P99Ratio <= 0.01
+	if hf.ChecksPerSec != 0 && hp.ChecksPerSec != 0 {
+		v.HasHTTPFloor, v.HTTPFloorShare = true, ratio(hf.ChecksPerSec, hp.ChecksPerSec)
+	}
+	if first := r.cost(5); first.NsPerRequest != 0 {
+		v.First = &firstTarget{Speedup: r.firstSpeedup(), FirstNs: first.NsPerRequest, NowNs: real.NsPerRequest}
+		if n := len(r.firstPairs); n > 0 {
+			v.First.Pairs, v.First.PairSpeedup = n, 1/r.firstPairs[n/2]
+		}
+	} else if r.firstErr != nil {
+		v.FirstErr = oneLine(r.firstErr)
+	}
+	if r.resp.Before.NsPerRequest != 0 {
+		v.RespBefore = &respBeforeTarget{Added: r.resp.NoneRatio() - 1, NoneNs: r.resp.None.NsPerRequest,
+			BeforeNs: r.resp.Before.NsPerRequest, Revision: perf.BeforeResponseCost}
+	} else if r.respBeforeErr != nil {
+		v.RespBeforeErr = oneLine(r.respBeforeErr)
+	}
+	if len(r.dists) > 0 {
+		v.HotRoundTrips = r.dists[0].RoundTripsPer1M
+	}
+	v.HotMet = v.HotRoundTrips <= 1000
+	for _, s := range r.shared {
+		if s.Synced && s.Algo != "sliding_window_log" && s.MaxRecord > v.WorstRecord {
+			v.WorstRecord, v.WorstAlgo, v.WorstID = s.MaxRecord, s.Algo, s.IDBytes
+		}
+	}
+	v.RecordMet = v.WorstRecord > 0 && v.WorstRecord <= 64
+	raw4, _ := r.ingestOf("standalone", "raw store.Apply", 4)
+	http4, _ := r.ingestOf("standalone", "POST /v1/sync", 4)
+	v.ServiceShare, v.ServiceDeltas, v.RawDeltas = ratio(http4.DeltasPerSec, raw4.DeltasPerSec), http4.DeltasPerSec, raw4.DeltasPerSec
+	v.ServiceMet = v.ServiceShare >= 0.8
+	if d := r.diff; d != nil {
+		v.DiffOff = d.Flips - d.BoundaryFlips
+		v.DiffMet = len(d.Failures) == 0 && d.GoLuaMismatches == 0 && d.MaxRetryDiffUs <= 1000
+	}
+	v.RLSMet = len(r.rls) > 0
+	for _, c := range r.rls {
+		t := rlsTarget{Keys: c.Keys, Redis: ratio(c.Leases.RedisCPUPerCheck(), c.Strict.RedisCPUPerCheck()),
+			Service: ratio(c.Leases.ServiceCPUPerCheck(), c.Strict.ServiceCPUPerCheck())}
+		v.RLS = append(v.RLS, t)
+		v.RLSMet = v.RLSMet && c.Leases.Load.Checks > 0 && c.Strict.Load.Checks > 0 && t.Redis <= 1.0/20 && t.Service <= 1
+	}
+	return v
+}
+
+func (r *report) writeTargets(w io.Writer) error { return render(w, "targets", r.targetsView()) }
+
+// headerView is the report's title and the run's provenance.
+type headerView struct {
+	Scale                      float64
+	Scaled                     bool // a -scale other than 1
+	Command, Date              string
+	Elapsed                    time.Duration
+	CPUs, MaxProcs             int
+	Model, Memory, Kernel      string
+	LoadAvg, GoVersion, Redis  string
+	Wazero, GoRedis, RedisRate string
+	Modules                    []moduleView
+}
+
+type moduleView struct {
+	Pkg string
+	MB  float64
+}
+
+func (r *report) headerView() headerView {
+	m := r.machine
+	v := headerView{Scale: r.scale, Scaled: r.scale != 1, Command: strings.Join(r.args, " "),
+		Date: r.started.Format("2006-01-02 15:04 MST"), Elapsed: r.elapsed.Round(time.Second),
+		CPUs: m.cpus, MaxProcs: m.maxprocs, Model: m.model, Memory: m.memory, Kernel: m.kernel,
+		LoadAvg: m.loadAvg, GoVersion: m.goVersion, Redis: m.redis,
+		Wazero: m.depVersion["github.com/tetratelabs/wazero"], GoRedis: m.depVersion["github.com/redis/go-redis/v9"],
+		RedisRate: m.depVersion["github.com/go-redis/redis_rate/v10"]}
+	for _, ms := range r.moduleSizes {
+		v.Modules = append(v.Modules, moduleView{ms.pkg, float64(ms.bytes) / 1e6})
+	}
+	return v
+}
+
+func (r *report) writeHeader(w io.Writer) error { return render(w, "header", r.headerView()) }
