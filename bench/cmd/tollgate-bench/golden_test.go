@@ -134,6 +134,23 @@ func fullReport() *report {
 	r.regimes.sim = nil
 	// Section 13 looks its rows up by limiter and worker count: not run here either.
 	r.envoyCompare = nil
+	// Redis memory by algorithm and fleet shape; ingest by Redis, path and senders.
+	for i := range r.redisMem {
+		r.redisMem[i].Algo = perf.Algorithms[i%len(perf.Algorithms)]
+	}
+	r.ingest = nil
+	for _, mode := range []string{"standalone", "cluster"} {
+		for _, conc := range []int{1, 4} {
+			for _, path := range []string{"raw store.Apply", "POST /v1/sync"} {
+				x := perf.IngestResult{Path: path, Mode: mode, Concurrency: conc}
+				f.fill(reflect.ValueOf(&x.Batches).Elem())
+				f.fill(reflect.ValueOf(&x.DeltasPerSec).Elem())
+				f.fill(reflect.ValueOf(&x.P99).Elem())
+				f.fill(reflect.ValueOf(&x.Redis).Elem())
+				r.ingest = append(r.ingest, x)
+			}
+		}
+	}
 	// The sections read these as sorted or as ordered runs.
 	slicesSort(r.firstPairs)
 	return r
@@ -145,6 +162,32 @@ func slicesSort(xs []float64) {
 			xs[j], xs[j-1] = xs[j-1], xs[j]
 		}
 	}
+}
+
+// partialReport is a run where the other side of each branch was taken: the first
+// version measured without paired chunks, telemetry without them, no module before
+// response cost and no error saying why, one HTTP round, a gRPC section not run, a
+// differential without failures, a distribution with too few deltas for its CPU per
+// delta, ingest without Redis CPU, the default key reading the client address, a budget left for the module's code.
+func partialReport() *report {
+	r := fullReport()
+	r.firstPairs = nil
+	r.telemetry.PairRatios = nil
+	r.resp.Before = perf.Cost{}
+	r.httpRounds = r.httpRounds[:1]
+	r.rls = nil
+	r.diff.Failures = nil
+	r.dists[0].Load.Metrics["tollgate.sync_deltas_sent"] = 10
+	for i := range r.ingest {
+		r.ingest[i].Redis.CPU = 0
+	}
+	r.costs[3].HostCallsPerRequest = r.costs[2].HostCallsPerRequest + 1
+	r.costs[2].GuestNsPerRequest = r.costs[2].NsPerRequest - 100 // a budget left at 1.5× the floor
+	r.admin = r.admin[:1]
+	r.topCost = nil
+	r.vmMem = nil
+	r.keyHashMem = nil
+	return r
 }
 
 // emptyReport is a run that measured nothing: every "not run" branch.
@@ -182,7 +225,7 @@ func TestGolden(t *testing.T) {
 	for _, fx := range []struct {
 		name string
 		r    func() *report
-	}{{"full", fullReport}, {"empty", emptyReport}} {
+	}{{"full", fullReport}, {"partial", partialReport}, {"empty", emptyReport}} {
 		for _, s := range goldenSections {
 			t.Run(fx.name+"/"+s.name, func(t *testing.T) {
 				var b bytes.Buffer
