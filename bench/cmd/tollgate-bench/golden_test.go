@@ -13,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/tollgate-rl/tollgate/bench/perf"
+	"github.com/tollgate-rl/tollgate/bench/sim"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata from this code")
@@ -129,9 +130,6 @@ func fullReport() *report {
 	for i := range r.envoyBuild.Rows {
 		f.fill(reflect.ValueOf(&r.envoyBuild.Rows[i]).Elem())
 	}
-	// The simulation's regimes carry their targets as functions, which a filler cannot
-	// make up: section 11 renders as not run.
-	r.regimes.sim = nil
 	// Section 13 looks its rows up by limiter and worker count: not run here either.
 	r.envoyCompare = nil
 	// Redis memory by algorithm and fleet shape; ingest by Redis, path and senders.
@@ -151,6 +149,15 @@ func fullReport() *report {
 			}
 		}
 	}
+	// The simulation's regimes are the real ones (their targets are functions), with
+	// filled results.
+	r.regimes.sim = nil
+	for _, g := range sim.Regimes {
+		p := sim.RegimePoint{Regime: g}
+		f.fill(reflect.ValueOf(&p.Result).Elem())
+		r.regimes.sim = append(r.regimes.sim, p)
+	}
+	r.regimes.alone = nil
 	// The sections read these as sorted or as ordered runs.
 	slicesSort(r.firstPairs)
 	return r
@@ -193,6 +200,7 @@ func partialReport() *report {
 // emptyReport is a run that measured nothing: every "not run" branch.
 func emptyReport() *report {
 	return &report{scale: 0.2, loads: map[string]perf.LoadResult{},
+		regimes:  regimeRuns{alone: &aloneRun{started: time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC), args: []string{"-sections", "regimes"}, loadAvg: "1 2 3"}},
 		firstErr: errors.New("git worktree: no such revision\nsecond line"), respBeforeErr: errors.New("build failed")}
 }
 
@@ -213,6 +221,11 @@ var goldenSections = []struct {
 	{"diff", func(r *report, b *bytes.Buffer) error { return r.writeDiff(b) }},
 	{"sim", func(r *report, b *bytes.Buffer) error { return r.writeSim(b, "charts") }},
 	{"notes", func(r *report, b *bytes.Buffer) error { return r.writeNotes(b) }},
+	{"regimetargets", func(r *report, b *bytes.Buffer) error { r.writeRegimeTargets(b); return nil }},
+	{"paced", func(r *report, b *bytes.Buffer) error { r.writePacedRegimes(b); return nil }},
+	{"simregimes", func(r *report, b *bytes.Buffer) error { r.writeSimRegimes(b); return nil }},
+	{"scale", func(r *report, b *bytes.Buffer) error { r.writeScale(b, "charts"); return nil }},
+	{"envoybuild", func(r *report, b *bytes.Buffer) error { r.writeEnvoyBuild(b); return nil }},
 	{"report", func(r *report, b *bytes.Buffer) error { return r.write(b, "charts") }},
 }
 

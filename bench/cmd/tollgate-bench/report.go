@@ -239,7 +239,6 @@ func (r *report) write(w io.Writer, charts string) error {
 	return nil
 }
 
-
 func fmtRatio(x float64) string {
 	if x <= 0 {
 		return "n/a"

@@ -157,7 +157,6 @@ func (r *report) costView() costView {
 
 func (r *report) writeCost(w io.Writer) error { return render(w, "cost", r.costView()) }
 
-
 // runRow is one limiter's run in section 2's tables.
 type runRow struct {
 	Name               string
