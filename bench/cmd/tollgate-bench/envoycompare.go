@@ -316,17 +316,18 @@ func plural(n int) string {
 
 // writeEnvoyTargets is the comparison's block of the Targets section.
 func (r *report) writeEnvoyTargets(w io.Writer) {
-	block(w, blockEnvoyTargets, func(w io.Writer) {
+	block(w, blockEnvoyTargets, func(w io.Writer) error {
 		fmt.Fprintf(w, "In a real Envoy against Envoy's own rate limiting ([section 13](%s)); where a wazero row above and\n", envoyCompareAnchor)
 		fmt.Fprintln(w, "one of these measure the same thing, this one is the judge:")
 		fmt.Fprintln(w)
 		table(w, []string{"target", "measured", ""}, r.envoyTargets())
+		return nil
 	})
 }
 
 // writeEnvoyCompare is section 13.
 func (r *report) writeEnvoyCompare(w io.Writer) {
-	block(w, blockEnvoy, func(w io.Writer) { r.writeEnvoyCompareBody(w) })
+	block(w, blockEnvoy, func(w io.Writer) error { r.writeEnvoyCompareBody(w); return nil })
 }
 
 func (r *report) writeEnvoyCompareBody(w io.Writer) {

@@ -4,6 +4,7 @@ import (
 	"embed"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/template"
 	"time"
@@ -27,6 +28,10 @@ var templateFuncs = template.FuncMap{
 	"f": func(prec int, v any) string { return fmtF(num(v), prec) },
 	// dur is a duration in the unit that suits it: 850.0 µs, 1.50 ms, 2.00 s.
 	"dur": fmtDur,
+	// g is a number in the fewest digits that give it exactly: 0.05, 5000.
+	"g": func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) },
+	// sdur is a duration with its sign: +1.50 ms, −850.0 µs.
+	"sdur": fmtSignedDur,
 	// times is a ratio as a multiple or a fraction: 2.0×, 1/100.
 	"times": fmtRatio,
 	// pct and spct are a fraction as a percentage, spct with its sign: 12 %, +1.5 %.

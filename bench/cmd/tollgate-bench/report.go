@@ -206,33 +206,36 @@ func ratio(a, b float64) float64 {
 // write is the whole report: the header, the Targets tables, the sections in order.
 func (r *report) write(w io.Writer, charts string) error {
 	r.chartsRel = charts
-	// Sections not rendered from templates yet write as they go and cannot fail.
-	printed := func(write func(io.Writer)) func() error {
-		return func() error { write(w); return nil }
+	// printed adapts a section that writes as it goes and cannot fail.
+	printed := func(write func(io.Writer)) func(io.Writer) error {
+		return func(w io.Writer) error { write(w); return nil }
 	}
-	for _, section := range []func() error{
-		func() error { return r.writeHeader(w) },
-		func() error { return r.writeTargets(w) },
-		printed(r.writeRegimeTargets),
+	withCharts := func(write func(io.Writer, string) error) func(io.Writer) error {
+		return func(w io.Writer) error { return write(w, charts) }
+	}
+	for _, section := range []func(io.Writer) error{
+		r.writeHeader,
+		r.writeTargets,
+		r.writeRegimeTargets,
 		printed(r.writeEnvoyTargets),
 		printed(func(w io.Writer) { r.writeScale(w, charts) }),
-		func() error { return r.writeCost(w) },
-		func() error { return r.writeLoad(w, charts) },
-		func() error { return r.writeDists(w, charts) },
-		func() error { return r.writeMemory(w) },
-		func() error { return r.writeIngest(w) },
-		func() error { return r.writeAdmin(w) },
-		func() error { return r.writeTopCost(w) },
-		func() error { return r.writeRLS(w) },
-		func() error { return r.writeDiff(w) },
-		func() error { return r.writeSim(w, charts) },
-		func() error { return r.writeNotes(w) },
-		printed(r.writePacedRegimes),
-		printed(r.writeSimRegimes),
+		r.writeCost,
+		withCharts(r.writeLoad),
+		withCharts(r.writeDists),
+		r.writeMemory,
+		r.writeIngest,
+		r.writeAdmin,
+		r.writeTopCost,
+		r.writeRLS,
+		r.writeDiff,
+		withCharts(r.writeSim),
+		r.writeNotes,
+		r.writePacedRegimes,
+		r.writeSimRegimes,
 		printed(r.writeEnvoyBuild),
 		printed(r.writeEnvoyCompare),
 	} {
-		if err := section(); err != nil {
+		if err := section(w); err != nil {
 			return err
 		}
 	}
