@@ -224,7 +224,7 @@ var goldenSections = []struct {
 	{"regimetargets", func(r *report, b *bytes.Buffer) error { return r.writeRegimeTargets(b) }},
 	{"paced", func(r *report, b *bytes.Buffer) error { return r.writePacedRegimes(b) }},
 	{"simregimes", func(r *report, b *bytes.Buffer) error { return r.writeSimRegimes(b) }},
-	{"scale", func(r *report, b *bytes.Buffer) error { r.writeScale(b, "charts"); return nil }},
+	{"scale", func(r *report, b *bytes.Buffer) error { return r.writeScale(b, "charts") }},
 	{"envoybuild", func(r *report, b *bytes.Buffer) error { r.writeEnvoyBuild(b); return nil }},
 	{"report", func(r *report, b *bytes.Buffer) error { return r.write(b, "charts") }},
 }

@@ -218,7 +218,7 @@ func (r *report) write(w io.Writer, charts string) error {
 		r.writeTargets,
 		r.writeRegimeTargets,
 		printed(r.writeEnvoyTargets),
-		printed(func(w io.Writer) { r.writeScale(w, charts) }),
+		withCharts(r.writeScale),
 		r.writeCost,
 		withCharts(r.writeLoad),
 		withCharts(r.writeDists),
@@ -298,16 +298,3 @@ func hostCalls(m map[string]float64) string {
 	}
 	return strings.Join(parts, ", ")
 }
-
-// loadRow and loadHeader are a load run's row in the tables of sections 0 and 10.
-func loadRow(name string, x perf.LoadResult, redisRT bool) []string {
-	rt := fmtF(ratio(float64(x.RoundTrips), float64(x.Checks)), 4)
-	if !redisRT {
-		rt = "–"
-	}
-	return []string{name, fmtInt(x.ChecksPerSec), fmtDur(x.P50), fmtDur(x.P99), fmtDur(x.P999),
-		fmtF(x.RedisCPUPerCheck(), 2), fmtF(perf.Per1M(float64(x.Redis.Commands), x.Checks)/1e6, 3), rt,
-		fmtF(100*ratio(float64(x.Admitted), float64(x.Checks)), 1)}
-}
-
-var loadHeader = []string{"limiter", "checks/s", "p50", "p99", "p99.9", "Redis CPU µs/check", "Redis commands/check", "Redis round trips/check", "admitted %"}
