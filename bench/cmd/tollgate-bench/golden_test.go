@@ -225,7 +225,7 @@ var goldenSections = []struct {
 	{"paced", func(r *report, b *bytes.Buffer) error { return r.writePacedRegimes(b) }},
 	{"simregimes", func(r *report, b *bytes.Buffer) error { return r.writeSimRegimes(b) }},
 	{"scale", func(r *report, b *bytes.Buffer) error { return r.writeScale(b, "charts") }},
-	{"envoybuild", func(r *report, b *bytes.Buffer) error { r.writeEnvoyBuild(b); return nil }},
+	{"envoybuild", func(r *report, b *bytes.Buffer) error { return r.writeEnvoyBuild(b) }},
 	{"report", func(r *report, b *bytes.Buffer) error { return r.write(b, "charts") }},
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 	"text/template"
 	"time"
 )
@@ -43,8 +42,6 @@ var templateFuncs = template.FuncMap{
 	"spread": spread,
 	// hostCalls lists host calls per request by name.
 	"hostCalls": hostCalls,
-	// cells joins a table row another file formatted already.
-	"cells": cells,
 }
 
 var sectionTemplates = template.Must(template.New("").Funcs(templateFuncs).ParseFS(templateFS, "templates/*.tmpl"))
@@ -73,6 +70,3 @@ func num(v any) float64 {
 	// TestGolden reports.
 	panic(fmt.Sprintf("template number of type %T", v))
 }
-
-// cells is a table row whose cells another part of the report formatted already.
-func cells(row []string) string { return strings.Join(row, " | ") }

@@ -232,7 +232,7 @@ func (r *report) write(w io.Writer, charts string) error {
 		r.writeNotes,
 		r.writePacedRegimes,
 		r.writeSimRegimes,
-		printed(r.writeEnvoyBuild),
+		r.writeEnvoyBuild,
 		printed(r.writeEnvoyCompare),
 	} {
 		if err := section(w); err != nil {

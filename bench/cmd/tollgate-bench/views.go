@@ -655,7 +655,7 @@ type targetsView struct {
 	HeldRatio float64
 	HeldMet   bool
 
-	EnvoyBuild []string // envoybuild.go's row
+	EnvoyBuild envoyBuildTarget
 
 	Allocs, DefaultKeyAllocs float64
 	AllocsMet                bool
