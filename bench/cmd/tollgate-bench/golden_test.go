@@ -130,8 +130,6 @@ func fullReport() *report {
 	for i := range r.envoyBuild.Rows {
 		f.fill(reflect.ValueOf(&r.envoyBuild.Rows[i]).Elem())
 	}
-	// Section 13 looks its rows up by limiter and worker count: not run here either.
-	r.envoyCompare = nil
 	// Redis memory by algorithm and fleet shape; ingest by Redis, path and senders.
 	for i := range r.redisMem {
 		r.redisMem[i].Algo = perf.Algorithms[i%len(perf.Algorithms)]
@@ -160,7 +158,46 @@ func fullReport() *report {
 	r.regimes.alone = nil
 	// The sections read these as sorted or as ordered runs.
 	slicesSort(r.firstPairs)
+	r.envoyCompare = envoyFixture(f)
 	return r
+}
+
+// envoyFixture is section 13's comparison: every limiter with 1 and 2 workers, closed
+// rounds, open runs at every fraction and round, a profile and counters.
+func envoyFixture(f *filler) *perf.EnvoyCompare {
+	c := &perf.EnvoyCompare{Version: "envoy  version: 1a2b/1.40.0/Clean/RELEASE/BoringSSL ", Took: 754 * time.Second}
+	f.fill(reflect.ValueOf(&c.Options).Elem())
+	c.Options.Workers, c.Options.Fractions, c.Options.Target = []int{1, 2}, []float64{0.1, 0.25, 0.5, 0.75}, 0.5
+	c.Options.Rounds, c.Options.TargetRounds, c.Options.Keys = 3, 3, 10_000
+	c.Options.Profile, c.Options.Log = nil, nil
+	dsos := []string{"envoy", "[unknown]", "[kernel.kallsyms]", "libc.so.6"}
+	for _, w := range c.Options.Workers {
+		for _, l := range perf.Limiters {
+			row := perf.CompareRow{Limiter: l, Workers: w}
+			for range 3 {
+				var x perf.ClosedRun
+				f.fill(reflect.ValueOf(&x).Elem())
+				row.Closed = append(row.Closed, x)
+			}
+			for _, fr := range c.Options.Fractions {
+				for round := range 3 {
+					var x perf.OpenRun
+					f.fill(reflect.ValueOf(&x).Elem())
+					x.Fraction, x.Round = fr, round
+					row.Open = append(row.Open, x)
+				}
+			}
+			for i, d := range dsos {
+				row.Profile = append(row.Profile, perf.DSOShare{DSO: d, Share: float64(i+1) / 10})
+			}
+			f.fill(reflect.ValueOf(&row.ProfileRun).Elem())
+			row.Stats = []string{"tollgate.acquires=" + itoa(f.next()), "tollgate.requests_allowed=" + itoa(f.next()*1000),
+				"tollgate.requests_cold_admitted=" + itoa(f.next()), "tollgate.requests_rejected=" + itoa(f.next()),
+				"cluster.tollgate.upstream_rq_504=" + itoa(f.next()), "tollgate.bucket_table_slots=65536", "tollgate.checks_failed=0"}
+			c.Rows = append(c.Rows, row)
+		}
+	}
+	return c
 }
 
 func slicesSort(xs []float64) {
@@ -194,6 +231,16 @@ func partialReport() *report {
 	r.topCost = nil
 	r.vmMem = nil
 	r.keyHashMem = nil
+	// Every open run carried its load, no profile and no rejection.
+	c := r.envoyCompare
+	for i := range c.Rows {
+		for j := range c.Rows[i].Open {
+			c.Rows[i].Open[j].Dropped, c.Rows[i].Open[j].Errors = 0, 0
+		}
+		c.Rows[i].Profile = nil
+		c.Rows[i].Stats = c.Rows[i].Stats[:3]
+	}
+	c.ProfileErr = errors.New("perf: not installed")
 	return r
 }
 
@@ -226,6 +273,8 @@ var goldenSections = []struct {
 	{"simregimes", func(r *report, b *bytes.Buffer) error { return r.writeSimRegimes(b) }},
 	{"scale", func(r *report, b *bytes.Buffer) error { return r.writeScale(b, "charts") }},
 	{"envoybuild", func(r *report, b *bytes.Buffer) error { return r.writeEnvoyBuild(b) }},
+	{"envoytargets", func(r *report, b *bytes.Buffer) error { r.writeEnvoyTargets(b); return nil }},
+	{"envoy", func(r *report, b *bytes.Buffer) error { r.chartsRel = "charts"; r.writeEnvoyCompare(b); return nil }},
 	{"report", func(r *report, b *bytes.Buffer) error { return r.write(b, "charts") }},
 }
 
