@@ -274,7 +274,7 @@ var goldenSections = []struct {
 	{"scale", func(r *report, b *bytes.Buffer) error { return r.writeScale(b, "charts") }},
 	{"envoybuild", func(r *report, b *bytes.Buffer) error { return r.writeEnvoyBuild(b) }},
 	{"envoytargets", func(r *report, b *bytes.Buffer) error { r.writeEnvoyTargets(b); return nil }},
-	{"envoy", func(r *report, b *bytes.Buffer) error { r.chartsRel = "charts"; r.writeEnvoyCompare(b); return nil }},
+	{"envoy", func(r *report, b *bytes.Buffer) error { r.chartsRel = "charts"; return r.writeEnvoyCompare(b) }},
 	{"report", func(r *report, b *bytes.Buffer) error { return r.write(b, "charts") }},
 }
 

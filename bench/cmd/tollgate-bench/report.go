@@ -233,7 +233,7 @@ func (r *report) write(w io.Writer, charts string) error {
 		r.writePacedRegimes,
 		r.writeSimRegimes,
 		r.writeEnvoyBuild,
-		printed(r.writeEnvoyCompare),
+		r.writeEnvoyCompare,
 	} {
 		if err := section(w); err != nil {
 			return err

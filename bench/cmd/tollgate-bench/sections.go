@@ -97,7 +97,7 @@ func measureSections(r *report, o options, names []string, splice bool, logger *
 			part{blockSim, r.writeSimRegimes})
 	}
 	if slices.Contains(names, sectionEnvoy) {
-		parts = append(parts, part{blockEnvoyTargets, printed(r.writeEnvoyTargets)}, part{blockEnvoy, printed(r.writeEnvoyCompare)})
+		parts = append(parts, part{blockEnvoyTargets, printed(r.writeEnvoyTargets)}, part{blockEnvoy, r.writeEnvoyCompare})
 	}
 	blocks := map[string]string{}
 	var order []string
