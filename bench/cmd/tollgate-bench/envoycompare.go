@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"log"
 	"os"
 	"slices"
@@ -203,75 +202,6 @@ func (r *report) addedEnvoyCPU(l perf.Limiter, w int) float64 {
 	return cpuOf(c.Row(l, w)).Envoy - cpuOf(c.Row(perf.PassThrough, w)).Envoy
 }
 
-// envoyTargets are the comparison's rows of the Targets table, each judged on every
-// worker count (met only where met with each).
-func (r *report) envoyTargets() [][]string {
-	c := r.envoyCompare
-	if c == nil {
-		return [][]string{{"real Envoy comparison", "not measured", "**missed**"}}
-	}
-	f := c.Options.Target
-	var rows [][]string
-	type part struct {
-		text string
-		ok   bool
-	}
-	judge := func(target string, each func(w int) part) {
-		var texts []string
-		ok := true
-		for _, w := range c.Options.Workers {
-			p := each(w)
-			texts = append(texts, fmt.Sprintf("%d worker%s: %s", w, plural(w), p.text))
-			ok = ok && p.ok
-		}
-		rows = append(rows, []string{target, strings.Join(texts, "; "), yesNo(ok)})
-	}
-	judge("in Envoy: Tollgate synced serves ≥ 85 % of `local_ratelimit`'s requests/s at saturation", func(w int) part {
-		v := r.satRatio(perf.TollgateSynced, perf.LocalRateLimit, w)
-		return part{fmt.Sprintf("%.0f %% (%s vs %s req/s; local only %.0f %%)", 100*v, fmtInt(satMedian(c.Row(perf.TollgateSynced, w))),
-			fmtInt(satMedian(c.Row(perf.LocalRateLimit, w))), 100*r.satRatio(perf.TollgateLocal, perf.LocalRateLimit, w)), v >= 0.85}
-	})
-	wl := slices.Max(c.Options.Workers)
-	cf, carried := r.carriedFraction(wl)
-	note := func(l perf.Limiter, w int) string {
-		if n := r.lostAt(perf.PassThrough, w, f) + r.lostAt(l, w, f); n > 0 {
-			return fmt.Sprintf(" (load not carried: %d requests dropped or lost)", n)
-		}
-		return ""
-	}
-	// At the highest rate every limiter carried, for the largest worker count: what the
-	// limiters add where the machine is not the bottleneck.
-	carriedNote := func(a, b perf.Limiter) string {
-		if !carried || cf == f {
-			return ""
-		}
-		rate := openAt(c.Row(perf.PassThrough, wl), cf)[0].Rate
-		return fmt.Sprintf("; at %s req/s (%s of saturation, the highest rate every limiter carried with %d workers): %s %s vs %s",
-			fmtInt(rate), fmtF(cf, 2), wl, a.Short(), fmtSignedDur(r.added(a, wl, cf, p99)), fmtSignedDur(r.added(b, wl, cf, p99)))
-	}
-	judge("in Envoy: Tollgate's added p99 ≤ `local_ratelimit`'s + 100 µs", func(w int) part {
-		tg, lr, loc := r.added(perf.TollgateSynced, w, f, p99), r.added(perf.LocalRateLimit, w, f, p99), r.added(perf.TollgateLocal, w, f, p99)
-		return part{fmt.Sprintf("synced %s vs %s (local only %s)%s", fmtSignedDur(tg), fmtSignedDur(lr), fmtSignedDur(loc), note(perf.TollgateSynced, w)),
-			tg <= lr+100*time.Microsecond && note(perf.TollgateSynced, w) == ""}
-	})
-	rows[len(rows)-1][1] += carriedNote(perf.TollgateSynced, perf.LocalRateLimit)
-	judge("in Envoy: Tollgate's added p99 ≤ 1/10 of the RLS path's", func(w int) part {
-		tg, rls := r.added(perf.TollgateSynced, w, f, p99), r.added(perf.RLSPath, w, f, p99)
-		return part{fmt.Sprintf("synced %s vs %s%s", fmtSignedDur(tg), fmtSignedDur(rls), note(perf.TollgateSynced, w)),
-			rls > 0 && tg*10 <= rls && note(perf.TollgateSynced, w) == ""}
-	})
-	rows[len(rows)-1][1] += carriedNote(perf.TollgateSynced, perf.RLSPath)
-	judge("in Envoy: total CPU per request (Envoy + service + Redis) ≤ 1/3 of the RLS path's", func(w int) part {
-		tg, rls := cpuOf(c.Row(perf.TollgateSynced, w)).Total(), cpuOf(c.Row(perf.RLSPath, w)).Total()
-		return part{fmt.Sprintf("%s (%s vs %s µs)", fmtRatio(ratio(tg, rls)), fmtF(tg, 1), fmtF(rls, 1)), tg*3 <= rls}
-	})
-	judge("in Envoy (V8): the filter's Envoy CPU per request above pass-through ≤ 1.5× the floor module's", func(w int) part {
-		tg, loc, fl := r.addedEnvoyCPU(perf.TollgateSynced, w), r.addedEnvoyCPU(perf.TollgateLocal, w), r.addedEnvoyCPU(perf.FloorModule, w)
-		return part{fmt.Sprintf("synced %s× (%s vs %s µs), local only %s×", fmtF(ratio(tg, fl), 2), fmtF(tg, 1), fmtF(fl, 1), fmtF(ratio(loc, fl), 2)), fl > 0 && tg <= 1.5*fl}
-	})
-	return rows
-}
-
 // lostAt is the requests l's runs at fraction f with w workers dropped (too many
 // unanswered) or lost (transport errors).
 func (r *report) lostAt(l perf.Limiter, w int, f float64) int64 {
@@ -313,17 +243,6 @@ func plural(n int) string {
 	return "s"
 }
 
-// writeEnvoyTargets is the comparison's block of the Targets section.
-func (r *report) writeEnvoyTargets(w io.Writer) {
-	block(w, blockEnvoyTargets, func(w io.Writer) error {
-		fmt.Fprintf(w, "In a real Envoy against Envoy's own rate limiting ([section 13](%s)); where a wazero row above and\n", envoyCompareAnchor)
-		fmt.Fprintln(w, "one of these measure the same thing, this one is the judge:")
-		fmt.Fprintln(w)
-		table(w, []string{"target", "measured", ""}, r.envoyTargets())
-		return nil
-	})
-}
-
 // profileClasses is row's profile in µs per request by class: Envoy's code, the module's
 // compiled code, the kernel, the rest (nil when not profiled).
 func profileClasses(row *perf.CompareRow) []float64 {
@@ -359,15 +278,6 @@ func satSpread(row *perf.CompareRow) (lo, hi float64) {
 		hi = max(hi, c.PerSec)
 	}
 	return lo, hi
-}
-
-// envoyReadmeRows are the README's rows of the comparison: every target, met or missed.
-func (r *report) envoyReadmeRows() [][]string {
-	var out [][]string
-	for _, t := range r.envoyTargets() {
-		out = append(out, []string{t[0], t[1] + " — " + strings.Trim(t[2], "*")})
-	}
-	return out
 }
 
 // readmeEnvoyPrefix opens every README row of the comparison.

@@ -344,3 +344,139 @@ func (r *report) envoyWhyView(wk int) envoyWhyView {
 func (r *report) writeEnvoyCompare(w io.Writer) error {
 	return block(w, blockEnvoy, func(w io.Writer) error { return render(w, "envoy", r.envoyView()) })
 }
+
+// envoyTarget is one row of the comparison's Targets block (and of the README): its
+// cells rendered from templates/envoytargets.tmpl, and whether it was met.
+type envoyTarget struct {
+	What, Measured string
+	Met            bool
+}
+
+// envoyJudged is a target judged on every worker count: met only where met with each.
+type envoyJudged[T any] struct {
+	Workers []T
+	Met     bool
+	Carried *envoyCarried // the added p99 at the highest rate every limiter carried
+}
+
+// envoyCarried is two limiters' added p99 at the highest rate every limiter carried
+// with the most workers, when that is not the target's rate.
+type envoyCarried struct {
+	Rate, Fraction float64
+	Workers        int
+	A, B           string
+	AddedA, AddedB time.Duration
+}
+
+type envoySatTarget struct {
+	Label            string
+	Pct, LocalPct    float64
+	SyncedRPS, LrRPS float64
+}
+
+type envoyP99Target struct {
+	Label         string
+	Synced, Other time.Duration // against local_ratelimit or the RLS path
+	Local         time.Duration // Tollgate local only
+	Lost          int64         // requests dropped or lost at the target's rate
+}
+
+type envoyCPUTarget struct {
+	Label              string
+	Ratio, Synced, RLS float64
+}
+
+type envoyFloorTarget struct {
+	Label                       string
+	Ratio, Synced, Floor, Local float64 // Local: local only over the floor
+}
+
+// envoyTargets are the comparison's rows of the Targets table, each judged on every
+// worker count.
+func (r *report) envoyTargets() ([]envoyTarget, error) {
+	c := r.envoyCompare
+	if c == nil {
+		return []envoyTarget{{"real Envoy comparison", "not measured", false}}, nil
+	}
+	f := c.Options.Target
+	lost := func(l perf.Limiter, w int) int64 { return r.lostAt(perf.PassThrough, w, f) + r.lostAt(l, w, f) }
+	wl := slices.Max(c.Options.Workers)
+	cf, carried := r.carriedFraction(wl)
+	carriedAt := func(a, b perf.Limiter) *envoyCarried {
+		if !carried || cf == f {
+			return nil
+		}
+		return &envoyCarried{Rate: openAt(c.Row(perf.PassThrough, wl), cf)[0].Rate, Fraction: cf, Workers: wl,
+			A: a.Short(), B: b.Short(), AddedA: r.added(a, wl, cf, p99), AddedB: r.added(b, wl, cf, p99)}
+	}
+	sat := envoyJudged[envoySatTarget]{Met: true}
+	p99Local := envoyJudged[envoyP99Target]{Met: true, Carried: carriedAt(perf.TollgateSynced, perf.LocalRateLimit)}
+	p99RLS := envoyJudged[envoyP99Target]{Met: true, Carried: carriedAt(perf.TollgateSynced, perf.RLSPath)}
+	cpu := envoyJudged[envoyCPUTarget]{Met: true}
+	floor := envoyJudged[envoyFloorTarget]{Met: true}
+	for _, w := range c.Options.Workers {
+		label := workersLabel(w)
+		v := r.satRatio(perf.TollgateSynced, perf.LocalRateLimit, w)
+		sat.Workers = append(sat.Workers, envoySatTarget{label, 100 * v, 100 * r.satRatio(perf.TollgateLocal, perf.LocalRateLimit, w),
+			satMedian(c.Row(perf.TollgateSynced, w)), satMedian(c.Row(perf.LocalRateLimit, w))})
+		sat.Met = sat.Met && v >= 0.85
+
+		tg, n := r.added(perf.TollgateSynced, w, f, p99), lost(perf.TollgateSynced, w)
+		lr, loc, rls := r.added(perf.LocalRateLimit, w, f, p99), r.added(perf.TollgateLocal, w, f, p99), r.added(perf.RLSPath, w, f, p99)
+		p99Local.Workers = append(p99Local.Workers, envoyP99Target{label, tg, lr, loc, n})
+		p99Local.Met = p99Local.Met && tg <= lr+100*time.Microsecond && n == 0
+		p99RLS.Workers = append(p99RLS.Workers, envoyP99Target{label, tg, rls, 0, n})
+		p99RLS.Met = p99RLS.Met && rls > 0 && tg*10 <= rls && n == 0
+
+		tgCPU, rlsCPU := cpuOf(c.Row(perf.TollgateSynced, w)).Total(), cpuOf(c.Row(perf.RLSPath, w)).Total()
+		cpu.Workers = append(cpu.Workers, envoyCPUTarget{label, ratio(tgCPU, rlsCPU), tgCPU, rlsCPU})
+		cpu.Met = cpu.Met && tgCPU*3 <= rlsCPU
+
+		sy, lo, fl := r.addedEnvoyCPU(perf.TollgateSynced, w), r.addedEnvoyCPU(perf.TollgateLocal, w), r.addedEnvoyCPU(perf.FloorModule, w)
+		floor.Workers = append(floor.Workers, envoyFloorTarget{label, ratio(sy, fl), sy, fl, ratio(lo, fl)})
+		floor.Met = floor.Met && fl > 0 && sy <= 1.5*fl
+	}
+	var out []envoyTarget
+	for _, t := range []struct {
+		name string
+		view any
+		met  bool
+	}{{"sat", sat, sat.Met}, {"p99Local", p99Local, p99Local.Met}, {"p99RLS", p99RLS, p99RLS.Met}, {"cpu", cpu, cpu.Met}, {"floor", floor, floor.Met}} {
+		var what, measured strings.Builder
+		if err := render(&what, "envoyTarget."+t.name+".what", nil); err != nil {
+			return nil, err
+		}
+		if err := render(&measured, "envoyTarget."+t.name+".measured", t.view); err != nil {
+			return nil, err
+		}
+		out = append(out, envoyTarget{what.String(), measured.String(), t.met})
+	}
+	return out, nil
+}
+
+// writeEnvoyTargets is the comparison's block of the Targets section.
+func (r *report) writeEnvoyTargets(w io.Writer) error {
+	targets, err := r.envoyTargets()
+	if err != nil {
+		return err
+	}
+	return block(w, blockEnvoyTargets, func(w io.Writer) error {
+		return render(w, "envoytargets", struct {
+			Anchor  string
+			Targets []envoyTarget
+		}{envoyCompareAnchor, targets})
+	})
+}
+
+// envoyReadmeRows are the README's rows of the comparison: every target, met or missed.
+func (r *report) envoyReadmeRows() ([][]string, error) {
+	targets, err := r.envoyTargets()
+	if err != nil {
+		return nil, err
+	}
+	var out [][]string
+	for _, t := range targets {
+		out = append(out, []string{t.What, t.Measured + " — " + strings.Trim(yesNo(t.Met), "*")})
+	}
+	return out, nil
+}

@@ -15,7 +15,7 @@ const (
 )
 
 // readmeRows are the headline numbers of the run, each with its bound.
-func (r *report) readmeRows() [][]string {
+func (r *report) readmeRows() ([][]string, error) {
 	l := r.loads
 	tg, rr := l["steady tollgate"], l["steady redis_rate"]
 	hot, hotRR := l["steady tollgate 100 keys"], l["steady redis_rate 100 keys"]
@@ -37,7 +37,8 @@ func (r *report) readmeRows() [][]string {
 		rows = append(rows, []string{"decisions vs redis_rate's GCRA (same Redis)", fmt.Sprintf("%d of %d differ off a boundary; retry-after within %.1f µs", d.Flips-d.BoundaryFlips, d.Steps, d.MaxRetryDiffUs)})
 	}
 	rows = append(rows, []string{"the module a user pulls, and in Envoy", r.envoyModuleLine()})
-	return append(rows, r.envoyReadmeRows()...)
+	envoy, err := r.envoyReadmeRows()
+	return append(rows, envoy...), err
 }
 
 // writeReadme replaces the measured table of the README at path.
@@ -54,7 +55,11 @@ func (r *report) writeReadme(path string) error {
 	b.WriteString(readmeBegin + "\n\n")
 	fmt.Fprintf(&b, "From the `make bench` run of %s (2 shared cores; details and caveats in [BENCHMARKS.md](BENCHMARKS.md)).\n\n",
 		r.started.Format("2006-01-02"))
-	table(&b, []string{"", ""}, r.readmeRows())
+	rows, err := r.readmeRows()
+	if err != nil {
+		return err
+	}
+	table(&b, []string{"", ""}, rows)
 	out := append(append(append([]byte{}, old[:i]...), b.String()...), old[j:]...)
 	return os.WriteFile(path, out, 0o644)
 }

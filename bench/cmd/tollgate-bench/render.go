@@ -46,9 +46,17 @@ var templateFuncs = template.FuncMap{
 
 var sectionTemplates = template.Must(template.New("").Funcs(templateFuncs).ParseFS(templateFS, "templates/*.tmpl"))
 
-// render writes the section template name (templates/<name>.tmpl) with view.
+// render writes the template name with view: a section's file (templates/<name>.tmpl)
+// or a template one of them defines.
 func render(w io.Writer, name string, view any) error {
-	if err := sectionTemplates.ExecuteTemplate(w, name+".tmpl", view); err != nil {
+	t := sectionTemplates.Lookup(name)
+	if t == nil {
+		t = sectionTemplates.Lookup(name + ".tmpl")
+	}
+	if t == nil {
+		return fmt.Errorf("no template %q", name)
+	}
+	if err := t.Execute(w, view); err != nil {
 		return fmt.Errorf("section %s: %w", name, err)
 	}
 	return nil

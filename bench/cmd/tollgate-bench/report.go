@@ -206,10 +206,6 @@ func ratio(a, b float64) float64 {
 // write is the whole report: the header, the Targets tables, the sections in order.
 func (r *report) write(w io.Writer, charts string) error {
 	r.chartsRel = charts
-	// printed adapts a section that writes as it goes and cannot fail.
-	printed := func(write func(io.Writer)) func(io.Writer) error {
-		return func(w io.Writer) error { write(w); return nil }
-	}
 	withCharts := func(write func(io.Writer, string) error) func(io.Writer) error {
 		return func(w io.Writer) error { return write(w, charts) }
 	}
@@ -217,7 +213,7 @@ func (r *report) write(w io.Writer, charts string) error {
 		r.writeHeader,
 		r.writeTargets,
 		r.writeRegimeTargets,
-		printed(r.writeEnvoyTargets),
+		r.writeEnvoyTargets,
 		withCharts(r.writeScale),
 		r.writeCost,
 		withCharts(r.writeLoad),

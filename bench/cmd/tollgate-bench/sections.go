@@ -84,9 +84,6 @@ func measureSections(r *report, o options, names []string, splice bool, logger *
 		name  string
 		write func(io.Writer) error
 	}
-	printed := func(write func(io.Writer)) func(io.Writer) error {
-		return func(w io.Writer) error { write(w); return nil }
-	}
 	var parts []part
 	if slices.Contains(names, sectionRegimes) {
 		parts = append(parts, part{blockPacedTargets, func(w io.Writer) error { return r.writeRegimeTarget(w, blockPacedTargets) }},
@@ -97,7 +94,7 @@ func measureSections(r *report, o options, names []string, splice bool, logger *
 			part{blockSim, r.writeSimRegimes})
 	}
 	if slices.Contains(names, sectionEnvoy) {
-		parts = append(parts, part{blockEnvoyTargets, printed(r.writeEnvoyTargets)}, part{blockEnvoy, r.writeEnvoyCompare})
+		parts = append(parts, part{blockEnvoyTargets, r.writeEnvoyTargets}, part{blockEnvoy, r.writeEnvoyCompare})
 	}
 	blocks := map[string]string{}
 	var order []string
@@ -115,7 +112,11 @@ func measureSections(r *report, o options, names []string, splice bool, logger *
 			if err != nil {
 				return fmt.Errorf("readme: %w", err)
 			}
-			doc, err := spliceReadmeRows(string(old), r.envoyReadmeRows())
+			rows, err := r.envoyReadmeRows()
+			if err != nil {
+				return err
+			}
+			doc, err := spliceReadmeRows(string(old), rows)
 			if err != nil {
 				return err
 			}
