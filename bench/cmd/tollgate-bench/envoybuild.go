@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"fmt"
 	"io"
 	"log"
 	"os"
@@ -75,8 +74,6 @@ func spliceSection(doc []byte, heading string, sec []byte) []byte {
 	return append(out, doc[end:]...)
 }
 
-func ms(d time.Duration) string { return fmtF(float64(d)/1e6, 0) }
-
 func minMax(xs []time.Duration) (lo, hi time.Duration) {
 	for i, x := range xs {
 		if i == 0 || x < lo {
@@ -87,18 +84,6 @@ func minMax(xs []time.Duration) (lo, hi time.Duration) {
 		}
 	}
 	return lo, hi
-}
-
-// envoyModuleLine is the README's row on the shipped module in Envoy.
-func (r *report) envoyModuleLine() string {
-	c := r.envoyBuild
-	if len(c.Rows) == 0 {
-		return "not measured"
-	}
-	s := c.Rows[0]
-	_, st, stc := s.Median()
-	return fmt.Sprintf("%s MB gzip (%s MB); start-up %s ms (%s ms CPU), %s MiB per VM in Envoy %s", fmtF(float64(s.GzipBytes)/1e6, 2),
-		fmtF(float64(s.Bytes)/1e6, 2), ms(st), ms(stc), fmtF(c.MemoryPerVM(s)/(1<<20), 1), c.Options.Release)
 }
 
 // envoyBuildView is section 12, the build steps measured in Envoy.

@@ -275,14 +275,7 @@ var goldenSections = []struct {
 	{"envoybuild", func(r *report, b *bytes.Buffer) error { return r.writeEnvoyBuild(b) }},
 	{"envoytargets", func(r *report, b *bytes.Buffer) error { r.writeEnvoyTargets(b); return nil }},
 	{"envoy", func(r *report, b *bytes.Buffer) error { r.chartsRel = "charts"; return r.writeEnvoyCompare(b) }},
-	{"readme", func(r *report, b *bytes.Buffer) error {
-		rows, err := r.readmeRows()
-		if err != nil {
-			return err
-		}
-		table(b, []string{"", ""}, rows)
-		return nil
-	}},
+	{"readme", func(r *report, b *bytes.Buffer) error { return r.writeReadmeTable(b) }},
 	{"report", func(r *report, b *bytes.Buffer) error { return r.write(b, "charts") }},
 }
 

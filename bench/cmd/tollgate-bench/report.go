@@ -164,19 +164,6 @@ func yesNo(ok bool) string {
 	return "**missed**"
 }
 
-func table(w io.Writer, header []string, rows [][]string) {
-	fmt.Fprintf(w, "| %s |\n", strings.Join(header, " | "))
-	seps := make([]string, len(header))
-	for i := range seps {
-		seps[i] = "---"
-	}
-	fmt.Fprintf(w, "|%s|\n", strings.Join(seps, "|"))
-	for _, r := range rows {
-		fmt.Fprintf(w, "| %s |\n", strings.Join(r, " | "))
-	}
-	fmt.Fprintln(w)
-}
-
 // cost returns the decision cost row of a module by position: 0 empty, 1 floor,
 // 2 filter (header key), 3 filter (default key), 4 and 5 the first version's floor and
 // filter (header key) when they were built.
