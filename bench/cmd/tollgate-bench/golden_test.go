@@ -273,16 +273,17 @@ var goldenSections = []struct {
 	{"simregimes", func(r *report, b *bytes.Buffer) error { return r.writeSimRegimes(b) }},
 	{"scale", func(r *report, b *bytes.Buffer) error { return r.writeScale(b, "charts") }},
 	{"envoybuild", func(r *report, b *bytes.Buffer) error { return r.writeEnvoyBuild(b) }},
-	{"envoytargets", func(r *report, b *bytes.Buffer) error { r.writeEnvoyTargets(b); return nil }},
+	{"envoytargets", func(r *report, b *bytes.Buffer) error { return r.writeEnvoyTargets(b) }},
 	{"envoy", func(r *report, b *bytes.Buffer) error { r.chartsRel = "charts"; return r.writeEnvoyCompare(b) }},
 	{"readme", func(r *report, b *bytes.Buffer) error { return r.writeReadmeTable(b) }},
 	{"report", func(r *report, b *bytes.Buffer) error { return r.write(b, "charts") }},
 }
 
-// TestGolden renders each section from fixed data, full and empty, and compares it with
+// TestGolden renders each section from fixed data (every measurement filled, the other
+// side of each branch, nothing measured) and compares it with
 // testdata/<fixture>/<section>.md byte for byte. The golden files were written by the
-// report's code before its prose moved into templates, so they also hold the templates
-// to the text the report printed before. After a deliberate change of wording, run
+// report's code as it printed its prose, before the templates, so they hold the templates
+// to that text. After a deliberate change of wording, run
 // `go test ./bench/cmd/tollgate-bench -run Golden -update` and review the diff.
 func TestGolden(t *testing.T) {
 	for _, fx := range []struct {
