@@ -364,7 +364,7 @@ type envoyJudged[T any] struct {
 type envoyCarried struct {
 	Rate, Fraction float64
 	Workers        int
-	A, B           string
+	A              string // the first limiter's short name
 	AddedA, AddedB time.Duration
 }
 
@@ -407,7 +407,7 @@ func (r *report) envoyTargets() ([]envoyTarget, error) {
 			return nil
 		}
 		return &envoyCarried{Rate: openAt(c.Row(perf.PassThrough, wl), cf)[0].Rate, Fraction: cf, Workers: wl,
-			A: a.Short(), B: b.Short(), AddedA: r.added(a, wl, cf, p99), AddedB: r.added(b, wl, cf, p99)}
+			A: a.Short(), AddedA: r.added(a, wl, cf, p99), AddedB: r.added(b, wl, cf, p99)}
 	}
 	sat := envoyJudged[envoySatTarget]{Met: true}
 	p99Local := envoyJudged[envoyP99Target]{Met: true, Carried: carriedAt(perf.TollgateSynced, perf.LocalRateLimit)}
