@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"fmt"
 	"io"
 	"log"
 	"os"
@@ -47,7 +46,9 @@ func measureEnvoyBuildOnly(r *report, o options, logger *log.Logger) error {
 		return err
 	}
 	var sec bytes.Buffer
-	r.writeEnvoyBuild(&sec)
+	if err := r.writeEnvoyBuild(&sec); err != nil {
+		return err
+	}
 	out := spliceSection(old, envoyBuildHeading, sec.Bytes())
 	logger.Printf("rewrote %q in %s", envoyBuildHeading, o.out)
 	return os.WriteFile(o.out, out, 0o644)
@@ -73,97 +74,6 @@ func spliceSection(doc []byte, heading string, sec []byte) []byte {
 	return append(out, doc[end:]...)
 }
 
-func ms(d time.Duration) string { return fmtF(float64(d)/1e6, 0) }
-
-// writeEnvoyBuild is section 12.
-func (r *report) writeEnvoyBuild(w io.Writer) {
-	c := r.envoyBuild
-	if len(c.Rows) == 0 {
-		return
-	}
-	o := c.Options
-	fmt.Fprintln(w, envoyBuildHeading)
-	fmt.Fprintln(w)
-	fmt.Fprintf(w, "The steps `filter/wasmbuild` adds after the Go toolchain were tuned on wazero; this section judges\n")
-	fmt.Fprintf(w, "them in Envoy %s (V8), measured %s on the benchmark machine (load average %s at the start; `go run\n",
-		o.Release, r.started.Format("2006-01-02 15:04 MST"), r.machine.loadAvg)
-	fmt.Fprintln(w, "./bench/cmd/tollgate-bench -envoy-build-only` rewrites this section alone). Each variant of the")
-	fmt.Fprintln(w, "filter runs in Envoy from the shipped `envoy.yaml` (addresses, ports and paths substituted),")
-	fmt.Fprintln(w, "`--concurrency 2`, with the sync service on a real Redis; the last row is the same Envoy with the")
-	fmt.Fprintln(w, "Wasm filter cut out of the chain. Two phases:")
-	fmt.Fprintln(w)
-	fmt.Fprintf(w, "- *start-up*: %d times, every variant's Envoy is started in turn (the order rotated each time).\n", o.Starts)
-	fmt.Fprintln(w, "  *Start-up* is, from Envoy's log (microsecond stamps), the listener's load, where the filter's")
-	fmt.Fprintln(w, "  configuration is read, to the last VM's `tollgate: started` line: V8 compiling the module and")
-	fmt.Fprintln(w, "  every VM started (the main thread's and one per worker), as after a configuration load.")
-	fmt.Fprintln(w, "  *Start-up CPU* is the Envoy process's CPU from exec to `/ready` answering LIVE (V8 compiles on")
-	fmt.Fprintln(w, "  threads of its own, and on a shared machine the wall time moves with other work).")
-	fmt.Fprintf(w, "- *CPU/request*: the last start of each stays up and gets %s of warm-up; then in each of %d cycles\n", o.Warmup, o.Cycles)
-	fmt.Fprintf(w, "  every Envoy in turn (the order rotated by cycle) is driven for %s at %s requests/s over %d\n", o.Chunk, fmtInt(o.Rate), o.Conns)
-	fmt.Fprintln(w, "  keep-alive connections (GET, 100 keys that stay under their limit), and its user + system")
-	fmt.Fprintln(w, "  time over the chunk (`/proc/PID/stat`, all threads) is divided by the chunk's requests. The")
-	fmt.Fprintln(w, "  chunks of one cycle are seconds apart, so other work on the machine weighs on them alike;")
-	fmt.Fprintln(w, "  *vs shipped* is the median over the cycles of the variant's over the shipped build's.")
-	fmt.Fprintln(w, "  *filter* is the median CPU/request above Envoy without the filter.")
-	fmt.Fprintln(w, "- *memory/VM*: Envoy's RSS after the cycles above Envoy without the filter's, over the active V8")
-	fmt.Fprintln(w, "  VMs (`wasm.envoy.wasm.runtime.v8.active`). *gzip*: the module compressed with gzip -9, what a")
-	fmt.Fprintln(w, "  user pulls.")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Medians, spread min–max in brackets:")
-	fmt.Fprintln(w)
-	shipped := c.Rows[0]
-	_, ss, ssc := shipped.Median()
-	bc, bs, bsc := c.Baseline.Median()
-	var rows [][]string
-	for _, row := range c.Rows {
-		cpu, st, stc := row.Median()
-		rows = append(rows, []string{row.Name, fmtF(float64(row.Bytes)/1e6, 2) + " MB", fmtF(float64(row.GzipBytes)/1e6, 2) + " MB",
-			fmtF(float64(cpu)/1e3, 0) + " (" + spreadUs(row.CPU) + ")", fmtF(float64(cpu-bc)/1e3, 0),
-			ms(st) + " (" + spreadMs(row.Startup) + ")", ms(stc) + " (" + spreadMs(row.StartCPU) + ")",
-			fmtF(c.MemoryPerVM(row)/(1<<20), 1) + " MiB", fmt.Sprint(row.VMs),
-			fmtF(perf.PairedCPU(row, shipped), 3) + " / " + fmtF(float64(st)/float64(ss), 3) + " / " +
-				fmtF(float64(stc)/float64(ssc), 3) + " / " + fmtF(float64(row.GzipBytes)/float64(shipped.GzipBytes), 3)})
-	}
-	rows = append(rows, []string{c.Baseline.Name, "–", "–", fmtF(float64(bc)/1e3, 0) + " (" + spreadUs(c.Baseline.CPU) + ")", "0",
-		ms(bs) + " (" + spreadMs(c.Baseline.Startup) + ")", ms(bsc) + " (" + spreadMs(c.Baseline.StartCPU) + ")", "–", "0",
-		fmtF(perf.PairedCPU(c.Baseline, shipped), 3) + " / – / – / –"})
-	table(w, []string{"variant", "module", "gzip", "CPU/request µs", "filter µs", "start-up ms", "start-up CPU ms", "memory/VM", "VMs",
-		"vs shipped: CPU/request, start-up, start-up CPU, gzip"}, rows)
-	ncpu, nst, nstc := c.Noise()
-	fmt.Fprintf(w, "The A/A control, the shipped build in a second Envoy, lands %s from it in CPU per request,\n", pctAbs(ncpu))
-	fmt.Fprintf(w, "%s in start-up and %s in start-up CPU: differences up to those are the benchmark machine's noise.\n", pctAbs(nst), pctAbs(nstc))
-	fmt.Fprintf(w, "A step is kept only where it saves at least %.0f %%, and more than that noise, of Envoy's CPU per\n", 100*perf.StepPays)
-	fmt.Fprintln(w, "request, or of the start-up in both its time and its CPU:")
-	fmt.Fprintln(w)
-	var steps [][]string
-	for _, s := range perf.EnvoyBuildSteps {
-		cpu, st, stCPU := c.Gain(s)
-		verdict := "does not pay"
-		if c.Pays(s) {
-			verdict = "pays"
-		}
-		with, without := c.Rows[s.With], c.Rows[s.Without]
-		steps = append(steps, []string{s.Step, with.Name + " vs " + without.Name, pctSigned(cpu), pctSigned(st), pctSigned(stCPU),
-			fmtF(c.MemoryPerVM(with)/(1<<20)-c.MemoryPerVM(without)/(1<<20), 1) + " MiB",
-			pctSigned(1 - float64(with.GzipBytes)/float64(without.GzipBytes)), verdict})
-	}
-	table(w, []string{"step", "compared", "CPU/request saved", "start-up saved", "start-up CPU saved", "memory/VM added", "gzip saved", "in Envoy"}, steps)
-}
-
-func pctSigned(f float64) string { return fmt.Sprintf("%+.1f %%", 100*f) }
-
-func pctAbs(f float64) string { return fmt.Sprintf("%.1f %%", 100*f) }
-
-func spreadUs(xs []time.Duration) string {
-	lo, hi := minMax(xs)
-	return fmtF(float64(lo)/1e3, 0) + "–" + fmtF(float64(hi)/1e3, 0)
-}
-
-func spreadMs(xs []time.Duration) string {
-	lo, hi := minMax(xs)
-	return ms(lo) + "–" + ms(hi)
-}
-
 func minMax(xs []time.Duration) (lo, hi time.Duration) {
 	for i, x := range xs {
 		if i == 0 || x < lo {
@@ -176,35 +86,118 @@ func minMax(xs []time.Duration) (lo, hi time.Duration) {
 	return lo, hi
 }
 
-// envoyBuildTarget is the targets table's row: the build keeps exactly the steps that pay
-// in Envoy.
-func (r *report) envoyBuildTarget() []string {
-	c := r.envoyBuild
-	if len(c.Rows) == 0 {
-		return []string{"build steps kept only where they pay in Envoy", "not measured", "**missed**"}
-	}
-	var parts []string
-	met := true
-	for _, s := range perf.EnvoyBuildSteps {
-		cpu, st, stc := c.Gain(s)
-		state := "removed"
-		if s.Shipped {
-			state = "kept"
-		}
-		met = met && c.Pays(s) == s.Shipped
-		parts = append(parts, fmt.Sprintf("%s %s (CPU/request %s, start-up %s, start-up CPU %s)", strings.SplitN(s.Step, " (", 2)[0], state, pctSigned(cpu), pctSigned(st), pctSigned(stc)))
-	}
-	return []string{fmt.Sprintf("build steps kept only where they save ≥ %.0f %% of CPU/request or start-up in Envoy", 100*perf.StepPays), strings.Join(parts, "; "), yesNo(met)}
+// envoyBuildView is section 12, the build steps measured in Envoy.
+type envoyBuildView struct {
+	Release, Started, LoadAvg string
+	Options                   perf.EnvoyBuildOptions
+	Rows                      []envoyVariantRow
+	Baseline                  envoyVariantRow
+	NoiseCPU, NoiseStartup    float64
+	NoiseStartCPU             float64
+	StepPaysPct               float64
+	Steps                     []envoyStepRow
 }
 
-// envoyModuleLine is the README's row on the shipped module in Envoy.
-func (r *report) envoyModuleLine() string {
+// envoyVariantRow is one variant of the filter in Envoy (or Envoy without it): medians
+// and their spread over the rounds, and its ratios to the shipped build.
+type envoyVariantRow struct {
+	Name                         string
+	MB, GzipMB                   float64
+	CPUUs, CPULoUs, CPUHiUs      float64
+	FilterUs                     float64 // CPU/request above Envoy without the filter
+	StartupMs, StartupLo         float64
+	StartupHi                    float64
+	StartCPUMs, StartCPULo       float64
+	StartCPUHi                   float64
+	MemMiB                       float64
+	VMs                          int
+	VsCPU, VsStartup, VsStartCPU float64
+	VsGzip                       float64
+}
+
+// envoyStepRow is one build step judged in Envoy.
+type envoyStepRow struct {
+	Step, With, Without          string
+	CPU, Startup, StartCPU, Gzip float64 // saved, as fractions
+	MemAddedMiB                  float64
+	Pays                         bool
+}
+
+func msOf(d time.Duration) float64 { return float64(d) / 1e6 }
+func usOf(d time.Duration) float64 { return float64(d) / 1e3 }
+
+func newEnvoyVariantRow(c perf.EnvoyBuildCost, row, shipped perf.EnvoyBuildRow) envoyVariantRow {
+	cpu, st, stc := row.Median()
+	bc, _, _ := c.Baseline.Median()
+	_, ss, ssc := shipped.Median()
+	v := envoyVariantRow{Name: row.Name, MB: float64(row.Bytes) / 1e6, GzipMB: float64(row.GzipBytes) / 1e6,
+		CPUUs: usOf(cpu), FilterUs: usOf(cpu - bc), StartupMs: msOf(st), StartCPUMs: msOf(stc),
+		MemMiB: c.MemoryPerVM(row) / (1 << 20), VMs: row.VMs,
+		VsCPU: perf.PairedCPU(row, shipped), VsStartup: float64(st) / float64(ss), VsStartCPU: float64(stc) / float64(ssc),
+		VsGzip: float64(row.GzipBytes) / float64(shipped.GzipBytes)}
+	lo, hi := minMax(row.CPU)
+	v.CPULoUs, v.CPUHiUs = usOf(lo), usOf(hi)
+	lo, hi = minMax(row.Startup)
+	v.StartupLo, v.StartupHi = msOf(lo), msOf(hi)
+	lo, hi = minMax(row.StartCPU)
+	v.StartCPULo, v.StartCPUHi = msOf(lo), msOf(hi)
+	return v
+}
+
+func (r *report) envoyBuildView() envoyBuildView {
 	c := r.envoyBuild
-	if len(c.Rows) == 0 {
-		return "not measured"
+	shipped := c.Rows[0]
+	v := envoyBuildView{Release: c.Options.Release, Started: r.started.Format("2006-01-02 15:04 MST"), LoadAvg: r.machine.loadAvg,
+		Options: c.Options, Baseline: newEnvoyVariantRow(c, c.Baseline, shipped), StepPaysPct: 100 * perf.StepPays}
+	for _, row := range c.Rows {
+		v.Rows = append(v.Rows, newEnvoyVariantRow(c, row, shipped))
 	}
-	s := c.Rows[0]
-	_, st, stc := s.Median()
-	return fmt.Sprintf("%s MB gzip (%s MB); start-up %s ms (%s ms CPU), %s MiB per VM in Envoy %s", fmtF(float64(s.GzipBytes)/1e6, 2),
-		fmtF(float64(s.Bytes)/1e6, 2), ms(st), ms(stc), fmtF(c.MemoryPerVM(s)/(1<<20), 1), c.Options.Release)
+	v.NoiseCPU, v.NoiseStartup, v.NoiseStartCPU = c.Noise()
+	for _, s := range perf.EnvoyBuildSteps {
+		with, without := c.Rows[s.With], c.Rows[s.Without]
+		row := envoyStepRow{Step: s.Step, With: with.Name, Without: without.Name, Pays: c.Pays(s),
+			MemAddedMiB: c.MemoryPerVM(with)/(1<<20) - c.MemoryPerVM(without)/(1<<20),
+			Gzip:        1 - float64(with.GzipBytes)/float64(without.GzipBytes)}
+		row.CPU, row.Startup, row.StartCPU = c.Gain(s)
+		v.Steps = append(v.Steps, row)
+	}
+	return v
+}
+
+// writeEnvoyBuild is section 12 (nothing when it was not measured).
+func (r *report) writeEnvoyBuild(w io.Writer) error {
+	if len(r.envoyBuild.Rows) == 0 {
+		return nil
+	}
+	return render(w, "envoybuild", r.envoyBuildView())
+}
+
+// envoyBuildTarget is the Targets table's row: the build keeps exactly the steps that
+// pay in Envoy.
+type envoyBuildTarget struct {
+	Measured    bool
+	StepPaysPct float64
+	Steps       []envoyStepTarget
+	Met         bool
+}
+
+type envoyStepTarget struct {
+	Step                   string // its name, without the explanation in brackets
+	Kept                   bool
+	CPU, Startup, StartCPU float64
+}
+
+func (r *report) envoyBuildTarget() envoyBuildTarget {
+	c := r.envoyBuild
+	t := envoyBuildTarget{Measured: len(c.Rows) > 0, StepPaysPct: 100 * perf.StepPays, Met: len(c.Rows) > 0}
+	if !t.Measured {
+		return t
+	}
+	for _, s := range perf.EnvoyBuildSteps {
+		st := envoyStepTarget{Step: strings.SplitN(s.Step, " (", 2)[0], Kept: s.Shipped}
+		st.CPU, st.Startup, st.StartCPU = c.Gain(s)
+		t.Steps = append(t.Steps, st)
+		t.Met = t.Met && c.Pays(s) == s.Shipped
+	}
+	return t
 }

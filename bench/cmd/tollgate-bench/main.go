@@ -9,6 +9,13 @@
 // redis-servers it starts, so every number of one report comes from one run on one
 // machine.
 //
+// Measuring and writing are apart: each section's numbers (ratios, shares, met or
+// missed) are computed once into a view, a struct (views.go and the section's own file),
+// and templates/<section>.tmpl holds the section's prose and renders the view through
+// the number formatters of render.go. The golden files under testdata hold the rendered
+// report for fixed data; after a deliberate change of wording,
+// `go test ./bench/cmd/tollgate-bench -run Golden -update` rewrites them.
+//
 //	go run ./bench/cmd/tollgate-bench -out BENCHMARKS.md
 //	go run ./bench/cmd/tollgate-bench -rls-only   # the gRPC section alone, printed
 //	go run ./bench/cmd/tollgate-bench -envoy-build-only   # section 12 alone, rewritten in -out
@@ -492,8 +499,7 @@ func measureRLSOnly(r *report, o options, logger *log.Logger, stdout io.Writer) 
 	if r.rls, err = perf.CompareRLS(o.rlsBin, rdb, rlsOptions(o), rlsKeys); err != nil {
 		return err
 	}
-	r.writeRLS(stdout)
-	return nil
+	return r.writeRLS(stdout)
 }
 
 // Workload constants, quoted in the report.

@@ -4,6 +4,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"text/template"
 	"time"
 
 	"github.com/tollgate-rl/tollgate/bench/perf"
@@ -80,5 +81,46 @@ func TestHTTPMedianRound(t *testing.T) {
 				t.Fatalf("note %q, want %q", got, c.note)
 			}
 		})
+	}
+}
+
+// TestTemplateFuncs: the formatters the section templates call, as a template calls them.
+func TestTemplateFuncs(t *testing.T) {
+	cases := []struct {
+		tmpl string
+		data any
+		want string
+	}{
+		{"{{int .}}", 1234567.4, "1,234,567"},
+		{"{{int .}}", int64(-1234), "-1,234"},
+		{"{{int .}}", 42, "42"},
+		{"{{f 2 .}}", 1.005, "1.00"},
+		{"{{f 0 .}}", 7, "7"},
+		{"{{dur .}}", 1500 * time.Microsecond, "1.50 ms"},
+		{"{{sdur .}}", -850 * time.Microsecond, "−850.0 µs"},
+		{"{{times .}}", 0.02, "1/50"},
+		{"{{pct 0 .}}", 0.845, "84 %"},
+		{"{{spct 1 .}}", 0.015, "+1.5 %"},
+		{"{{spct 1 .}}", -0.2, "-20.0 %"},
+		{"{{g .}}", 0.05, "0.05"},
+		{"{{met .}}", true, "**met**"},
+		{"{{met .}}", false, "**missed**"},
+	}
+	for _, c := range cases {
+		t.Run(c.tmpl+"/"+c.want, func(t *testing.T) {
+			var b strings.Builder
+			tm := template.Must(template.New("").Funcs(templateFuncs).Parse(c.tmpl))
+			if err := tm.Execute(&b, c.data); err != nil {
+				t.Fatal(err)
+			}
+			if b.String() != c.want {
+				t.Fatalf("got %q, want %q", b.String(), c.want)
+			}
+		})
+	}
+	// A number of a kind the views do not hold is the template's mistake, an error.
+	tm := template.Must(template.New("").Funcs(templateFuncs).Parse("{{int .}}"))
+	if err := tm.Execute(io.Discard, "12"); err == nil {
+		t.Fatal("no error for a string")
 	}
 }

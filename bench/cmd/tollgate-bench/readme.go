@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
-	"strings"
+
+	"github.com/tollgate-rl/tollgate/bench/perf"
 )
 
 // The README's measured table lives between these markers; `make bench` rewrites it from
@@ -14,30 +16,58 @@ const (
 	readmeEnd   = "<!-- measured:end -->"
 )
 
-// readmeRows are the headline numbers of the run, each with its bound.
-func (r *report) readmeRows() [][]string {
+// readmeView is the README's measured table: the run's headline numbers, each with its
+// bound.
+type readmeView struct {
+	Date                         string
+	CPURatio, DeltasPerCheck     float64
+	HotSharePct                  float64
+	HotRatio, FullRatio          float64
+	Worst1, Worst16              int64
+	MeshOver, MeshFalse          float64
+	CostRatio, FilterNs, FloorNs float64
+	HTTPShare                    float64
+	HTTPRounds                   int
+	Diff                         *perf.DiffReport
+	DiffOff                      int // decisions differing off a boundary
+	Module                       *envoyModule
+	Envoy                        []envoyTarget
+}
+
+// envoyModule is the shipped module's row: its size and what it costs in Envoy.
+type envoyModule struct {
+	GzipMB, MB          float64
+	StartupMs, StartCPU float64
+	MiBPerVM            float64
+	Release             string
+}
+
+func (r *report) readmeView() (readmeView, error) {
 	l := r.loads
 	tg, rr := l["steady tollgate"], l["steady redis_rate"]
 	hot, hotRR := l["steady tollgate 100 keys"], l["steady redis_rate 100 keys"]
 	full := l["steady tollgate 100 keys closed loop"]
 	floor, real := r.cost(1), r.cost(2)
-	worst1, worst16 := r.worstRedisMem(1, true), r.worstRedisMem(16, true)
-	meshOver, meshFalse, _, _ := r.meshWorst()
 	hp, ht := l["http pass-through"], l["http tollgate"]
-	rows := [][]string{
-		{"Redis CPU per check vs a per-request Redis limiter (go-redis/redis_rate), 10,000 keys, steady state",
-			fmt.Sprintf("%s (%s deltas per check; bound 1/10 and 0.05)", fmtRatio(ratio(tg.RedisCPUPerCheck(), rr.RedisCPUPerCheck())), fmtF(deltasPerCheck(tg), 3))},
-		{fmt.Sprintf("the same with 100 hot keys at %.0f %% of their limit", 100*hotShare), fmt.Sprintf("%s (bound 1/50); driven to their limit, closed loop: %s", fmtRatio(ratio(hot.RedisCPUPerCheck(), hotRR.RedisCPUPerCheck())), fmtRatio(ratio(full.RedisCPUPerCheck(), hotRR.RedisCPUPerCheck())))},
-		{"Redis `MEMORY USAGE` per key, every algorithm: 1 gateway / 16 gateways × 2 workers", fmt.Sprintf("≤ %d B / ≤ %d B", worst1, worst16)},
-		{"mesh simulation, 100,000 keys over 1–1,000 gateways", fmt.Sprintf("over-admission ≤ %s %%, false rejections ≤ %s %%", fmtF(meshOver, 2), fmtF(meshFalse, 3))},
-		{"filter decision vs the floor module (unavoidable host calls)", fmt.Sprintf("%s× (%s vs %s ns)", fmtF(ratio(real.NsPerRequest, floor.NsPerRequest), 2), fmtInt(real.NsPerRequest), fmtInt(floor.NsPerRequest))},
-		{"through the gateway host: Tollgate vs pass-through requests/s", fmt.Sprintf("%.0f %% (median of %d rounds)", 100*ratio(ht.ChecksPerSec, hp.ChecksPerSec), len(r.httpRounds))},
-	}
+	v := readmeView{Date: r.started.Format("2006-01-02"),
+		CPURatio: ratio(tg.RedisCPUPerCheck(), rr.RedisCPUPerCheck()), DeltasPerCheck: deltasPerCheck(tg), HotSharePct: 100 * hotShare,
+		HotRatio: ratio(hot.RedisCPUPerCheck(), hotRR.RedisCPUPerCheck()), FullRatio: ratio(full.RedisCPUPerCheck(), hotRR.RedisCPUPerCheck()),
+		Worst1: r.worstRedisMem(1, true), Worst16: r.worstRedisMem(16, true),
+		CostRatio: ratio(real.NsPerRequest, floor.NsPerRequest), FilterNs: real.NsPerRequest, FloorNs: floor.NsPerRequest,
+		HTTPShare: ratio(ht.ChecksPerSec, hp.ChecksPerSec), HTTPRounds: len(r.httpRounds), Diff: r.diff}
+	v.MeshOver, v.MeshFalse, _, _ = r.meshWorst()
 	if d := r.diff; d != nil {
-		rows = append(rows, []string{"decisions vs redis_rate's GCRA (same Redis)", fmt.Sprintf("%d of %d differ off a boundary; retry-after within %.1f µs", d.Flips-d.BoundaryFlips, d.Steps, d.MaxRetryDiffUs)})
+		v.DiffOff = d.Flips - d.BoundaryFlips
 	}
-	rows = append(rows, []string{"the module a user pulls, and in Envoy", r.envoyModuleLine()})
-	return append(rows, r.envoyReadmeRows()...)
+	if c := r.envoyBuild; len(c.Rows) > 0 {
+		s := c.Rows[0]
+		_, st, stc := s.Median()
+		v.Module = &envoyModule{GzipMB: float64(s.GzipBytes) / 1e6, MB: float64(s.Bytes) / 1e6, StartupMs: msOf(st), StartCPU: msOf(stc),
+			MiBPerVM: c.MemoryPerVM(s) / (1 << 20), Release: c.Options.Release}
+	}
+	var err error
+	v.Envoy, err = r.envoyTargets()
+	return v, err
 }
 
 // writeReadme replaces the measured table of the README at path.
@@ -50,11 +80,22 @@ func (r *report) writeReadme(path string) error {
 	if i < 0 || j < i {
 		return fmt.Errorf("readme %s: no %q … %q markers", path, readmeBegin, readmeEnd)
 	}
-	var b strings.Builder
-	b.WriteString(readmeBegin + "\n\n")
-	fmt.Fprintf(&b, "From the `make bench` run of %s (2 shared cores; details and caveats in [BENCHMARKS.md](BENCHMARKS.md)).\n\n",
-		r.started.Format("2006-01-02"))
-	table(&b, []string{"", ""}, r.readmeRows())
-	out := append(append(append([]byte{}, old[:i]...), b.String()...), old[j:]...)
+	var b bytes.Buffer
+	if err := r.writeReadmeTable(&b); err != nil {
+		return err
+	}
+	out := append(append(append([]byte{}, old[:i]...), b.Bytes()...), old[j:]...)
 	return os.WriteFile(path, out, 0o644)
+}
+
+// writeReadmeTable is what goes between the README's markers, the begin marker included.
+func (r *report) writeReadmeTable(w io.Writer) error {
+	v, err := r.readmeView()
+	if err != nil {
+		return err
+	}
+	if _, err := io.WriteString(w, readmeBegin+"\n\n"); err != nil {
+		return err
+	}
+	return render(w, "readme", v)
 }

@@ -64,18 +64,6 @@ type aloneRun struct {
 	loadAvg string
 }
 
-// keysLine names the key counts and total load of the paced regimes run.
-func (rg *regimeRuns) keysLine() string {
-	if len(rg.paced) == 0 {
-		return "not run"
-	}
-	var parts []string
-	for _, p := range rg.paced {
-		parts = append(parts, fmt.Sprintf("%s at %g requests/s each (%s/s in all)", fmtInt(float64(p.regime.keys)), p.regime.perKey, fmtInt(p.regime.perKey*float64(p.regime.keys))))
-	}
-	return strings.Join(parts, ", ")
-}
-
 // scaled is d as -scale measured it.
 func (r *report) scaled(d time.Duration) time.Duration { return time.Duration(float64(d) * r.scale) }
 
@@ -150,57 +138,6 @@ func (rg *regimeRuns) hotRatio() float64 {
 	return ratio(rg.hot.RedisWholeCPUPerCheck(), rg.hotRR.RedisWholeCPUPerCheck())
 }
 
-// pacedTargets are the paced regimes' rows of the Targets table.
-func (rg *regimeRuns) pacedTargets() [][]string {
-	if len(rg.paced) == 0 {
-		return [][]string{{"paced per-key rates against redis_rate (section 10)", "not run", yesNo(false)}}
-	}
-	var rows [][]string
-	heldOK, p99OK := true, true
-	var held, p99 []string
-	for _, p := range rg.paced {
-		c := p.cpuRatio()
-		note := ""
-		if !p.carried() {
-			note = fmt.Sprintf("; load not carried: %d+%d+%d errors, %d+%d+%d dropped (pass-through+redis_rate+Tollgate)",
-				p.pass.Errors, p.redisRate.Errors, p.tollgate.Errors, p.pass.Dropped, p.redisRate.Dropped, p.tollgate.Dropped)
-		}
-		rows = append(rows, []string{
-			fmt.Sprintf("Redis CPU per check, paced, %s keys at %g requests/s each: ≤ %s of redis_rate's", fmtInt(float64(p.regime.keys)), p.regime.perKey, fmtRatio(p.regime.bound)),
-			fmt.Sprintf("%s (%s vs %s µs/check)%s", fmtRatio(c), fmtF(p.tollgate.RedisWholeCPUPerCheck(), 2), fmtF(p.redisRate.RedisWholeCPUPerCheck(), 2), note),
-			yesNo(p.carried() && c > 0 && c <= p.regime.bound)})
-		h := p.tollgate.HeldShare()
-		held = append(held, fmt.Sprintf("%g/s %s %%", p.regime.perKey, fmtF(h, 2)))
-		heldOK = heldOK && p.carried() && h <= heldBoundPct
-		a := p.addedP99(p.tollgate)
-		p99 = append(p99, fmt.Sprintf("%g/s %s (redis_rate %s)", p.regime.perKey, fmtSignedDur(a), fmtSignedDur(p.addedP99(p.redisRate))))
-		p99OK = p99OK && p.carried() && a <= addedP99Bound
-	}
-	rows = append(rows,
-		[]string{"requests held for an acquire ≤ 1 % at every rate above", strings.Join(held, ", "), yesNo(heldOK)},
-		[]string{"added p99 through the gateway host ≤ 1 ms at every rate above (over the pass-through's, same load)", strings.Join(p99, ", "), yesNo(p99OK)})
-	hr := rg.hotRatio()
-	rows = append(rows, []string{fmt.Sprintf("Redis CPU per check, %d hot keys closed loop at their limit: ≤ %s of redis_rate's", hotKeys, fmtRatio(hotLimitBound)),
-		fmt.Sprintf("%s (%s vs %s µs/check; each key at %s %% of its limit)", fmtRatio(hr), fmtF(rg.hot.RedisWholeCPUPerCheck(), 2), fmtF(rg.hotRR.RedisWholeCPUPerCheck(), 2), fmtF(keyLoadPct(rg.hot, hotKeys), 1)),
-		yesNo(rg.hot.Checks > 0 && hr > 0 && hr <= hotLimitBound)})
-	return rows
-}
-
-// simTargets are the simulation regimes' rows of the Targets table.
-func (rg *regimeRuns) simTargets() [][]string {
-	if len(rg.sim) == 0 {
-		return [][]string{{"fleet simulation regimes, 16 gateways (section 11)", "not run", yesNo(false)}}
-	}
-	var rows [][]string
-	for _, p := range rg.sim {
-		for _, t := range p.Regime.Targets {
-			rows = append(rows, []string{fmt.Sprintf("simulation, %d gateways × 2 workers, %s: %s", sim.RegimeGateways, p.Regime.Name, t.What),
-				fmt.Sprintf("%s %%", fmtF(t.Value(p.Result), 3)), yesNo(t.Met(p.Result))})
-		}
-	}
-	return rows
-}
-
 func fmtSignedDur(d time.Duration) string {
 	if d < 0 {
 		return "−" + fmtDur(-d)
@@ -214,11 +151,15 @@ func blockBegin(name string) string { return "<!-- " + name + ":begin -->" }
 func blockEnd(name string) string   { return "<!-- " + name + ":end -->" }
 
 // block writes body between name's markers.
-func block(w io.Writer, name string, body func(io.Writer)) {
-	fmt.Fprintln(w, blockBegin(name))
-	body(w)
-	fmt.Fprintln(w, blockEnd(name))
-	fmt.Fprintln(w)
+func block(w io.Writer, name string, body func(io.Writer) error) error {
+	if _, err := io.WriteString(w, blockBegin(name)+"\n"); err != nil {
+		return err
+	}
+	if err := body(w); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, blockEnd(name)+"\n\n")
+	return err
 }
 
 // Block names: the Targets table's rows of each section, and the sections.
@@ -229,156 +170,240 @@ const (
 	blockSim          = "sim-regimes"
 )
 
+// pacedTargetsView is the paced regimes' rows of the Targets table.
+type pacedTargetsView struct {
+	Regimes          []pacedTarget
+	Held, P99        []regimeRate
+	HeldMet, P99Met  bool
+	HotKeys          int
+	HotBound         float64
+	HotRatio         float64
+	HotCPU, HotRRCPU float64 // Redis CPU µs per check
+	HotLoadPct       float64 // each hot key's load, % of its limit
+	HotMet           bool
+}
+
+// pacedTarget is one regime's Redis CPU target.
+type pacedTarget struct {
+	Keys                   int
+	PerKey, Bound          float64
+	Ratio, TgCPU, RrCPU    float64
+	Carried                bool
+	PassErrors, RrErrors   int64
+	TgErrors               int64
+	PassDropped, RrDropped int64
+	TgDropped              int64
+	Met                    bool
+}
+
+// regimeRate is a regime's held share or added p99.
+type regimeRate struct {
+	PerKey         float64
+	HeldPct        float64
+	Added, RRAdded time.Duration
+}
+
+func (rg *regimeRuns) pacedTargetsView() pacedTargetsView {
+	v := pacedTargetsView{HeldMet: true, P99Met: true, HotKeys: hotKeys, HotBound: hotLimitBound}
+	for _, p := range rg.paced {
+		c := p.cpuRatio()
+		v.Regimes = append(v.Regimes, pacedTarget{Keys: p.regime.keys, PerKey: p.regime.perKey, Bound: p.regime.bound,
+			Ratio: c, TgCPU: p.tollgate.RedisWholeCPUPerCheck(), RrCPU: p.redisRate.RedisWholeCPUPerCheck(), Carried: p.carried(),
+			PassErrors: p.pass.Errors, RrErrors: p.redisRate.Errors, TgErrors: p.tollgate.Errors,
+			PassDropped: p.pass.Dropped, RrDropped: p.redisRate.Dropped, TgDropped: p.tollgate.Dropped,
+			Met: p.carried() && c > 0 && c <= p.regime.bound})
+		h := p.tollgate.HeldShare()
+		a := p.addedP99(p.tollgate)
+		v.Held = append(v.Held, regimeRate{PerKey: p.regime.perKey, HeldPct: h})
+		v.P99 = append(v.P99, regimeRate{PerKey: p.regime.perKey, Added: a, RRAdded: p.addedP99(p.redisRate)})
+		v.HeldMet = v.HeldMet && p.carried() && h <= heldBoundPct
+		v.P99Met = v.P99Met && p.carried() && a <= addedP99Bound
+	}
+	v.HotRatio = rg.hotRatio()
+	v.HotCPU, v.HotRRCPU = rg.hot.RedisWholeCPUPerCheck(), rg.hotRR.RedisWholeCPUPerCheck()
+	v.HotLoadPct = keyLoadPct(rg.hot, hotKeys)
+	v.HotMet = rg.hot.Checks > 0 && v.HotRatio > 0 && v.HotRatio <= hotLimitBound
+	return v
+}
+
+// simTargetsView is the simulation regimes' rows of the Targets table.
+type simTargetsView struct {
+	Gateways int
+	Rows     []simTarget
+}
+
+// simTarget is one target of one simulated regime.
+type simTarget struct {
+	Regime, What string
+	Value        float64 // %
+	Met          bool
+}
+
+func (rg *regimeRuns) simTargetsView() simTargetsView {
+	v := simTargetsView{Gateways: sim.RegimeGateways}
+	for _, p := range rg.sim {
+		for _, t := range p.Regime.Targets {
+			v.Rows = append(v.Rows, simTarget{p.Regime.Name, t.What, t.Value(p.Result), t.Met(p.Result)})
+		}
+	}
+	return v
+}
+
 // writeRegimeTargets is the Targets section's part for the regimes: one table each.
-func (r *report) writeRegimeTargets(w io.Writer) {
-	r.writeRegimeTarget(w, blockPacedTargets)
-	r.writeRegimeTarget(w, blockSimTargets)
+func (r *report) writeRegimeTargets(w io.Writer) error {
+	if err := r.writeRegimeTarget(w, blockPacedTargets); err != nil {
+		return err
+	}
+	return r.writeRegimeTarget(w, blockSimTargets)
 }
 
 // writeRegimeTarget writes one of the regimes' Targets blocks.
-func (r *report) writeRegimeTarget(w io.Writer, name string) {
+func (r *report) writeRegimeTarget(w io.Writer, name string) error {
 	switch name {
 	case blockPacedTargets:
-		block(w, name, func(w io.Writer) {
-			fmt.Fprintln(w, "Paced per-key rates against redis_rate ([section 10](#10-regimes-per-key-rates-paced-against-redis_rate)):")
-			fmt.Fprintln(w)
-			table(w, []string{"target", "measured", ""}, r.regimes.pacedTargets())
-		})
+		return block(w, name, func(w io.Writer) error { return render(w, "pacedtargets", r.regimes.pacedTargetsView()) })
 	case blockSimTargets:
-		block(w, name, func(w io.Writer) {
-			fmt.Fprintln(w, "Fleet simulation regimes ([section 11](#11-regimes-in-the-fleet-simulation)):")
-			fmt.Fprintln(w)
-			table(w, []string{"target", "measured", ""}, r.regimes.simTargets())
-		})
+		return block(w, name, func(w io.Writer) error { return render(w, "simtargets", r.regimes.simTargetsView()) })
 	}
+	return fmt.Errorf("no Targets block %q", name)
 }
 
-// aloneNote says when and how sections measured on their own were.
-func (rg *regimeRuns) aloneNote(w io.Writer) {
-	if a := rg.alone; a != nil {
-		fmt.Fprintf(w, "*Measured on its own by `go run ./bench/cmd/tollgate-bench %s` at %s (load average %s at the start), not in the run the header names.*\n\n",
-			strings.Join(a.args, " "), a.started.Format("2006-01-02 15:04 MST"), a.loadAvg)
+// aloneView is the provenance of sections measured on their own.
+type aloneView struct {
+	Command, Date, LoadAvg string
+}
+
+func (rg *regimeRuns) aloneView() *aloneView {
+	a := rg.alone
+	if a == nil {
+		return nil
 	}
+	return &aloneView{strings.Join(a.args, " "), a.started.Format("2006-01-02 15:04 MST"), a.loadAvg}
+}
+
+// pacedView is section 10: the paced regimes and the hot keys at their limit.
+type pacedView struct {
+	Alone                             *aloneView
+	Regimes                           []pacedRegimeView
+	SyncWarmup, PlainWarmup, Measured time.Duration
+	IdleMsPerSec                      float64
+	Rows                              []pacedRow
+	HotKeys                           int
+	HotWarmup, HotMeasured            time.Duration
+	HotTg, HotRR                      runRow
+	HotHeldPct                        float64
+	HotRatio, HotCPU, HotRRCPU        float64
+	HotAcquires, HotDeltas            float64
+	HotLoadPct                        float64
+}
+
+// pacedRegimeView is one regime's keys and load.
+type pacedRegimeView struct {
+	Keys            int
+	PerKey, Offered float64
+	CPURatio        float64 // Tollgate's Redis CPU per check over redis_rate's
+}
+
+// pacedRow is one limiter's run in one regime.
+type pacedRow struct {
+	PerKey                   float64
+	Keys                     int
+	Offered                  float64
+	Limiter                  string
+	ChecksPerSec             float64
+	P50, P99                 time.Duration
+	Limited                  bool // not the pass-through: added p99, held and Redis CPU per check
+	Added                    time.Duration
+	HeldPct, CPUPerCheck     float64
+	RoundTrip                bool // redis_rate: every request held for its round trip
+	Tollgate                 bool // acquires/s and deltas per check
+	Acquires, DeltasPerCheck float64
+	CPUMsPerSec, AdmittedPct float64
+	SendLagP99               time.Duration
+	Errors, Dropped          int64
+}
+
+func (r *report) pacedView() pacedView {
+	rg := &r.regimes
+	v := pacedView{Alone: rg.aloneView(), SyncWarmup: r.scaled(syncWarmup), PlainWarmup: r.scaled(plainWarmup),
+		Measured: r.scaled(pacedMeasured), IdleMsPerSec: r.redisIdleMsPerSec,
+		HotKeys: hotKeys, HotWarmup: r.scaled(hotWarmup), HotMeasured: r.scaled(hotMeasured),
+		HotTg:      newRunRow("**Tollgate, 100 keys, closed loop**", rg.hot, true),
+		HotRR:      newRunRow("per-request redis_rate, 100 keys, closed loop", rg.hotRR, true),
+		HotHeldPct: rg.hot.HeldShare(), HotRatio: rg.hotRatio(),
+		HotCPU: rg.hot.RedisWholeCPUPerCheck(), HotRRCPU: rg.hotRR.RedisWholeCPUPerCheck(),
+		HotAcquires: float64(rg.hot.Metrics["tollgate.acquires"]), HotDeltas: deltasSent(rg.hot),
+		HotLoadPct: keyLoadPct(rg.hot, hotKeys)}
+	for _, p := range rg.paced {
+		v.Regimes = append(v.Regimes, pacedRegimeView{p.regime.keys, p.regime.perKey, p.regime.perKey * float64(p.regime.keys), p.cpuRatio()})
+		for _, x := range []struct {
+			name string
+			res  perf.PacedResult
+		}{{"pass-through", p.pass}, {"**Tollgate**", p.tollgate}, {"redis_rate", p.redisRate}} {
+			row := pacedRow{PerKey: p.regime.perKey, Keys: p.regime.keys, Offered: p.tollgate.Rate, Limiter: x.name,
+				ChecksPerSec: x.res.ChecksPerSec, P50: x.res.P50, P99: x.res.P99,
+				CPUMsPerSec: x.res.Redis.WholeCPU() * 1e3 / max(x.res.Elapsed.Seconds(), 1e-9),
+				AdmittedPct: 100 * ratio(float64(x.res.Admitted), float64(x.res.Checks)), SendLagP99: x.res.SendLagP99,
+				Errors: x.res.Errors, Dropped: x.res.Dropped}
+			if x.res.Name != p.pass.Name {
+				row.Limited, row.Added = true, p.addedP99(x.res)
+				row.CPUPerCheck, row.HeldPct = x.res.RedisWholeCPUPerCheck(), x.res.HeldShare()
+			}
+			row.RoundTrip = x.res.Name == p.redisRate.Name
+			if x.res.Name == p.tollgate.Name {
+				row.Tollgate = true
+				row.Acquires = ratio(float64(x.res.Metrics["tollgate.acquires"]), x.res.Elapsed.Seconds())
+				row.DeltasPerCheck = deltasPerCheck(x.res.LoadResult)
+			}
+			v.Rows = append(v.Rows, row)
+		}
+	}
+	return v
 }
 
 // writePacedRegimes is section 10: the paced regimes and the hot keys at their limit.
-func (r *report) writePacedRegimes(w io.Writer) {
+func (r *report) writePacedRegimes(w io.Writer) error {
+	return block(w, blockPaced, func(w io.Writer) error { return render(w, "paced", r.pacedView()) })
+}
+
+// simRegimesView is section 11: the fleet simulation's regimes.
+type simRegimesView struct {
+	Alone                   *aloneView
+	Gateways                int
+	TopLoad, ZipfS          float64
+	Keys                    int
+	Burst                   int
+	NewKeysPct, DurationSec float64
+	Rows                    []simRegimeRow
+}
+
+// simRegimeRow is one simulated regime.
+type simRegimeRow struct {
+	Name, What       string
+	Requests         float64
+	HeldPct          float64
+	WaitP99          time.Duration
+	HasCalm          bool // keys within their limit were offered and the regime is not over its limit
+	CalmFalsePct     float64
+	OverAdmissionPct float64
+	ChecksPerSec     float64
+	DeltasPerSec     float64
+}
+
+func (r *report) simRegimesView() simRegimesView {
 	rg := &r.regimes
-	block(w, blockPaced, func(w io.Writer) {
-		fmt.Fprintln(w, "## 10. Regimes: per-key rates, paced, against redis_rate")
-		fmt.Fprintln(w)
-		rg.aloneNote(w)
-		fmt.Fprintln(w, "Both limiters are offered the same open-loop load in section 2's harness (the gateway host,")
-		fmt.Fprintln(w, "`internal/wazerohost`, with 2 worker VMs in this process; the *n*-th request of the schedule to worker *n*")
-		fmt.Fprintln(w, "mod 2; a request the filter holds waits for its answer without holding its worker): every key")
-		fmt.Fprintln(w, "a Poisson process at the regime's rate (one Poisson stream, keys drawn uniformly, the same seed")
-		fmt.Fprintln(w, "for every limiter), each request sent at its scheduled time whatever the earlier ones take, and")
-		fmt.Fprintf(w, "its latency counted from that time. GCRA 1,000/s per key (never reached). The keys: %s.\n", rg.keysLine())
-		fmt.Fprintf(w, "Tollgate runs %s unmeasured first (longer than `stale_ms`, so the reports of slow keys are in\n", fmtDur(r.scaled(syncWarmup)))
-		fmt.Fprintf(w, "their steady state), redis_rate and the pass-through module %s; then %s measured. Redis CPU\n", fmtDur(r.scaled(plainWarmup)), fmtDur(r.scaled(pacedMeasured)))
-		fmt.Fprintln(w, "is the whole redis-server process from /proc (`se.sum_exec_runtime` of its threads), idle work")
-		fmt.Fprintf(w, "included (%s ms per second with the service running and no load). Held requests are those the\n", fmtF(r.redisIdleMsPerSec, 1))
-		fmt.Fprintln(w, "gateway host paused (`wasmhost_paused_total`: the filter waits for an acquire's answer);")
-		fmt.Fprintln(w, "redis_rate holds every request for its Redis round trip. Added p99 is the p99 over the")
-		fmt.Fprintln(w, "pass-through module's at the same load; send lag is how late the scheduler sent (the harness's")
-		fmt.Fprintln(w, "own share of every latency, which the pass-through's p99 includes too). A regime whose runs")
-		fmt.Fprintln(w, "dropped requests (more than 4,096 unanswered) or timed out did not carry the load: its targets")
-		fmt.Fprintln(w, "count as missed.")
-		fmt.Fprintln(w)
-		var rows [][]string
-		for _, p := range rg.paced {
-			for _, x := range []struct {
-				name string
-				res  perf.PacedResult
-			}{{"pass-through", p.pass}, {"**Tollgate**", p.tollgate}, {"redis_rate", p.redisRate}} {
-				added, held, cpu, acq, dpc := "–", "–", "–", "–", "–"
-				if x.res.Name != p.pass.Name {
-					added = fmtSignedDur(p.addedP99(x.res))
-					cpu = fmtF(x.res.RedisWholeCPUPerCheck(), 2)
-					held = fmtF(x.res.HeldShare(), 2)
-				}
-				if x.res.Name == p.redisRate.Name {
-					held = "100 (a round trip each)"
-				}
-				if x.res.Name == p.tollgate.Name {
-					acq = fmtF(ratio(float64(x.res.Metrics["tollgate.acquires"]), x.res.Elapsed.Seconds()), 1)
-					dpc = fmtF(deltasPerCheck(x.res.LoadResult), 3)
-				}
-				rows = append(rows, []string{fmt.Sprintf("%g", p.regime.perKey), fmtInt(float64(p.regime.keys)), fmtInt(p.tollgate.Rate), x.name,
-					fmtInt(x.res.ChecksPerSec), fmtDur(x.res.P50), fmtDur(x.res.P99), added, held, cpu,
-					fmtF(x.res.Redis.WholeCPU()*1e3/max(x.res.Elapsed.Seconds(), 1e-9), 1), acq, dpc,
-					fmtF(100*ratio(float64(x.res.Admitted), float64(x.res.Checks)), 1), fmtDur(x.res.SendLagP99),
-					fmt.Sprintf("%d/%d", x.res.Errors, x.res.Dropped)})
-			}
-		}
-		table(w, []string{"requests/s per key", "keys", "offered/s", "limiter", "checks/s", "p50", "p99", "added p99", "held %",
-			"Redis CPU µs/check", "Redis CPU ms/s", "acquires/s", "deltas/check", "admitted %", "send lag p99", "errors/dropped"}, rows)
-		if len(rg.paced) > 0 {
-			fmt.Fprintln(w, "Ratio of Redis CPU per check, Tollgate over redis_rate, by per-key rate: ")
-			var parts []string
-			for _, p := range rg.paced {
-				parts = append(parts, fmt.Sprintf("%g/s %s", p.regime.perKey, fmtRatio(p.cpuRatio())))
-			}
-			fmt.Fprintln(w, strings.Join(parts, ", ")+".")
-			fmt.Fprintln(w, "Deltas per check count batch deltas and acquires (one delta each). A key seen less often")
-			fmt.Fprintln(w, "than its lease lives asks the service again on its next request (an acquire that holds it);")
-			fmt.Fprintln(w, "a key seen more often is decided from its lease and reported once per lease or staleness period.")
-			fmt.Fprintln(w)
-		}
-		fmt.Fprintf(w, "**%d hot keys at their limit.** Section 2's harness (8 goroutines, closed loop, 2 worker VMs,\n", hotKeys)
-		fmt.Fprintf(w, "`ExchangeWait`, which waits for a held request), %s warm-up then %s measured, both limiters closed\n", fmtDur(r.scaled(hotWarmup)), fmtDur(r.scaled(hotMeasured)))
-		fmt.Fprintln(w, "loop on the same 100 keys: Tollgate is driven to the keys' limit; redis_rate, slower per check,")
-		fmt.Fprintln(w, "stays below it and pays one script call per check whatever the load.")
-		fmt.Fprintln(w)
-		table(w, append(loadHeader, "held %"), [][]string{
-			append(loadRow("**Tollgate, 100 keys, closed loop**", rg.hot, true), fmtF(rg.hot.HeldShare(), 2)),
-			append(loadRow("per-request redis_rate, 100 keys, closed loop", rg.hotRR, true), "100"),
-		})
-		fmt.Fprintf(w, "Redis CPU per check (whole process): %s of redis_rate's (%s vs %s µs); %s of %s deltas were\n",
-			fmtRatio(rg.hotRatio()), fmtF(rg.hot.RedisWholeCPUPerCheck(), 2), fmtF(rg.hotRR.RedisWholeCPUPerCheck(), 2),
-			fmtInt(float64(rg.hot.Metrics["tollgate.acquires"])), fmtInt(deltasSent(rg.hot)))
-		fmt.Fprintf(w, "acquires, each holding a request; keys at %s %% of their limit.\n", fmtF(keyLoadPct(rg.hot, hotKeys), 1))
-		fmt.Fprintln(w)
-		fmt.Fprintln(w, "`go run ./bench/cmd/tollgate-bench -sections regimes` measures this section alone and prints it;")
-		fmt.Fprintln(w, "with `-out BENCHMARKS.md` it replaces this section and its Targets rows in the report instead.")
-		fmt.Fprintln(w)
-	})
+	v := simRegimesView{Alone: rg.aloneView(), Gateways: sim.RegimeGateways, TopLoad: float64(sim.RealisticTopLoad), ZipfS: sim.RealisticZipfS,
+		Keys: sim.RealisticKeys, Burst: sim.RealisticBurst, NewKeysPct: 100 * sim.RealisticNewKeys, DurationSec: sim.RealisticDuration.Seconds()}
+	for _, p := range rg.sim {
+		x := p.Result
+		v.Rows = append(v.Rows, simRegimeRow{Name: p.Regime.Name, What: p.Regime.What, Requests: float64(x.Requests), HeldPct: sim.HeldPct(x),
+			WaitP99: x.WaitP99, HasCalm: x.CalmRefAdmitted != 0 && !p.Regime.OverLimit, CalmFalsePct: x.CalmFalsePct,
+			OverAdmissionPct: x.OverAdmissionPct, ChecksPerSec: x.ChecksPerSec, DeltasPerSec: x.DeltasPerSec})
+	}
+	return v
 }
 
 // writeSimRegimes is section 11: the fleet simulation's regimes.
-func (r *report) writeSimRegimes(w io.Writer) {
-	rg := &r.regimes
-	block(w, blockSim, func(w io.Writer) {
-		fmt.Fprintln(w, "## 11. Regimes in the fleet simulation")
-		fmt.Fprintln(w)
-		rg.aloneNote(w)
-		fmt.Fprintf(w, "`bench/sim` (the filter's plugin code natively, the service's lease code in memory, a virtual\n")
-		fmt.Fprintf(w, "clock; section 8) with %d gateways × 2 workers, 100 ms sync, callout latency 1 ms + exp(1 ms)\n", sim.RegimeGateways)
-		fmt.Fprintln(w, "each way, seed 1, token bucket 100/s, penalties on as deployed unless the row says otherwise.")
-		fmt.Fprintln(w, "False rejections count requests of keys within their limit (mean rate at most the limit) that")
-		fmt.Fprintln(w, "one perfect limiter on the merged stream admitted and the fleet refused, as % of those it")
-		fmt.Fprintln(w, "admitted; for keys above their limit the two admit as many but different requests, so only")
-		fmt.Fprintln(w, "over-admission is held against them. Held requests are those a gateway paused for the")
-		fmt.Fprintln(w, "service's answer (an acquire). The realistic regime is the traffic of a public API: key *k*'s")
-		fmt.Fprintf(w, "mean rate %g × the limit × (*k*+1)^-%g over %s keys (the first above its limit, a few near it,\n", float64(sim.RealisticTopLoad), sim.RealisticZipfS, fmtInt(sim.RealisticKeys))
-		fmt.Fprintf(w, "a long tail far below: most keys are seen a few times, each time cold), requests in sessions of\n")
-		fmt.Fprintf(w, "%d within 200 ms, %.0f %% of the keys arriving during the %.0f s run.\n", sim.RealisticBurst, 100*sim.RealisticNewKeys, sim.RealisticDuration.Seconds())
-		fmt.Fprintln(w)
-		var rows [][]string
-		for _, p := range rg.sim {
-			x := p.Result
-			calm := fmtF(x.CalmFalsePct, 3)
-			if x.CalmRefAdmitted == 0 || p.Regime.OverLimit {
-				calm = "–"
-			}
-			rows = append(rows, []string{p.Regime.Name, p.Regime.What, fmtInt(float64(x.Requests)), fmtF(sim.HeldPct(x), 2), fmtDur(x.WaitP99), calm,
-				fmtF(x.OverAdmissionPct, 2), fmtF(x.ChecksPerSec, 0), fmtF(x.DeltasPerSec, 0)})
-		}
-		table(w, []string{"regime", "traffic", "requests", "held %", "held p99", "false rejections % (within limit)", "over-admission worst %", "acquires/s", "deltas/s"}, rows)
-		fmt.Fprintln(w, "`go run ./bench/cmd/tollgate-sim -regimes` (`make sim`) runs the same regimes and prints each bound;")
-		fmt.Fprintln(w, "with `-explain` it also counts each regime's held requests and false rejections by cause (RATIONALE.md")
-		fmt.Fprintln(w, "§2 \"Grants\" and §3 \"Cold starts: requests that wait\" give the counts);")
-		fmt.Fprintln(w, "`go run ./bench/cmd/tollgate-bench -sections sim-regimes` regenerates this section.")
-		fmt.Fprintln(w)
-	})
+func (r *report) writeSimRegimes(w io.Writer) error {
+	return block(w, blockSim, func(w io.Writer) error { return render(w, "simregimes", r.simRegimesView()) })
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -84,17 +85,21 @@ func TestPacedTargets(t *testing.T) {
 				r.tollgate.Dropped = 3
 			}
 			rg := regimeRuns{paced: []pacedRun{r}}
-			rows := rg.pacedTargets()
-			if len(rows) != 4 { // the regime's CPU, held, p99, the hot keys
-				t.Fatalf("%d rows: %v", len(rows), rows)
+			v := rg.pacedTargetsView()
+			if len(v.Regimes) != 1 {
+				t.Fatalf("%d regimes: %+v", len(v.Regimes), v.Regimes)
 			}
-			for i, want := range []string{c.cpu, c.held, c.p99} {
-				if rows[i][2] != want {
-					t.Errorf("row %q: %s, want %s (%s)", rows[i][0], rows[i][2], want, rows[i][1])
+			for _, got := range []struct {
+				row  string
+				met  bool
+				want string
+			}{{"Redis CPU per check", v.Regimes[0].Met, c.cpu}, {"held", v.HeldMet, c.held}, {"added p99", v.P99Met, c.p99}} {
+				if yesNo(got.met) != got.want {
+					t.Errorf("row %q: %s, want %s (%+v)", got.row, yesNo(got.met), got.want, v)
 				}
 			}
-			if rows[3][2] != "**missed**" {
-				t.Errorf("hot keys not run but %s", rows[3][2])
+			if v.HotMet {
+				t.Error("hot keys not run but met")
 			}
 		})
 	}
@@ -106,9 +111,11 @@ func TestPacedTargets(t *testing.T) {
 func TestRegimeBlocksWritten(t *testing.T) {
 	r := &report{scale: 1, regimes: regimeRuns{alone: &aloneRun{started: time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC), args: []string{"-sections", "regimes"}, loadAvg: "1 2 3"}}}
 	var b bytes.Buffer
-	r.writeRegimeTargets(&b)
-	r.writePacedRegimes(&b)
-	r.writeSimRegimes(&b)
+	for _, write := range []func(io.Writer) error{r.writeRegimeTargets, r.writePacedRegimes, r.writeSimRegimes} {
+		if err := write(&b); err != nil {
+			t.Fatal(err)
+		}
+	}
 	out := b.String()
 	for _, name := range []string{blockPacedTargets, blockSimTargets, blockPaced, blockSim} {
 		i, j := strings.Index(out, blockBegin(name)), strings.Index(out, blockEnd(name))

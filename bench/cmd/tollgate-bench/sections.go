@@ -79,33 +79,44 @@ func measureSections(r *report, o options, names []string, splice bool, logger *
 			r.chartsRel = filepath.ToSlash(rel)
 		}
 	}
-	blocks := map[string]string{}
-	capture := func(name string, write func(io.Writer)) {
-		var b bytes.Buffer
-		write(&b)
-		blocks[name] = b.String()
+	// The blocks of the named sections, in the report's order.
+	type part struct {
+		name  string
+		write func(io.Writer) error
 	}
-	var order []string
+	var parts []part
 	if slices.Contains(names, sectionRegimes) {
-		capture(blockPacedTargets, func(w io.Writer) { r.writeRegimeTarget(w, blockPacedTargets) })
-		capture(blockPaced, r.writePacedRegimes)
-		order = append(order, blockPacedTargets, blockPaced)
+		parts = append(parts, part{blockPacedTargets, func(w io.Writer) error { return r.writeRegimeTarget(w, blockPacedTargets) }},
+			part{blockPaced, r.writePacedRegimes})
 	}
 	if slices.Contains(names, sectionSimRegimes) {
-		capture(blockSimTargets, func(w io.Writer) { r.writeRegimeTarget(w, blockSimTargets) })
-		capture(blockSim, r.writeSimRegimes)
-		order = append(order, blockSimTargets, blockSim)
+		parts = append(parts, part{blockSimTargets, func(w io.Writer) error { return r.writeRegimeTarget(w, blockSimTargets) }},
+			part{blockSim, r.writeSimRegimes})
 	}
 	if slices.Contains(names, sectionEnvoy) {
-		capture(blockEnvoyTargets, r.writeEnvoyTargets)
-		capture(blockEnvoy, r.writeEnvoyCompare)
-		order = append(order, blockEnvoyTargets, blockEnvoy)
+		parts = append(parts, part{blockEnvoyTargets, r.writeEnvoyTargets}, part{blockEnvoy, r.writeEnvoyCompare})
+	}
+	blocks := map[string]string{}
+	var order []string
+	for _, p := range parts {
+		var b bytes.Buffer
+		if err := p.write(&b); err != nil {
+			return err
+		}
+		blocks[p.name] = b.String()
+		order = append(order, p.name)
+	}
+	if slices.Contains(names, sectionEnvoy) {
 		if o.readme != "" {
 			old, err := os.ReadFile(o.readme)
 			if err != nil {
 				return fmt.Errorf("readme: %w", err)
 			}
-			doc, err := spliceReadmeRows(string(old), r.envoyReadmeRows())
+			rows, err := r.envoyReadmeRows()
+			if err != nil {
+				return err
+			}
+			doc, err := spliceReadmeRows(string(old), rows)
 			if err != nil {
 				return err
 			}
