@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-rl/tollgate/deploy"
 	"github.com/tollgate-rl/tollgate/e2e/internal/harness"
+	"github.com/tollgate-rl/tollgate/internal/hostdelay"
 	"github.com/tollgate-rl/tollgate/internal/redistest"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
 )
@@ -48,7 +50,22 @@ var (
 	envErr  error
 )
 
+// parallelScenarios is how many scenarios marked parallel run at once unless
+// -test.parallel says otherwise (its default is GOMAXPROCS, 2 on the build machine):
+// most scenarios spend their time waiting — for syncs, TTLs, windows, an Envoy's start —
+// not computing.
+const parallelScenarios = 4
+
 func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		if err := flag.Set("test.parallel", strconv.Itoa(parallelScenarios)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+	}
 	code := m.Run()
 	if shared != nil {
 		shared.stop()
@@ -196,11 +213,61 @@ func startGateways(t *testing.T, n int, cfg func(i int) harness.GatewayConfig) [
 }
 
 // forHosts runs a scenario once on each host, as a subtest named after it (TestX/wazero,
-// TestX/envoy-1.40.0): a scenario is written once and runs wherever it applies.
+// TestX/envoy-1.40.0): a scenario is written once and runs wherever it applies. The
+// hosts take turns: the scenarios that load the machine, or share one fleet per host.
 func forHosts(t *testing.T, hosts []string, scenario func(t *testing.T, host string)) {
 	for _, h := range hosts {
 		t.Run(h, func(t *testing.T) { scenario(t, h) })
 	}
+}
+
+// forHostsAtOnce is forHosts for a scenario whose runs share nothing (each starts its
+// own gateways, and service when it needs one) and mostly wait: its hosts run in
+// parallel with each other and with the other parallel scenarios.
+func forHostsAtOnce(t *testing.T, hosts []string, scenario func(t *testing.T, host string)) {
+	t.Parallel()
+	for _, h := range hosts {
+		t.Run(h, func(t *testing.T) {
+			t.Parallel()
+			scenario(t, h)
+		})
+	}
+}
+
+// hostDelay starts a probe of the machine's own delays (hostdelay.Probe) for the rest of
+// the test: a wall-clock bound is asserted net of what the host added meanwhile.
+func hostDelay(t *testing.T) *hostdelay.Probe {
+	t.Helper()
+	hd, err := hostdelay.Start(5 * time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hd.Close)
+	return hd
+}
+
+// within reports whether something that took from start to end met the product's bound,
+// given the longest delay the host imposed on a no-op meanwhile (allowed on top of the
+// bound: the host's scheduling, not the product's), and says so for a message.
+func within(hd *hostdelay.Probe, start, end time.Time, bound time.Duration) (bool, string) {
+	host := hd.Max(start, end)
+	took := end.Sub(start)
+	return took <= bound+host, fmt.Sprintf("%v (bound %v + the host's longest delay meanwhile %v)",
+		took.Round(time.Millisecond), bound, host.Round(time.Millisecond))
+}
+
+// pollWithin polls cond (as harness.Poll) for up to 10 s and reports whether it held
+// within the product's bound plus the host's longest delay meanwhile (see within): a
+// failure says how long it took, rather than only that it was late.
+func pollWithin(hd *hostdelay.Probe, bound, interval time.Duration, cond func() (bool, error)) error {
+	start := time.Now()
+	if err := harness.Poll(bound+10*time.Second, interval, cond); err != nil {
+		return err
+	}
+	if ok, msg := within(hd, start, time.Now(), bound); !ok {
+		return fmt.Errorf("took %s", msg)
+	}
+	return nil
 }
 
 // fullLength reports whether TOLLGATE_E2E_FULL=1 asks the scenarios on Envoy to run as

@@ -52,6 +52,7 @@ func decodeBody(t *testing.T, a *harness.Answer) errorBody {
 // failure metrics rise. The scenario runs its own service process (so it can kill it)
 // with short penalty steps (200 ms doubling to 3.2 s) so the growth shows in seconds.
 func TestPolicies(t *testing.T) {
+	t.Parallel()
 	e := sharedEnv(t)
 	svc, err := harness.StartService(e.serviceConfig("--penalty-base", "200ms", "--penalty-max", "3200ms"))
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 // a grant and its use; none here, the window is an hour). A sliding log counts exactly,
 // with no window boundary to cross during the run.
 func TestRulesRolloutLosesNothing(t *testing.T) {
+	t.Parallel()
 	e := sharedEnv(t)
 	admin, gws := ownService(t, e, "rollout")
 	const (
@@ -105,6 +106,7 @@ func TestRulesRolloutLosesNothing(t *testing.T) {
 // answers without the degraded marker within a second (their syncs keep going while
 // refused, so the first accepted one closes the breaker).
 func TestRefusedSyncRecovers(t *testing.T) {
+	t.Parallel()
 	e := sharedEnv(t)
 	admin, gws, svc := ownServiceProcess(t, e, "refused")
 	v, err := admin.PutRules([]byte(`{"rules":[{"id":"api","match":{"prefix":"/api"},"limit":100000,"window":"1m"}]}`))

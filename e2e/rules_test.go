@@ -24,7 +24,7 @@ const (
 // light traffic: it must be at most 300 ms on every gateway. Then every
 // gateway admits more than the old limit could for a fresh key. It runs on every host.
 func TestRuleChangePropagates(t *testing.T) {
-	forHosts(t, harness.Hosts(), testRuleChangePropagates)
+	forHostsAtOnce(t, harness.Hosts(), testRuleChangePropagates)
 }
 
 func testRuleChangePropagates(t *testing.T, host string) {
@@ -49,6 +49,7 @@ func testRuleChangePropagates(t *testing.T, host string) {
 	n := len(gws)
 
 	ctx := ctxFor(t, time.Minute)
+	hd := hostDelay(t)
 	stop := make(chan struct{})
 	var mu sync.Mutex
 	want := "" // the limit whose first appearance is being timed
@@ -146,8 +147,8 @@ func testRuleChangePropagates(t *testing.T, host string) {
 		t.Fatalf("not every gateway advertised the new limit: %v", allErr)
 	}
 	for i, g := range gws {
-		if p := seen[i].Sub(putAt); p > requirement {
-			t.Errorf("%s: new limit after %v, requirement %v", g.Name, p, requirement)
+		if ok, msg := within(hd, putAt, seen[i], requirement); !ok {
+			t.Errorf("%s: new limit after %s", g.Name, msg)
 		}
 		if got := g.Metric("tollgate.rules_version"); got != int64(v2) {
 			t.Errorf("%s: rules_version %d, want %d", g.Name, got, v2)
@@ -174,7 +175,7 @@ func testRuleChangePropagates(t *testing.T, host string) {
 	if v3 <= v2 {
 		t.Fatalf("version %d after the wipe, not above %d", v3, v2)
 	}
-	if err := harness.Poll(time.Second, 10*time.Millisecond, func() (bool, error) {
+	if err := pollWithin(hd, time.Second, 10*time.Millisecond, func() (bool, error) {
 		for _, g := range gws {
 			if g.Metric("tollgate.rules_version") != int64(v3) {
 				return false, nil
@@ -189,8 +190,8 @@ func testRuleChangePropagates(t *testing.T, host string) {
 	// An empty rule set does not strand the gateways: with nothing to enforce and
 	// nothing to report they still ask every interval (heartbeats), so a real rule set
 	// pushed after it is enforced within 300 ms.
-	onAll := func(v uint64, within time.Duration) error {
-		return harness.Poll(within, 5*time.Millisecond, func() (bool, error) {
+	onAll := func(v uint64, bound time.Duration) error {
+		return pollWithin(hd, bound, 5*time.Millisecond, func() (bool, error) {
 			for _, g := range gws {
 				if g.Metric("tollgate.rules_version") != int64(v) {
 					return false, nil

@@ -19,6 +19,7 @@ import (
 // rate-limit headers. The upstream sees only the admitted requests, and Redis has
 // charged exactly that many.
 func TestTradingBot(t *testing.T) {
+	t.Parallel()
 	e := sharedEnv(t)
 	const (
 		limit    = 100
@@ -160,6 +161,7 @@ func sortDurations(d []time.Duration) {
 // sync.lease_ttl_ms shorter than the client's pauses the third request is refused: see
 // e2e/README.md, "Still open".)
 func TestSteadyClientOverLimit(t *testing.T) {
+	t.Parallel()
 	e := sharedEnv(t)
 	const (
 		limit    = 3

@@ -23,6 +23,7 @@ const lastV1Commit = "c8e7beb0d6669b12dcd429d6183ea4481959de16"
 // (Redis counts exactly what the two admitted on the accounting key), and the hot key's
 // limit must still hold over both gateways.
 func TestRollingUpgrade(t *testing.T) {
+	t.Parallel()
 	e := sharedEnv(t)
 	const (
 		hotLimit, hotBurst = 600, 100

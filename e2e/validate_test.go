@@ -84,6 +84,7 @@ var dailyQuota = min(5_000_000, int64(algo.MaxLimit))
 // /v1/usage counts every admitted request; then a rule set the algorithms could not
 // enforce is answered 422 naming the field, and the previous version keeps serving.
 func TestDailyQuotaAtScale(t *testing.T) {
+	t.Parallel()
 	e := sharedEnv(t)
 	admin, gws := ownService(t, e, "daily")
 	limit := strconv.FormatInt(dailyQuota, 10)
@@ -186,6 +187,7 @@ func genWindow(rng *rand.Rand, kind algo.Kind) algo.Params {
 // filter on two gateways: the service refuses no report, every request is answered
 // (admitted or 429), and no key gets more admitted than its limit allows over the run.
 func TestGeneratedRuleSetsEnforced(t *testing.T) {
+	t.Parallel()
 	e := sharedEnv(t)
 	admin, gws := ownService(t, e, "generated")
 	seed := time.Now().UnixNano()
