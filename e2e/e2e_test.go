@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -268,6 +269,59 @@ func pollWithin(hd *hostdelay.Probe, bound, interval time.Duration, cond func() 
 		return fmt.Errorf("took %s", msg)
 	}
 	return nil
+}
+
+// degradedWindow is how long before a gateway starts answering degraded the host's
+// delays are looked at: the product's degraded bound (RATIONALE.md §3: a sync unanswered
+// for 125 ms once nothing succeeded for two 100 ms intervals). hostStall is the delay of
+// a no-op timer and loopback round trip (hostdelay.Probe) that counts as the machine
+// stalling: half those 125 ms. On a quiet machine the probe's longest delay over such a
+// window is a few milliseconds; at load average 17 on 2 cores it reached 170 ms.
+const (
+	degradedWindow = 250 * time.Millisecond
+	hostStall      = 60 * time.Millisecond
+)
+
+// degradedEpisodes groups the degraded answers of each gateway into episodes (answers
+// less than degradedWindow apart) and splits them: an episode is explained when the host
+// stalled (hostStall or more) in the degradedWindow before its first answer — the
+// product's bound doing its job on a machine that kept the gateway, the service or Redis
+// waiting — and unexplained otherwise. It returns the unexplained answers' count and a
+// line for the log.
+func degradedEpisodes(hd *hostdelay.Probe, answers ...[]harness.Answer) (unexplained int, summary string) {
+	byGW := map[int][]time.Time{}
+	for _, as := range answers {
+		for i := range as {
+			if as[i].Degraded() {
+				byGW[as[i].Gateway] = append(byGW[as[i].Gateway], arrival(&as[i]))
+			}
+		}
+	}
+	var explained, other, explainedAnswers int
+	var longest time.Duration
+	var unexplainedDelays []time.Duration
+	for _, ts := range byGW {
+		slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+		for i := 0; i < len(ts); {
+			j := i + 1
+			for j < len(ts) && ts[j].Sub(ts[j-1]) < degradedWindow {
+				j++
+			}
+			d := hd.Max(ts[i].Add(-degradedWindow), ts[i])
+			if d >= hostStall {
+				explained++
+				explainedAnswers += j - i
+				longest = max(longest, d)
+			} else {
+				other++
+				unexplained += j - i
+				unexplainedDelays = append(unexplainedDelays, d.Round(time.Millisecond))
+			}
+			i = j
+		}
+	}
+	return unexplained, fmt.Sprintf("%d episodes (%d answers) after a host stall of %v or more in the %v before (longest %v); %d episodes (%d answers) without one (the host's longest delays before them: %v)",
+		explained, explainedAnswers, hostStall, degradedWindow, longest.Round(time.Millisecond), other, unexplained, unexplainedDelays)
 }
 
 // fullLength reports whether TOLLGATE_E2E_FULL=1 asks the scenarios on Envoy to run as

@@ -28,7 +28,6 @@ func TestTradingBot(t *testing.T) {
 	rules := `{"rules":[{"id":"bot","match":{"prefix":"/trade"},"limit":100,"window":"1m"}]}`
 	gws := e.fleet(t, uniqueKey("bot"), 1, rules, true, harness.Sync{})
 	key := uniqueKey("bot")
-	upstreamBefore := e.upstream.Requests()
 
 	start := time.Now()
 	answers := e.client.Run(ctxFor(t, time.Minute), harness.Load{
@@ -96,7 +95,7 @@ func TestTradingBot(t *testing.T) {
 		consumed = tokenBucketConsumed(b, now, start)
 		return math.Abs(consumed-float64(tally.OK)) <= 1, nil
 	})
-	upstream := e.upstream.Requests() - upstreamBefore
+	upstream := e.upstream.RequestsOf(key)
 
 	logTable(t, "scenario 1: trading bot, 500 requests in ~1 s vs 100/min, one gateway (2 workers)", harness.KV(
 		"requests sent", fmt.Sprint(tally.Total),
