@@ -236,10 +236,21 @@ func forHostsAtOnce(t *testing.T, hosts []string, scenario func(t *testing.T, ho
 }
 
 // hostDelay starts a probe of the machine's own delays (hostdelay.Probe) for the rest of
-// the test: a wall-clock bound is asserted net of what the host added meanwhile.
-func hostDelay(t *testing.T) *hostdelay.Probe {
+// the test: a wall-clock bound is asserted net of what the host added meanwhile. Besides
+// its own loopback round trip it asks each shared service replica's /healthz (answered
+// without Redis), so a stall of the service processes counts too — except the replicas
+// named in skip (a scenario's victim: its restart is not the host's delay).
+func hostDelay(t *testing.T, skip ...*harness.Service) *hostdelay.Probe {
 	t.Helper()
-	hd, err := hostdelay.Start(5 * time.Millisecond)
+	var also []string
+	if shared != nil {
+		for _, s := range shared.svc {
+			if !slices.Contains(skip, s) {
+				also = append(also, s.URL()+"/healthz")
+			}
+		}
+	}
+	hd, err := hostdelay.Start(5*time.Millisecond, also...)
 	if err != nil {
 		t.Fatal(err)
 	}

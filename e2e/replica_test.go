@@ -18,7 +18,7 @@ import (
 func TestServiceReplicaKilled(t *testing.T) {
 	e := sharedEnv(t)
 	victim := e.svc[1]
-	hd := hostDelay(t)
+	hd := hostDelay(t, victim)
 	gws := e.fleet(t, uniqueKey("replica"), 4, failoverRules, true, harness.Sync{})
 	hotKey := uniqueKey("rp-hot")
 	acctKey := hotKey + "-acct"

@@ -40,8 +40,12 @@ type delaySample struct {
 	delay      time.Duration
 }
 
-// Start starts a probe that sleeps every between round trips; Close stops it.
-func Start(every time.Duration) (*Probe, error) {
+// Start starts a probe that sleeps every between round trips; Close stops it. Each
+// iteration also makes one round trip to each of also (URLs of other processes' no-op
+// endpoints, such as a service's /healthz), so that a stall of those processes counts
+// too: on a busy machine the scheduler starves some processes and not others. A failed
+// round trip (a process stopped on purpose) counts for the time it took.
+func Start(every time.Duration, also ...string) (*Probe, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -50,7 +54,7 @@ func Start(every time.Duration) (*Probe, error) {
 	h.srv = &http.Server{Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})}
 	go func() { _ = h.srv.Serve(ln) }()
 	url := "http://" + ln.Addr().String() + "/"
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}, Timeout: 10 * time.Second}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	go func() {
@@ -59,10 +63,14 @@ func Start(every time.Duration) (*Probe, error) {
 		for ctx.Err() == nil {
 			start := time.Now()
 			time.Sleep(every)
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-			if resp, err := client.Do(req); err == nil {
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
+			for _, u := range append([]string{url}, also...) {
+				rctx, cancel := context.WithTimeout(ctx, time.Second)
+				req, _ := http.NewRequestWithContext(rctx, http.MethodGet, u, nil)
+				if resp, err := client.Do(req); err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				cancel()
 			}
 			end := time.Now()
 			h.mu.Lock()
