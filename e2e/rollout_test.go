@@ -162,12 +162,13 @@ func TestRefusedSyncRecovers(t *testing.T) {
 	if err := svc.SetSyncSecrets(syncSecret); err != nil {
 		t.Fatal(err)
 	}
+	hd := hostDelay(t)
 	fixed := time.Now()
-	if err := harness.Poll(time.Second, 10*time.Millisecond, func() (bool, error) {
+	if err := pollWithin(hd, time.Second, 10*time.Millisecond, func() (bool, error) {
 		n, err := degraded()
 		return n == 0 && err == nil, nil
 	}); err != nil {
-		t.Fatalf("still degraded %v after the service accepts batches again (%d batches refused meanwhile)", time.Since(fixed).Round(time.Millisecond), dropped)
+		t.Fatalf("still degraded after the service accepts batches again (%d batches refused meanwhile): %v", dropped, err)
 	}
 	t.Logf("every worker answers without the degraded marker %v after the fix (%d batches refused meanwhile)",
 		time.Since(fixed).Round(time.Millisecond), dropped)
