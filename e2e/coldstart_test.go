@@ -20,7 +20,8 @@ import (
 // most the bucket's allowance (capacity plus the refill over the run) + 5 %, and — a
 // limiter that starves a fresh key is broken too — at least 90 % of the capacity.
 // It runs on every host: 20 runs on the wazero host, 8 on each Envoy (20 with
-// TOLLGATE_E2E_FULL=1).
+// TOLLGATE_E2E_FULL=1). A run with degraded answers while the machine stalled is
+// counted apart (at most a quarter of them): it measured the degraded mode.
 func TestColdStartBurst(t *testing.T) {
 	forHosts(t, harness.Hosts(), testColdStartBurst)
 }
@@ -57,6 +58,8 @@ func testColdStartBurst(t *testing.T, host string) {
 	var rows [][]string
 	var failures []string
 	worstOver := -1.0
+	hd := hostDelay(t)
+	stalledRuns := 0
 	for run := 1; run <= runs; run++ {
 		key := uniqueKey(fmt.Sprintf("cold%d", run))
 		start := make(chan struct{})
@@ -90,13 +93,24 @@ func testColdStartBurst(t *testing.T, host string) {
 		allowance := float64(limit) * (1 + span.Seconds()/60) // capacity + refill over the run
 		bound := allowance * (1 + overBound)
 		over := (float64(tally.OK) - allowance) / allowance
-		worstOver = max(worstOver, over)
 		var perGW []string
 		for i := range gws {
 			perGW = append(perGW, fmt.Sprint(tally.PerGateway[i].OK))
 		}
+		host := hd.Max(t0, lastAnswer(all))
 		rows = append(rows, []string{fmt.Sprint(run), fmt.Sprint(tally.OK), fmt.Sprintf("%.1f", allowance),
-			fmt.Sprintf("%+.1f%%", 100*over), fmt.Sprint(perGW), span.Round(time.Millisecond).String(), statusHistogram(all)})
+			fmt.Sprintf("%+.1f%%", 100*over), fmt.Sprint(perGW), span.Round(time.Millisecond).String(), statusHistogram(all),
+			fmt.Sprint(tally.Degraded), host.Round(time.Millisecond).String()})
+		// A run in which the machine stalled (a no-op timer and loopback round trip kept
+		// waiting hostStall or more, hostdelay.Probe) and a gateway counted the service
+		// down meanwhile measured the degraded mode — decided on each gateway's own state
+		// (RATIONALE.md §3 "Degraded") — not the cold start: it is counted apart, and
+		// must stay a minority. Degraded answers without such a stall fail the run.
+		if tally.Degraded > 0 && host >= hostStall {
+			stalledRuns++
+			continue
+		}
+		worstOver = max(worstOver, over)
 		switch {
 		case float64(tally.OK) > bound:
 			failures = append(failures, fmt.Sprintf("run %d: %d admitted, bound %.1f (allowance %.1f + 5 %%)", run, tally.OK, bound, allowance))
@@ -117,8 +131,12 @@ func testColdStartBurst(t *testing.T, host string) {
 		}
 	}
 	logTable(t, fmt.Sprintf("cold start on %s: a fresh key, %d requests at once over 4 gateways × 2 workers × %d connections (shipped envoy.yaml, free tier %d/min)", host, requests, perWorker, limit),
-		harness.Table([]string{"run", "admitted", "allowance", "over", "per gateway", "span", "statuses"}, rows))
-	t.Logf("worst over-admission %+.2f%% (bound +%.0f%%)", 100*worstOver, 100*overBound)
+		harness.Table([]string{"run", "admitted", "allowance", "over", "per gateway", "span", "statuses", "degraded", "host delay"}, rows))
+	t.Logf("worst over-admission %+.2f%% (bound +%.0f%%); %d runs with degraded answers while the host stalled (≥ %v), counted apart",
+		100*worstOver, 100*overBound, stalledRuns, hostStall)
+	if stalledRuns*4 > runs {
+		failures = append(failures, fmt.Sprintf("%d of %d runs degraded while the machine stalled: the cold start was not measured", stalledRuns, runs))
+	}
 	for _, f := range failures {
 		t.Error(f)
 	}

@@ -22,6 +22,7 @@ import (
 // now, each with the compiled filter) enforces it, and the history lists the three
 // versions with author and reason.
 func TestPolicyStoreRestoresRules(t *testing.T) {
+	t.Parallel()
 	e := sharedEnv(t)
 	pg := pgtest.Start(t)
 	rdb, err := redistest.Launch(redistest.Options{})
@@ -56,8 +57,9 @@ func TestPolicyStoreRestoresRules(t *testing.T) {
 	if err := rc.FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
+	hd := hostDelay(t)
 	flushed := time.Now()
-	if err := harness.Poll(time.Second, 5*time.Millisecond, func() (bool, error) {
+	if err := pollWithin(hd, time.Second, 5*time.Millisecond, func() (bool, error) {
 		v, err := rulestore.NewRedis(rc).CurrentVersion(ctx)
 		return err == nil && v == active, nil
 	}); err != nil {

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgate-rl/tollgate/deploy"
 	"github.com/tollgate-rl/tollgate/e2e/internal/harness"
+	"github.com/tollgate-rl/tollgate/internal/hostdelay"
 	"github.com/tollgate-rl/tollgate/internal/redistest"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
 )
@@ -48,7 +51,22 @@ var (
 	envErr  error
 )
 
+// parallelScenarios is how many scenarios marked parallel run at once unless
+// -test.parallel says otherwise (its default is GOMAXPROCS, 2 on the build machine):
+// most scenarios spend their time waiting — for syncs, TTLs, windows, an Envoy's start —
+// not computing.
+const parallelScenarios = 4
+
 func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		if err := flag.Set("test.parallel", strconv.Itoa(parallelScenarios)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+	}
 	code := m.Run()
 	if shared != nil {
 		shared.stop()
@@ -196,11 +214,125 @@ func startGateways(t *testing.T, n int, cfg func(i int) harness.GatewayConfig) [
 }
 
 // forHosts runs a scenario once on each host, as a subtest named after it (TestX/wazero,
-// TestX/envoy-1.40.0): a scenario is written once and runs wherever it applies.
+// TestX/envoy-1.40.0): a scenario is written once and runs wherever it applies. The
+// hosts take turns: the scenarios that load the machine, or share one fleet per host.
 func forHosts(t *testing.T, hosts []string, scenario func(t *testing.T, host string)) {
 	for _, h := range hosts {
 		t.Run(h, func(t *testing.T) { scenario(t, h) })
 	}
+}
+
+// forHostsAtOnce is forHosts for a scenario whose runs share nothing (each starts its
+// own gateways, and service when it needs one) and mostly wait: its hosts run in
+// parallel with each other and with the other parallel scenarios.
+func forHostsAtOnce(t *testing.T, hosts []string, scenario func(t *testing.T, host string)) {
+	t.Parallel()
+	for _, h := range hosts {
+		t.Run(h, func(t *testing.T) {
+			t.Parallel()
+			scenario(t, h)
+		})
+	}
+}
+
+// hostDelay starts a probe of the machine's own delays (hostdelay.Probe) for the rest of
+// the test: a wall-clock bound is asserted net of what the host added meanwhile. Besides
+// its own loopback round trip it asks each shared service replica's /healthz (answered
+// without Redis), so a stall of the service processes counts too — except the replicas
+// named in skip (a scenario's victim: its restart is not the host's delay).
+func hostDelay(t *testing.T, skip ...*harness.Service) *hostdelay.Probe {
+	t.Helper()
+	var also []string
+	if shared != nil {
+		for _, s := range shared.svc {
+			if !slices.Contains(skip, s) {
+				also = append(also, s.URL()+"/healthz")
+			}
+		}
+	}
+	hd, err := hostdelay.Start(5*time.Millisecond, also...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hd.Close)
+	return hd
+}
+
+// within reports whether something that took from start to end met the product's bound,
+// given the longest delay the host imposed on a no-op meanwhile (allowed on top of the
+// bound: the host's scheduling, not the product's), and says so for a message.
+func within(hd *hostdelay.Probe, start, end time.Time, bound time.Duration) (bool, string) {
+	host := hd.Max(start, end)
+	took := end.Sub(start)
+	return took <= bound+host, fmt.Sprintf("%v (bound %v + the host's longest delay meanwhile %v)",
+		took.Round(time.Millisecond), bound, host.Round(time.Millisecond))
+}
+
+// pollWithin polls cond (as harness.Poll) for up to 10 s and reports whether it held
+// within the product's bound plus the host's longest delay meanwhile (see within): a
+// failure says how long it took, rather than only that it was late.
+func pollWithin(hd *hostdelay.Probe, bound, interval time.Duration, cond func() (bool, error)) error {
+	start := time.Now()
+	if err := harness.Poll(bound+10*time.Second, interval, cond); err != nil {
+		return err
+	}
+	if ok, msg := within(hd, start, time.Now(), bound); !ok {
+		return fmt.Errorf("took %s", msg)
+	}
+	return nil
+}
+
+// degradedWindow is how long before a gateway starts answering degraded the host's
+// delays are looked at: the product's degraded bound (RATIONALE.md §3: a sync unanswered
+// for 125 ms once nothing succeeded for two 100 ms intervals). hostStall is the delay of
+// a no-op timer and loopback round trip (hostdelay.Probe) that counts as the machine
+// stalling: half those 125 ms. On a quiet machine the probe's longest delay over such a
+// window is a few milliseconds; at load average 17 on 2 cores it reached 170 ms.
+const (
+	degradedWindow = 250 * time.Millisecond
+	hostStall      = 60 * time.Millisecond
+)
+
+// degradedEpisodes groups the degraded answers of each gateway into episodes (answers
+// less than degradedWindow apart) and splits them: an episode is explained when the host
+// stalled (hostStall or more) in the degradedWindow before its first answer — the
+// product's bound doing its job on a machine that kept the gateway, the service or Redis
+// waiting — and unexplained otherwise. It returns the unexplained answers' count and a
+// line for the log.
+func degradedEpisodes(hd *hostdelay.Probe, answers ...[]harness.Answer) (unexplained int, summary string) {
+	byGW := map[int][]time.Time{}
+	for _, as := range answers {
+		for i := range as {
+			if as[i].Degraded() {
+				byGW[as[i].Gateway] = append(byGW[as[i].Gateway], arrival(&as[i]))
+			}
+		}
+	}
+	var explained, other, explainedAnswers int
+	var longest time.Duration
+	var unexplainedDelays []time.Duration
+	for _, ts := range byGW {
+		slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+		for i := 0; i < len(ts); {
+			j := i + 1
+			for j < len(ts) && ts[j].Sub(ts[j-1]) < degradedWindow {
+				j++
+			}
+			d := hd.Max(ts[i].Add(-degradedWindow), ts[i])
+			if d >= hostStall {
+				explained++
+				explainedAnswers += j - i
+				longest = max(longest, d)
+			} else {
+				other++
+				unexplained += j - i
+				unexplainedDelays = append(unexplainedDelays, d.Round(time.Millisecond))
+			}
+			i = j
+		}
+	}
+	return unexplained, fmt.Sprintf("%d episodes (%d answers) after a host stall of %v or more in the %v before (longest %v); %d episodes (%d answers) without one (the host's longest delays before them: %v)",
+		explained, explainedAnswers, hostStall, degradedWindow, longest.Round(time.Millisecond), other, unexplained, unexplainedDelays)
 }
 
 // fullLength reports whether TOLLGATE_E2E_FULL=1 asks the scenarios on Envoy to run as

@@ -21,7 +21,7 @@ import (
 // the bootstrap's stats_tags. Envoy hosts only: both are Envoy's (on the wazero host the
 // same decision reaches the tollgate-gateway's access log and /metrics, scenario 14).
 func TestAccessLogAndRuleStats(t *testing.T) {
-	forHosts(t, harness.EnvoyHosts(), testAccessLogAndRuleStats)
+	forHostsAtOnce(t, harness.EnvoyHosts(), testAccessLogAndRuleStats)
 }
 
 func testAccessLogAndRuleStats(t *testing.T, host string) {
@@ -103,7 +103,7 @@ func testAccessLogAndRuleStats(t *testing.T, host string) {
 // bucket lives in shared data, which the new configuration's filters find), and the new
 // rule is enforced on new connections.
 func TestPluginReconfigured(t *testing.T) {
-	forHosts(t, harness.Hosts(), testPluginReconfigured)
+	forHostsAtOnce(t, harness.Hosts(), testPluginReconfigured)
 }
 
 func testPluginReconfigured(t *testing.T, host string) {
@@ -196,7 +196,7 @@ var panicWasm = sync.OnceValues(func() ([]byte, error) { return wasmbuild.Build(
 // they get 503. Under both, the request during which the VM died gets 503. Connections
 // are pinned to workers, so each worker's answer is known.
 func TestVMFailure(t *testing.T) {
-	forHosts(t, harness.Hosts(), testVMFailure)
+	forHostsAtOnce(t, harness.Hosts(), testVMFailure)
 }
 
 func testVMFailure(t *testing.T, host string) {

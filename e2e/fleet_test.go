@@ -61,6 +61,7 @@ func testFleetOneKey(t *testing.T, host string) {
 	dur := fleetDuration(t, host)
 
 	ctx := ctxFor(t, dur+time.Minute)
+	hd := hostDelay(t)
 	start := time.Now()
 	var hot, calm []harness.Answer
 	var wg sync.WaitGroup
@@ -140,8 +141,15 @@ func testFleetOneKey(t *testing.T, host string) {
 	if n := missingHeaders(hot) + missingHeaders(calm); n > 0 {
 		t.Errorf("%d answers without the rate-limit headers", n)
 	}
+	// With a healthy service an answer is degraded only when a sync waited past the
+	// product's bound: on a machine that stalled meanwhile, that is the bound at work
+	// (degradedEpisodes); the episodes no host stall explains fail the scenario.
 	if ht.Degraded+ct.Degraded > 0 {
-		t.Errorf("%d degraded answers with a healthy service", ht.Degraded+ct.Degraded)
+		unexplained, summary := degradedEpisodes(hd, hot, calm)
+		t.Logf("%d degraded answers: %s", ht.Degraded+ct.Degraded, summary)
+		if unexplained > 0 {
+			t.Errorf("%d degraded answers with a healthy service that the host's stalls do not explain", unexplained)
+		}
 	}
 	if float64(ct.Limited) >= falseRejectionMax*float64(ct.Total) {
 		t.Errorf("calm key at 90%% of its limit: %d of %d refused (>= %.1f%%)", ct.Limited, ct.Total, 100*falseRejectionMax)

@@ -25,7 +25,7 @@ import (
 // client speaks HTTP/2 to Envoy's listener (codec AUTO, as shipped) and Envoy HTTP/2 to
 // the service.
 func TestGRPCRefusal(t *testing.T) {
-	forHosts(t, harness.Hosts(), testGRPCRefusal)
+	forHostsAtOnce(t, harness.Hosts(), testGRPCRefusal)
 }
 
 func testGRPCRefusal(t *testing.T, host string) {

@@ -142,7 +142,7 @@ func burst(t *testing.T, ctx context.Context, gws []*harness.Gateway, u *slowUps
 // bound, max_in_flight + gateways - 1. It runs on every host (the four gateways on the
 // wazero host only).
 func TestMaxInFlight(t *testing.T) {
-	forHosts(t, harness.Hosts(), testMaxInFlight)
+	forHostsAtOnce(t, harness.Hosts(), testMaxInFlight)
 }
 
 func testMaxInFlight(t *testing.T, host string) {

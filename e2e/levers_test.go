@@ -24,6 +24,7 @@ const keyHashSecret = "e2e-key-hash-secret"
 // service with its own Redis Cluster, caller keys hashed in Redis. Each subtest runs
 // alone with -run TestLevers/<name>; "degraded" stops the service and runs last.
 func TestLevers(t *testing.T) {
+	t.Parallel()
 	e := sharedEnv(t)
 	rc, err := redistest.LaunchCluster(redistest.Options{})
 	if err != nil {

@@ -18,6 +18,8 @@ import (
 // without the claim gets each rule's missing-key answer — skip passes it, deny answers
 // 401 or 403 with the JSON body, fallback limits it under the x-client header.
 func TestJWTMetadataTenantLimits(t *testing.T) {
+	// One at a time (not t.Parallel): it counts exact quotas over a second or less
+	// through the shared services, which the parallel scenarios keep busy.
 	e := sharedEnv(t)
 	id := uniqueKey("jwtmeta")
 	const tenantKey = `{"source":"metadata","namespace":"envoy.filters.http.jwt_authn","path":"my_payload.tenant"}`

@@ -28,6 +28,7 @@ import (
 // access log (the refused request's line names the rule, the decision and the key's
 // hash, never the key).
 func TestOperatorSeesWhyARequestWasLimited(t *testing.T) {
+	t.Parallel()
 	e := sharedEnv(t)
 	svc, err := harness.StartService(e.serviceConfig(append([]string{"--top-flush", "200ms"}, sharedServiceArgs...)...))
 	if err != nil {

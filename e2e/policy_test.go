@@ -52,6 +52,7 @@ func decodeBody(t *testing.T, a *harness.Answer) errorBody {
 // failure metrics rise. The scenario runs its own service process (so it can kill it)
 // with short penalty steps (200 ms doubling to 3.2 s) so the growth shows in seconds.
 func TestPolicies(t *testing.T) {
+	t.Parallel()
 	e := sharedEnv(t)
 	svc, err := harness.StartService(e.serviceConfig("--penalty-base", "200ms", "--penalty-max", "3200ms"))
 	if err != nil {
@@ -73,14 +74,14 @@ func TestPolicies(t *testing.T) {
 	}
 
 	t.Run("deny list", func(t *testing.T) {
-		before := e.upstream.Requests()
-		a := get("/api/x", "sk_revoked_42")
+		key := uniqueKey("sk_revoked_42") // matches sk_revoked_*, and only this run sends it
+		a := get("/api/x", key)
 		b := decodeBody(t, &a)
 		logTable(t, "deny list", harness.KV("status", fmt.Sprint(a.Status), "code", b.Error.Code, "matched", b.Error.Details.Matched))
 		if a.Status != http.StatusForbidden || b.Error.Code != "FORBIDDEN" || b.Error.Details.Matched != "sk_revoked_*" {
 			t.Errorf("denied key: status %d, body %s", a.Status, a.Body)
 		}
-		if n := e.upstream.Requests() - before; n != 0 {
+		if n := e.upstream.RequestsOf(key); n != 0 {
 			t.Errorf("a denied request reached the upstream (%d)", n)
 		}
 	})

@@ -26,6 +26,7 @@ import (
 // must not echo a key either. Secrets likewise: neither the service's command line (ps)
 // nor either log shows the sync secret or the admin token.
 func TestLogsNameNoCallerKey(t *testing.T) {
+	t.Parallel()
 	e := sharedEnv(t)
 	svc, err := harness.StartService(e.serviceConfig(append([]string{"--log-level", "debug"}, sharedServiceArgs...)...))
 	if err != nil {

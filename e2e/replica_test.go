@@ -12,12 +12,13 @@ import (
 // under load. The gateways' cluster lists both (round robin, as Envoy's static cluster
 // would), so callouts that reach the dead one fail and the same batch is resent on the
 // next tick, reaching the live one. Traffic continues: no failed request, no degraded
-// answer, every gateway keeps syncing, and nothing is lost or counted twice (Redis and
+// answer the machine's own stalls do not explain, every gateway keeps syncing, and nothing is lost or counted twice (Redis and
 // the gateways' counters agree with what the clients saw). Restarted on its address,
 // the replica takes its share of the syncs again.
 func TestServiceReplicaKilled(t *testing.T) {
 	e := sharedEnv(t)
 	victim := e.svc[1]
+	hd := hostDelay(t, victim)
 	gws := e.fleet(t, uniqueKey("replica"), 4, failoverRules, true, harness.Sync{})
 	hotKey := uniqueKey("rp-hot")
 	acctKey := hotKey + "-acct"
@@ -57,6 +58,7 @@ func TestServiceReplicaKilled(t *testing.T) {
 	// fleet record (tg:{fleet}:nodes, the node's last sync) stays recent for every gateway.
 	admin := e.admin()
 	gap := make([]time.Duration, len(gws))
+	gapFrom := make([]time.Time, len(gws)) // where each gateway's longest gap began
 	lastOK := make([]int64, len(gws))
 	lastRise := make([]time.Time, len(gws))
 	for i, g := range gws {
@@ -69,7 +71,9 @@ func TestServiceReplicaKilled(t *testing.T) {
 			if ok := g.MetricNow("tollgate.sync_sent") - g.MetricNow("tollgate.sync_failed"); ok > lastOK[i] {
 				lastOK[i], lastRise[i] = ok, now
 			}
-			gap[i] = max(gap[i], now.Sub(lastRise[i]))
+			if d := now.Sub(lastRise[i]); d > gap[i] {
+				gap[i], gapFrom[i] = d, lastRise[i]
+			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -135,19 +139,30 @@ func TestServiceReplicaKilled(t *testing.T) {
 	if failedDuring == 0 {
 		t.Errorf("no sync failed while a replica was down: the kill did not take effect")
 	}
+	// A degraded answer is the product's bound at work (RATIONALE.md §3), so on a
+	// machine that stalls the gateway, the service or Redis past it, it is the bound
+	// doing its job, not a replica failing to carry the batches: episodes the host's
+	// stalls explain are logged, the others fail the scenario (degradedEpisodes).
 	if ht.Degraded+at.Degraded > 0 {
-		t.Errorf("%d degraded answers: the live replica should have carried every resent batch", ht.Degraded+at.Degraded)
+		unexplained, summary := degradedEpisodes(hd, hot, acct)
+		t.Logf("%d degraded answers: %s", ht.Degraded+at.Degraded, summary)
+		if unexplained > 0 {
+			t.Errorf("%d degraded answers the host's stalls do not explain: the live replica should have carried every resent batch", unexplained)
+		}
 	}
 	for i, g := range gws {
 		// The leader syncs every 100 ms; a callout to the dead replica fails at once and
 		// the batch is resent on the next tick, through the other one.
-		if gap[i] > time.Second {
-			t.Errorf("gateway %s went %v without a successful sync while one replica was up", g.Name, gap[i].Round(time.Millisecond))
+		// Both bounds are asserted net of the host's longest delay meanwhile (within).
+		if ok, msg := within(hd, gapFrom[i], gapFrom[i].Add(gap[i]), time.Second); !ok {
+			t.Errorf("gateway %s went without a successful sync while one replica was up: %s", g.Name, msg)
 		}
 		// Each service instance records the nodes it heard from once a second.
-		if at, ok := seen[g.Name]; !ok || seenAt.Sub(at) > 2500*time.Millisecond {
-			t.Errorf("gateway %s: the service's fleet record (tg:{fleet}:nodes) last saw it %v ago (present: %v): %v",
-				g.Name, seenAt.Sub(at).Round(time.Millisecond), ok, seenErr)
+		at, ok := seen[g.Name]
+		if !ok {
+			t.Errorf("gateway %s: not in the service's fleet record (tg:{fleet}:nodes): %v", g.Name, seenErr)
+		} else if ok, msg := within(hd, at, seenAt, 2500*time.Millisecond); !ok {
+			t.Errorf("gateway %s: the service's fleet record (tg:{fleet}:nodes) last saw it %s ago", g.Name, msg)
 		}
 	}
 	if backErr != nil {

@@ -44,7 +44,7 @@ func startLLM(t *testing.T, latency time.Duration) string {
 // before the service heard of them — those of one sync interval and its round trip, plus
 // the last one admitted — at the largest response's size. It runs on every host.
 func TestResponseCostFleet(t *testing.T) {
-	forHosts(t, harness.Hosts(), testResponseCostFleet)
+	forHostsAtOnce(t, harness.Hosts(), testResponseCostFleet)
 }
 
 func testResponseCostFleet(t *testing.T, host string) {

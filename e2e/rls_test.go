@@ -33,6 +33,7 @@ const rlsRules = `{"rules": [{"id": "mixed", "limit": 100, "window": "1h",
 // limit (100 per hour, token bucket: its capacity plus the refill over the run) plus
 // the fleet goal of RATIONALE.md §3 (1 %).
 func TestRLSAndWasmShareOneQuota(t *testing.T) {
+	t.Parallel()
 	e := sharedEnv(t)
 	rds, err := redistest.Launch(redistest.Options{})
 	if err != nil {
@@ -181,6 +182,7 @@ func TestRLSAndWasmShareOneQuota(t *testing.T) {
 // refused: the fleet of four nodes admits at most one limit (its capacity plus the
 // refill over the run) plus the cold-start bound of RATIONALE.md §3 (5 %).
 func TestRLSReplicasAndGatewaysOneQuota(t *testing.T) {
+	t.Parallel()
 	e := sharedEnv(t)
 	rds, err := redistest.Launch(redistest.Options{})
 	if err != nil {

@@ -52,7 +52,7 @@ func startArrivals(t *testing.T) (*arrivals, string) {
 // latency are measured in BENCHMARKS.md). It runs on every host (on Envoy with
 // --concurrency 1).
 func TestShapingThroughTheGateway(t *testing.T) {
-	forHosts(t, harness.Hosts(), testShapingThroughTheGateway)
+	forHostsAtOnce(t, harness.Hosts(), testShapingThroughTheGateway)
 }
 
 func testShapingThroughTheGateway(t *testing.T, host string) {
@@ -157,12 +157,14 @@ func startArrivalTimes(t *testing.T) (*arrivalTimes, string) {
 // service does. A rule of 10 a second, burst 1, max_delay 2s, and 30 concurrent first
 // requests of a new key, five runs each way on one gateway (1 worker): 21 reach the
 // upstream (1 at once, 20 held for their slots), give or take the refill while the
-// burst arrives, 100 ms apart (the median gap within 20 ms: the machine's scheduling).
+// burst arrives, 100 ms apart (the median gap within a shaping tick, 5 ms, plus what the
+// machine's scheduling added, measured alongside by a hostdelay.Probe).
 // Before shaping decided with the lease, the burst's requests that waited for the first
 // one's acquire were refused by the service, and 1 to 20 went through (nine runs: 1, 1,
 // 1, 1, 2, 9, 16, 20, 20). The shared services count the suite's gateways as one fleet,
 // so this also runs on a fleet of dozens.
 func TestShapingWithSync(t *testing.T) {
+	t.Parallel()
 	e := sharedEnv(t)
 	up, upURL := startArrivalTimes(t)
 	rules := []byte(`{"key":{"source":"header","name":"x-api-key"},"rules":[{"id":"shaped-sync","algorithm":"gcra",
@@ -181,6 +183,7 @@ func TestShapingWithSync(t *testing.T) {
 		gateways[withSync] = g
 	}
 	ctx := ctxFor(t, 2*time.Minute)
+	hd := hostDelay(t)
 	const runs, burst = 5, 30
 	var rows [][]string
 	for run := 1; run <= runs; run++ {
@@ -218,7 +221,7 @@ func TestShapingWithSync(t *testing.T) {
 			}
 			mode := map[bool]string{false: "no sync", true: "sync"}[withSync]
 			rows = append(rows, []string{fmt.Sprint(run), mode, fmt.Sprint(len(at)), fmt.Sprint(refused.Load()),
-				median.Round(time.Millisecond).String(), fmt.Sprint(roundAll(gaps))})
+				median.Round(time.Millisecond).String(), hd.Quantile(0.9, start, time.Now()).Round(100 * time.Microsecond).String(), fmt.Sprint(roundAll(gaps))})
 			// 21, and the refill while the burst arrived may add one or two.
 			extra := int(time.Since(start).Seconds()*10) + 1
 			if len(at) > 21+extra {
@@ -233,15 +236,20 @@ func TestShapingWithSync(t *testing.T) {
 				report("run %d, %s: %d reached the upstream, want 21 (± 1)", run, mode, len(at))
 			}
 			// The gaps are exact to a tick in virtual time (filter/nativehost
-			// TestShapingWithSyncLikeWithout); here the shared machine's scheduling adds
-			// its own, to both gateways alike.
-			if median < 80*time.Millisecond || median > 120*time.Millisecond {
-				report("run %d, %s: median gap %v between admitted requests, want 100 ms (one permit)", run, mode, median)
+			// TestShapingWithSyncLikeWithout): a held request goes on at most one
+			// shaping tick (5 ms, filter/plugin shapeTickMs) after its permit's time.
+			// Here the machine's scheduling moves both ends of a gap: up to the host's
+			// delay each, taken at its 90th percentile over the burst (the median gap
+			// ignores the outliers beyond it).
+			host := hd.Quantile(0.9, start, time.Now())
+			if tol := 5*time.Millisecond + 2*host; median < 100*time.Millisecond-tol || median > 100*time.Millisecond+tol {
+				report("run %d, %s: median gap %v between admitted requests, want 100 ms (one permit) ± %v (a shaping tick + twice the host's p90 delay %v)",
+					run, mode, median, tol, host)
 			}
 		}
 	}
 	logTable(t, "shaping a burst of 30 (gcra 10/s, burst 1, max_delay 2s), with and without sync", harness.Table(
-		[]string{"run", "gateway", "reached upstream", "refused", "median gap", "gaps"}, rows))
+		[]string{"run", "gateway", "reached upstream", "refused", "median gap", "host delay p90", "gaps"}, rows))
 }
 
 func roundAll(ds []time.Duration) []time.Duration {

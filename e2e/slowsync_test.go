@@ -27,6 +27,7 @@ import (
 // answers its liveness probe 503, and the gateway answers degraded within two sync
 // intervals (RATIONALE.md §3 "Slow is not down"); it is healthy again once Redis answers.
 func TestSlowSyncIsNotDegraded(t *testing.T) {
+	t.Parallel()
 	e := sharedEnv(t)
 	rds, err := redistest.Launch(redistest.Options{})
 	if err != nil {

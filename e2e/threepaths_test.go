@@ -39,6 +39,7 @@ const threePathRules = `{"rules": [{"id": "three", "limit": 40, "window": "10s",
 // per RLQS Envoy), which also covers the leased paths' cold-start allowances (at most
 // C/20 over the fleet, §3); every path admits some of it, and no answer is an error.
 func TestThreePathsOneQuota(t *testing.T) {
+	t.Parallel()
 	const (
 		limit, capacity, windowS = 40, 40, 10
 		seconds, reportS, hbS    = 12, 5, 1

@@ -18,11 +18,12 @@ const lastV1Commit = "c8e7beb0d6669b12dcd429d6183ea4481959de16"
 // gateway still runs the previous release's filter (built from lastV1Commit, speaking
 // wire Version 1) and one runs the current filter (Version 2), both with the same rules
 // and the same callers. The service answers each in its own version
-// (ratelimit/README.md, "Upgrades"). Both must keep syncing (no failed sync, no degraded
-// answer, both in the service's fleet record), both must charge the same buckets
-// (Redis counts exactly what the two admitted on the accounting key), and the hot key's
-// limit must still hold over both gateways.
+// (ratelimit/README.md, "Upgrades"). Both must keep syncing (no failed sync the host's
+// own stalls do not explain, no degraded answer, both in the service's fleet record),
+// both must charge the same buckets (Redis counts exactly what the two admitted on the
+// accounting key), and the hot key's limit must still hold over both gateways.
 func TestRollingUpgrade(t *testing.T) {
+	t.Parallel()
 	e := sharedEnv(t)
 	const (
 		hotLimit, hotBurst = 600, 100
@@ -56,6 +57,7 @@ func TestRollingUpgrade(t *testing.T) {
 	acctKey := hotKey + "-acct"
 
 	ctx := ctxFor(t, 2*time.Minute)
+	hd := hostDelay(t)
 	stop := make(chan struct{})
 	runStart := time.Now()
 	tr := startTraffic(ctx, e, gws, hotKey, acctKey, stop)
@@ -110,12 +112,33 @@ func TestRollingUpgrade(t *testing.T) {
 	if ht.Failed+at.Failed+ht.Unavailable+at.Unavailable+ht.OtherStatus+at.OtherStatus > 0 {
 		t.Errorf("requests failed: hot %s, accounting %s", statusHistogram(tr.hot), statusHistogram(tr.acct))
 	}
+	// A sync fails when its reply is later than the callout timeout: on a machine that
+	// stalled the gateway, the service or Redis (a no-op timer and loopback round trip
+	// kept waiting hostStall or more during the run, hostdelay.Probe) a few may, which
+	// says nothing about the upgrade; otherwise every sync must succeed, and never more
+	// than 1 % fail.
+	host := hd.Max(runStart, time.Now())
+	t.Logf("the host's longest delay during the run: %v (stall: %v or more)", host.Round(time.Millisecond), hostStall)
 	for i, g := range gws {
-		if g.Metric("tollgate.sync_sent") == 0 || g.Metric("tollgate.sync_failed") > 0 {
-			t.Errorf("%s: %d syncs sent, %d failed: every sync should succeed", g.Name, g.Metric("tollgate.sync_sent"), g.Metric("tollgate.sync_failed"))
+		sent, failed := g.Metric("tollgate.sync_sent"), g.Metric("tollgate.sync_failed")
+		if sent == 0 || (failed > 0 && host < hostStall) || failed*100 > sent {
+			t.Errorf("%s: %d syncs sent, %d failed, the host's longest delay %v: every sync should succeed", g.Name, sent, failed, host.Round(time.Millisecond))
 		}
 		if d := ht.PerGateway[i].Degraded + at.PerGateway[i].Degraded; d > 0 {
-			t.Errorf("%s: %d degraded answers with the service up", g.Name, d)
+			// As for the syncs: what the host's stalls explain is logged (degradedEpisodes).
+			var mine []harness.Answer
+			for _, as := range [][]harness.Answer{tr.hot, tr.acct} {
+				for j := range as {
+					if as[j].Gateway == i {
+						mine = append(mine, as[j])
+					}
+				}
+			}
+			unexplained, summary := degradedEpisodes(hd, mine)
+			t.Logf("%s: %d degraded answers: %s", g.Name, d, summary)
+			if unexplained > 0 {
+				t.Errorf("%s: %d degraded answers with the service up that the host's stalls do not explain", g.Name, unexplained)
+			}
 		}
 		if ht.PerGateway[i].Limited == 0 {
 			t.Errorf("%s: refused nothing of a key at 10x its limit", g.Name)

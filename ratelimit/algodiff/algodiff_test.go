@@ -10,15 +10,12 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand"
-	"net"
-	"os"
-	"os/exec"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgate-rl/tollgate/internal/redistest"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
 	"github.com/tollgate-rl/tollgate/shared/algo"
 )
@@ -75,43 +72,14 @@ func (s step) apply(p algo.Params, st algo.State) algo.State {
 	}
 }
 
+// startRedis starts a standalone redis-server for the test (internal/redistest): a
+// missing redis-server fails the test, as everywhere in make test, which installs it.
 func startRedis(t *testing.T) *redis.Client {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("redis-server not found: %v", err)
-		}
-		t.Skipf("redis-server not found: %v", err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("finding a free port: %v", err)
-	}
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	l.Close()
-	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting redis-server: %v", err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + port})
+	srv := redistest.StartStandalone(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { rdb.Close() })
-	for i := 0; ; i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := rdb.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return rdb
-		}
-		if i == 100 {
-			t.Fatalf("redis-server on port %s did not answer PING: %v", port, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return rdb
 }
 
 // randParams mixes valid rules (small and extreme) with out-of-range ones, which both

@@ -238,7 +238,7 @@ func TestNormalizePath(t *testing.T) {
 func TestBuildWasip1(t *testing.T) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		t.Skip("go is not on PATH")
+		t.Fatalf("go is not on PATH: %v", err)
 	}
 	cmd := exec.Command(goBin, "build", ".")
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")

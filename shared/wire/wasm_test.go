@@ -12,7 +12,7 @@ import (
 func TestBuildsForWasip1(t *testing.T) {
 	gobin, err := exec.LookPath("go")
 	if err != nil {
-		t.Skip("go not on PATH")
+		t.Fatalf("go not on PATH: %v", err)
 	}
 	cmd := exec.Command(gobin, "build", "./shared/wire", "./shared/header", "./shared/refusal")
 	cmd.Dir = "../.." // module root

@@ -7,15 +7,19 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 )
 
 // Upstream is the backend behind the gateways: it answers 200 with a short JSON body and
-// counts what reached it, so a scenario can check that refused requests never did.
+// counts what reached it, in all and per caller key (X-Api-Key), so a scenario can check
+// that refused requests never did — by its own keys, while other scenarios run beside it.
 type Upstream struct {
 	URL      string
 	requests atomic.Int64
+	mu       sync.Mutex
+	byKey    map[string]int64
 	srv      *http.Server
 	done     chan struct{}
 }
@@ -26,10 +30,15 @@ func StartUpstream() (*Upstream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("upstream listen: %w", err)
 	}
-	u := &Upstream{URL: "http://" + ln.Addr().String(), done: make(chan struct{})}
+	u := &Upstream{URL: "http://" + ln.Addr().String(), byKey: map[string]int64{}, done: make(chan struct{})}
 	u.srv = &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			u.requests.Add(1)
+			if k := r.Header.Get("X-Api-Key"); k != "" {
+				u.mu.Lock()
+				u.byKey[k]++
+				u.mu.Unlock()
+			}
 			_, _ = io.Copy(io.Discard, r.Body)
 			w.Header().Set("Content-Type", "application/json")
 			fmt.Fprintf(w, "{\"ok\":true,\"path\":%q}\n", r.URL.Path)
@@ -43,6 +52,13 @@ func StartUpstream() (*Upstream, error) {
 
 // Requests is how many requests reached the upstream.
 func (u *Upstream) Requests() int64 { return u.requests.Load() }
+
+// RequestsOf is how many requests of caller key (X-Api-Key) reached the upstream.
+func (u *Upstream) RequestsOf(key string) int64 {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.byKey[key]
+}
 
 // Close stops the server.
 func (u *Upstream) Close() {
