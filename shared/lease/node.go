@@ -362,7 +362,7 @@ func ColdAllowance(p algo.Params, nodes, atLeast int64) int64 {
 func RefillUs(p algo.Params, now, n int64) int64 {
 	perPermit := max(1, p.WindowUs/max(1, p.Limit))
 	wait := max(n, 0) * perPermit
-	if p.Kind == algo.FixedWindow || p.Kind == algo.Calendar {
+	if p.Kind.ResetsAtBoundary() {
 		wait = min(wait, algo.ResetAt(p, nil, now)-now) // the end of the current window
 	}
 	return wait

@@ -281,7 +281,7 @@ func (r *report) writeTargets(w io.Writer) {
 	}
 	worstShared, worstAlgo, worstID := 0, "", 0.0
 	for _, s := range r.shared {
-		if s.Synced && s.Algo != "sliding_window_log" && s.MaxRecord > worstShared {
+		if s.Synced && !perf.GrowingState(s.Algo) && s.MaxRecord > worstShared {
 			worstShared, worstAlgo, worstID = s.MaxRecord, s.Algo, s.IDBytes
 		}
 	}
