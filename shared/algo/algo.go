@@ -3,6 +3,12 @@
 // path, or touches a host: the filter, the sync service's Go twin of its Lua scripts
 // and the fleet simulation all run exactly this code.
 //
+// Each algorithm is one row of the table in kind.go: its name, its operations and the
+// properties the rest of Tollgate asks about (Kind.Refills, Kind.Windowed, ...), so no
+// caller compares kinds by name. A new algorithm is a constant, a row and its code here,
+// and its Lua twin in ratelimit/store/scripts (whose lease.lua still tests some of these
+// properties by kind number).
+//
 // Time is int64 microseconds on whatever clock the caller injects. Microseconds keep every
 // intermediate value below 2^53, so the Redis Lua scripts (which compute in doubles) can
 // reproduce each step bit for bit; see ENCODING.md beside this file.
