@@ -147,10 +147,7 @@ func TestDailyQuotaAtScale(t *testing.T) {
 // genWindow draws a window the admin API accepts for kind, often on a bound: limit 1 or
 // the maximum, the shortest or the longest window, the maximum burst.
 func genWindow(rng *rand.Rand, kind algo.Kind) algo.Params {
-	maxLimit := int64(algo.MaxLimit)
-	if kind == algo.SlidingWindowLog {
-		maxLimit = algo.MaxLogLimit
-	}
+	maxLimit := kind.MaxLimit()
 	for {
 		p := algo.Params{Kind: kind}
 		switch rng.Intn(4) {
@@ -169,7 +166,7 @@ func genWindow(rng *rand.Rand, kind algo.Kind) algo.Params {
 		default:
 			p.WindowUs = (1 + rng.Int63n(algo.MaxWindowUs/1000)) * 1000
 		}
-		if (kind == algo.TokenBucket || kind == algo.GCRA) && rng.Intn(3) == 0 {
+		if kind.HasBurst() && rng.Intn(3) == 0 {
 			p.Burst = algo.MaxBurst
 			if rng.Intn(2) == 0 {
 				p.Burst = 1 + rng.Int63n(10)
@@ -204,7 +201,8 @@ func TestGeneratedRuleSetsEnforced(t *testing.T) {
 	for set := 0; set < 3; set++ {
 		var rules []string
 		for i := 0; i < 3; i++ {
-			kind := algo.Kind(rng.Intn(5))
+			algs := rule.Algorithms()
+			kind := algs[rng.Intn(len(algs))]
 			p := genWindow(rng, kind)
 			cost := int64(1)
 			if rng.Intn(4) == 0 {
@@ -268,7 +266,7 @@ func TestGeneratedRuleSetsEnforced(t *testing.T) {
 			// (RATIONALE: the refill between a grant and its use, a permit or two).
 			elapsedUs := (runs[i].took + time.Second).Microseconds()
 			bound := float64(p.Capacity()) + float64(p.Limit)*float64(elapsedUs)/float64(p.WindowUs) + 2
-			if p.Kind != algo.TokenBucket && p.Kind != algo.GCRA {
+			if !p.Kind.Refills() {
 				bound += float64(p.Limit)
 			}
 			// A run whose degraded answers all followed a stall of the machine

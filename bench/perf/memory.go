@@ -14,11 +14,26 @@ import (
 	"github.com/tollgate-rl/tollgate/internal/wazerohost"
 	"github.com/tollgate-rl/tollgate/ratelimit/store"
 	"github.com/tollgate-rl/tollgate/shared/algo"
+	"github.com/tollgate-rl/tollgate/shared/rule"
 	"github.com/tollgate-rl/tollgate/shared/wire"
 )
 
-// Algorithms lists the five algorithms by configuration name, in algo.Kind order.
-var Algorithms = []string{"token_bucket", "gcra", "sliding_window_log", "sliding_window_counter", "fixed_window"}
+// Algorithms lists the algorithms a rule names, by configuration name, in algo.Kind
+// order (a calendar window is a fixed_window's option, not one of them).
+var Algorithms = func() []string {
+	var names []string
+	for _, k := range rule.Algorithms() {
+		names = append(names, k.String())
+	}
+	return names
+}()
+
+// GrowingState reports whether the state of the algorithm named name grows with its
+// limit (sliding_window_log's exact log), which puts its memory apart from the others'.
+func GrowingState(name string) bool {
+	k, ok := algo.ParseKind(name)
+	return ok && !k.FixedSizeState()
+}
 
 // SharedMem is what the filter keeps in Envoy shared data per bucket. The filter stores
 // buckets in a fixed table of slot keys ("tg:s:<n>", filter/plugin/table.go) whose value
@@ -119,20 +134,21 @@ type RedisMem struct {
 func MeasureRedisMemory(ctx context.Context, st *store.Store, shapes [][2]int) ([]RedisMem, error) {
 	var out []RedisMem
 	run := fmt.Sprintf("m%d", time.Now().UnixNano()%1e9)
-	for k, name := range Algorithms {
+	for _, name := range Algorithms {
+		k, _ := algo.ParseKind(name)
 		for _, shape := range shapes {
 			key := fmt.Sprintf("%s-%d-%02dx%d", run, k, shape[0], shape[1]) // one length for every algorithm
 			for n := 0; n < shape[0]; n++ {
 				node := fmt.Sprintf("%s-gw-%02d", run, n)
 				d := wire.Delta{Key: key, Rule: "api", Flags: wire.FlagAcquire, Over: 1, ElapsedMs: 100,
-					Algo: uint8(algo.Kind(k)), Limit: 100, WindowMs: 60_000}
+					Algo: uint8(k), Limit: 100, WindowMs: 60_000}
 				o, err := st.Apply(ctx, &wire.Batch{Node: node, Seq: 1, Deltas: []wire.Delta{d}}, store.Options{})
 				if err != nil {
 					return nil, fmt.Errorf("memory %s: %w", name, err)
 				}
 				got := o.States[0]
 				d = wire.Delta{Key: key, Rule: "api", Leased: min(3, got.Lease), Held: got.Lease - min(3, got.Lease), Epoch: got.Epoch,
-					ElapsedMs: 1000, Algo: uint8(algo.Kind(k)), Limit: 100, WindowMs: 60_000}
+					ElapsedMs: 1000, Algo: uint8(k), Limit: 100, WindowMs: 60_000}
 				if _, err := st.Apply(ctx, &wire.Batch{Node: node, Seq: 2, Deltas: []wire.Delta{d}}, store.Options{Idempotent: true}); err != nil {
 					return nil, fmt.Errorf("memory %s: %w", name, err)
 				}

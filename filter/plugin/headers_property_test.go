@@ -9,6 +9,7 @@ import (
 
 	"github.com/tollgate-rl/tollgate/internal/memservice"
 	"github.com/tollgate-rl/tollgate/shared/lease"
+	"github.com/tollgate-rl/tollgate/shared/rule"
 )
 
 // Properties of the rate-limit headers over every algorithm, with and without a burst,
@@ -66,10 +67,10 @@ func TestHeaderProperties(t *testing.T) {
 		{"10_per_1s_burst_2", 10, 2, 1_000},
 		{"1_per_1m_burst_50", 1, 50, 60_000},
 	}
-	algorithms := []string{"token_bucket", "gcra", "sliding_window_log", "sliding_window_counter", "fixed_window"}
-	for _, algorithm := range algorithms {
+	for _, kind := range rule.Algorithms() {
+		algorithm := kind.String()
 		for _, sh := range shapes {
-			burstful := algorithm == "token_bucket" || algorithm == "gcra"
+			burstful := kind.HasBurst()
 			if sh.burst != 0 && !burstful {
 				continue // the window algorithms have no burst (the parser refuses one)
 			}

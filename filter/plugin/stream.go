@@ -732,7 +732,7 @@ func (p *Plugin) acquired(now int64, op *bucketOp, st *wire.State, c *checkRef) 
 		rec = p.sync.batchRetry(rec, op.params, rec.Pending.Rejected, now)
 		if n := int64(p.sync.state.Nodes); n > 1 && st.Remaining < 1 && rec.RetryUs > now && op.a.Rule.MaxDelayUs == 0 {
 			spread := n * lease.RefillUs(op.params, now, 1)
-			if op.params.Kind == algo.FixedWindow || op.params.Kind == algo.Calendar {
+			if op.params.Kind.ResetsAtBoundary() {
 				spread = min(spread, p.cfg.Sync.IntervalMs*1000)
 			}
 			rec.RetryUs += int64(p.nextRand() % uint64(min(max(spread, 1), 1<<40)))

@@ -85,7 +85,7 @@ func startRedis(t *testing.T) *redis.Client {
 // randParams mixes valid rules (small and extreme) with out-of-range ones, which both
 // sides must clamp identically.
 func randParams(rng *rand.Rand, k algo.Kind) algo.Params {
-	if k == algo.Calendar {
+	if k.CalendarPeriods() {
 		return randCalendar(rng)
 	}
 	limits := []int64{1, 2, 3, 7, 10, 100, 999, algo.MaxLogLimit, 12_345, 5_000_000, algo.MaxLimit}
@@ -94,7 +94,7 @@ func randParams(rng *rand.Rand, k algo.Kind) algo.Params {
 	if rng.Intn(3) == 0 {
 		p.WindowUs = algo.MinWindowUs + rng.Int63n(algo.MaxWindowUs)
 	}
-	if k == algo.SlidingWindowLog && p.Limit > 1000 && rng.Intn(2) == 0 {
+	if !k.FixedSizeState() && p.Limit > 1000 && rng.Intn(2) == 0 {
 		p.Limit = 1 + rng.Int63n(50) // keep logs whose size matters
 	}
 	switch rng.Intn(6) {
@@ -194,7 +194,7 @@ func boundary(rng *rand.Rand, p algo.Params, st algo.State, now, n int64) int64 
 	if now < 0 {
 		edge = -((-now)/w)*w + w
 	}
-	if p.Kind == algo.Calendar {
+	if p.Kind.CalendarPeriods() {
 		// the next calendar boundary, or the one after it
 		_, _, edge = algo.CalendarWindow(p, now)
 		w = 0
@@ -281,7 +281,7 @@ func randState(rng *rand.Rand, k algo.Kind, p algo.Params, now int64) []byte {
 		return b
 	case 1:
 		other := algo.Params{Kind: algo.Kind(rng.Intn(5)), Limit: 10, WindowUs: 1_000_000}
-		if k == algo.Calendar && rng.Intn(2) == 0 {
+		if k.CalendarPeriods() && rng.Intn(2) == 0 {
 			// the same kind under another period or offset
 			other = randCalendar(rng)
 		}
@@ -305,7 +305,7 @@ func randState(rng *rand.Rand, k algo.Kind, p algo.Params, now int64) []byte {
 func TestLuaMatchesGo(t *testing.T) {
 	rdb := startRedis(t)
 	ctx := context.Background()
-	kinds := []algo.Kind{algo.TokenBucket, algo.GCRA, algo.SlidingWindowLog, algo.SlidingWindowCounter, algo.FixedWindow, algo.Calendar}
+	kinds := algo.Kinds()
 	for _, k := range kinds {
 		t.Run(k.String(), func(t *testing.T) {
 			// The fragment as the service runs it: shared helpers and includes resolved.
@@ -319,7 +319,7 @@ func TestLuaMatchesGo(t *testing.T) {
 				p := randParams(rng, k)
 				capa := p.Capacity()
 				starts := []int64{1_700_000_000_000_000 + rng.Int63n(1<<40), 0, rng.Int63n(1 << 30), -rng.Int63n(1 << 40), algo.MaxTimeUs - 1<<45}
-				if k == algo.Calendar && rng.Intn(3) > 0 {
+				if k.CalendarPeriods() && rng.Intn(3) > 0 {
 					starts = calendarStarts()
 				}
 				now := starts[rng.Intn(len(starts))]

@@ -13,14 +13,6 @@ import (
 	"github.com/tollgate-rl/tollgate/shared/algo"
 )
 
-// maxLimitOf is the largest limit algo.Params.Validate accepts for kind k.
-func maxLimitOf(k algo.Kind) int64 {
-	if k == algo.SlidingWindowLog {
-		return algo.MaxLogLimit
-	}
-	return algo.MaxLimit
-}
-
 // boundsHarness returns the Lua copies of shared/algo's bounds, and what the fragment's
 // algo__norm makes of parameters far beyond every bound (limit, window, capacity).
 const boundsHarness = `
@@ -35,7 +27,7 @@ return {algo__MAX_LIMIT, algo__MAX_LOG_LIMIT, algo__MAX_BURST, algo__MIN_WINDOW,
 func TestLuaBoundsMatchGo(t *testing.T) {
 	rdb := startRedis(t)
 	ctx := context.Background()
-	for k := range algo.Calendar + 1 {
+	for k := range algo.Kind(algo.NumKinds) {
 		t.Run(k.String(), func(t *testing.T) {
 			frag, err := store.Fragment(k)
 			if err != nil {
@@ -54,7 +46,7 @@ func TestLuaBoundsMatchGo(t *testing.T) {
 				{"MinWindowUs", algo.MinWindowUs}, {"MaxWindowUs", algo.MaxWindowUs},
 				{"MaxRefillUs", algo.MaxRefillUs}, {"MaxAheadUs", algo.MaxAheadUs},
 				{"MaxCount", algo.MaxCount}, {"LogSlack", algo.LogSlack}, {"2^53", 1 << 53},
-				{"clamped limit", maxLimitOf(k)}, {"clamped window", algo.MaxWindowUs},
+				{"clamped limit", k.MaxLimit()}, {"clamped window", algo.MaxWindowUs},
 				{"clamped capacity", huge.Capacity()},
 			}
 			if len(got) != len(want) {
@@ -195,7 +187,7 @@ func TestLuaMulDivRemExact(t *testing.T) {
 // refills within MaxRefillUs), plus the same just beyond them (clamped identically).
 func extremeParams(k algo.Kind) []algo.Params {
 	var out []algo.Params
-	if k == algo.Calendar {
+	if k.CalendarPeriods() {
 		for _, l := range []int64{1, algo.MaxLimit} {
 			for per := algo.Day; per <= algo.Month; per++ {
 				for _, off := range []int64{-algo.MaxOffsetMinutes, 0, algo.MaxOffsetMinutes} {
@@ -206,7 +198,7 @@ func extremeParams(k algo.Kind) []algo.Params {
 		}
 		return out
 	}
-	for _, l := range []int64{1, maxLimitOf(k)} {
+	for _, l := range []int64{1, k.MaxLimit()} {
 		for _, w := range []int64{max(algo.MinWindowUs, l), algo.MaxWindowUs} {
 			for _, b := range []int64{0, algo.MaxBurst} {
 				p := algo.Params{Kind: k, Limit: l, WindowUs: w, Burst: b}
@@ -227,7 +219,7 @@ func extremeParams(k algo.Kind) []algo.Params {
 func TestLuaMatchesGoAtTheBounds(t *testing.T) {
 	rdb := startRedis(t)
 	ctx := context.Background()
-	for k := range algo.Calendar + 1 {
+	for k := range algo.Kind(algo.NumKinds) {
 		t.Run(k.String(), func(t *testing.T) {
 			frag, err := store.Fragment(k)
 			if err != nil {

@@ -43,11 +43,8 @@ func maxBurst(limit, windowUs int64) int64 {
 // the maximum burst (token_bucket, gcra) and the maximum cost.
 func boundRules() string {
 	var rules []string
-	for kind := algo.TokenBucket; kind <= algo.FixedWindow; kind++ {
-		maxLimit := int64(algo.MaxLimit)
-		if kind == algo.SlidingWindowLog {
-			maxLimit = algo.MaxLogLimit
-		}
+	for _, kind := range rule.Algorithms() {
+		maxLimit := kind.MaxLimit()
 		ws := []boundWindow{
 			{1, algo.MinWindowUs, 0},
 			{algo.MinWindowUs, algo.MinWindowUs, 0}, // one permit per µs
@@ -55,7 +52,7 @@ func boundRules() string {
 			{maxLimit, algo.MaxWindowUs, 0},
 			{maxLimit, max(algo.MinWindowUs, (maxLimit+999)/1000*1000), 0}, // the largest limit on its shortest window
 		}
-		if kind == algo.TokenBucket || kind == algo.GCRA {
+		if kind.HasBurst() {
 			ws = append(ws,
 				boundWindow{maxLimit, algo.MaxWindowUs, maxBurst(maxLimit, algo.MaxWindowUs)},
 				boundWindow{1, algo.MaxWindowUs, maxBurst(1, algo.MaxWindowUs)},

@@ -40,8 +40,8 @@ import (
 //go:embed scripts/*.lua
 var scriptFS embed.FS
 
-// numKinds is the number of algorithms (algo.Calendar is the last).
-const numKinds = int(algo.Calendar) + 1
+// numKinds is the number of algorithms.
+const numKinds = algo.NumKinds
 
 // script is the lease script.
 type script struct {

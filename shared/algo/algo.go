@@ -3,6 +3,12 @@
 // path, or touches a host: the filter, the sync service's Go twin of its Lua scripts
 // and the fleet simulation all run exactly this code.
 //
+// Each algorithm is one row of the table in kind.go: its name, its operations and the
+// properties the rest of Tollgate asks about (Kind.Refills, Kind.Windowed, ...), so no
+// caller compares kinds by name. A new algorithm is a constant, a row and its code here,
+// and its Lua twin in ratelimit/store/scripts (whose lease.lua still tests some of these
+// properties by kind number).
+//
 // Time is int64 microseconds on whatever clock the caller injects. Microseconds keep every
 // intermediate value below 2^53, so the Redis Lua scripts (which compute in doubles) can
 // reproduce each step bit for bit; see ENCODING.md beside this file.
@@ -11,20 +17,6 @@ package algo
 import (
 	"errors"
 	"strconv"
-)
-
-// Kind names an algorithm. The zero value is TokenBucket, the default.
-type Kind uint8
-
-const (
-	TokenBucket Kind = iota
-	GCRA
-	SlidingWindowLog
-	SlidingWindowCounter
-	FixedWindow
-	// Calendar is a fixed window aligned to calendar days, ISO weeks or months at a
-	// fixed UTC offset (calendar.go); its period and offset are encoded in Burst.
-	Calendar
 )
 
 // Params configures one window of one rule.
@@ -122,33 +114,6 @@ func paramErr(field, msg string) error { return &ParamError{Field: field, Msg: m
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
 
-var kindNames = [...]string{
-	TokenBucket:          "token_bucket",
-	GCRA:                 "gcra",
-	SlidingWindowLog:     "sliding_window_log",
-	SlidingWindowCounter: "sliding_window_counter",
-	FixedWindow:          "fixed_window",
-	Calendar:             "calendar",
-}
-
-// String returns the name used in configuration ("token_bucket", "gcra", ...).
-func (k Kind) String() string {
-	if int(k) < len(kindNames) {
-		return kindNames[k]
-	}
-	return "kind(" + strconv.Itoa(int(k)) + ")"
-}
-
-// ParseKind is the inverse of Kind.String; names are matched exactly.
-func ParseKind(name string) (Kind, bool) {
-	for k, n := range kindNames {
-		if n == name {
-			return Kind(k), true
-		}
-	}
-	return 0, false
-}
-
 // Capacity is how many permits a full bucket holds: Burst (default Limit) for
 // TokenBucket and GCRA, Limit for the window algorithms. It is the capacity every
 // function here works with, so for out-of-range Params it is the clamped value.
@@ -158,10 +123,10 @@ func (p Params) Capacity() int64 { return p.norm().capa }
 // accepts any Params (clamping them), but a rule that needs clamping is a rule that does
 // not mean what its author wrote, so configuration loaders reject it.
 func (p Params) Validate() error {
-	if int(p.Kind) >= len(kindNames) {
+	if !p.Kind.Valid() {
 		return paramErr("algorithm", "unknown algorithm "+itoa(int64(p.Kind)))
 	}
-	maxLimit := maxLimitOf(p.Kind)
+	maxLimit := p.Kind.MaxLimit()
 	if p.Limit < 1 || p.Limit > maxLimit {
 		return paramErr("limit", "must be in [1, "+itoa(maxLimit)+"], got "+itoa(p.Limit))
 	}
@@ -171,7 +136,7 @@ func (p Params) Validate() error {
 	if p.WindowUs < p.Limit {
 		return paramErr("limit", itoa(p.Limit)+" per "+itoa(p.WindowUs)+" µs is more than one permit per µs")
 	}
-	if p.Kind == Calendar {
+	if p.Kind.CalendarPeriods() {
 		// CalendarParams is the one encoding (calendar.go)
 		if per, _, ok := p.Calendar(); !ok {
 			return paramErr("calendar", "bad period/offset encoding "+itoa(p.Burst))
@@ -183,7 +148,7 @@ func (p Params) Validate() error {
 	if p.Burst < 0 || p.Burst > MaxBurst {
 		return paramErr("burst", "must be in [0, "+itoa(MaxBurst)+"], got "+itoa(p.Burst))
 	}
-	if p.Kind == TokenBucket || p.Kind == GCRA {
+	if p.Kind.HasBurst() {
 		c := p.Limit
 		if p.Burst > 0 {
 			c = p.Burst
@@ -196,91 +161,41 @@ func (p Params) Validate() error {
 }
 
 // Decide admits cost permits iff all of them fit now (cost < 0 counts as 0).
-func Decide(p Params, s State, now, cost int64) Result { return DecideTo(nil, p, s, now, cost) }
+func Decide(p Params, s State, now, cost int64) Result {
+	return p.Kind.ops().decide(nil, p, s, now, max(cost, 0))
+}
 
 // DecideTo is Decide writing a new state of the fixed-size algorithms into dst's array
 // when it has the capacity (MaxStateSize suffices), so a caller that keeps one buffer
 // per bucket decides without allocating. dst must not overlap s; Result.State may be
 // dst, s itself (nothing to record), or a new slice (SlidingWindowLog).
 func DecideTo(dst State, p Params, s State, now, cost int64) Result {
-	n := p.norm()
-	cost = max(cost, 0)
-	switch n.kind {
-	case SlidingWindowLog:
-		return logDecide(n, s, now, cost)
-	case SlidingWindowCounter:
-		return swcDecide(dst, n, s, now, cost)
-	case FixedWindow:
-		return fwDecide(dst, n, s, now, cost)
-	case Calendar:
-		return calDecide(dst, n, s, now, cost)
-	default:
-		return tatDecide(dst, n, s, now, cost)
-	}
+	return p.Kind.ops().decide(dst, p, s, now, max(cost, 0))
 }
 
 // Available is how many permits could be taken now. It is negative while the bucket is
 // in debt (Take consumed more than it held).
 func Available(p Params, s State, now int64) int64 {
-	n := p.norm()
-	switch n.kind {
-	case SlidingWindowLog:
-		return logAvailable(n, s, now)
-	case SlidingWindowCounter:
-		st := swcLoad(n, s, now)
-		return swcAvailable(n, st, now)
-	case FixedWindow:
-		st := fwLoad(n, s, now)
-		return n.lim - st.count
-	case Calendar:
-		return n.lim - calLoad(n, s, now).count
-	default:
-		st := tatLoad(n, s, now)
-		return n.capa - tatUsed(n, st, now)
-	}
+	return p.Kind.ops().available(p, s, now)
 }
 
 // Take consumes n permits unconditionally, going into debt if the bucket holds fewer;
 // refill (or the window moving on) pays the debt back. It is how reported consumption is
 // merged into a bucket: the permits were already admitted somewhere. n < 0 counts as 0.
-func Take(p Params, s State, now, n int64) State { return TakeTo(nil, p, s, now, n) }
+func Take(p Params, s State, now, n int64) State {
+	return p.Kind.ops().take(nil, p, s, now, max(n, 0))
+}
 
 // TakeTo is Take writing the new state into dst's array when it has the capacity (see
 // DecideTo); dst must not overlap s.
 func TakeTo(dst State, p Params, s State, now, n int64) State {
-	q := p.norm()
-	n = max(n, 0)
-	switch q.kind {
-	case SlidingWindowLog:
-		return logTake(q, s, now, n)
-	case SlidingWindowCounter:
-		return swcTake(dst, q, s, now, n)
-	case FixedWindow:
-		return fwTake(dst, q, s, now, n)
-	case Calendar:
-		return calTake(dst, q, s, now, n)
-	default:
-		return tatTake(dst, q, s, now, n)
-	}
+	return p.Kind.ops().take(dst, p, s, now, max(n, 0))
 }
 
 // Refund gives n unused permits back (an unused lease); the bucket never ends up above
 // full. n < 0 counts as 0.
 func Refund(p Params, s State, now, n int64) State {
-	q := p.norm()
-	n = max(n, 0)
-	switch q.kind {
-	case SlidingWindowLog:
-		return logRefund(q, s, now, n)
-	case SlidingWindowCounter:
-		return swcRefund(q, s, now, n)
-	case FixedWindow:
-		return fwRefund(q, s, now, n)
-	case Calendar:
-		return calRefund(q, s, now, n)
-	default:
-		return tatRefund(q, s, now, n)
-	}
+	return p.Kind.ops().refund(p, s, now, max(n, 0))
 }
 
 // ResetAt is the absolute time at which the bucket is full again: now for a full
@@ -288,19 +203,7 @@ func Refund(p Params, s State, now, n int64) State {
 // boundary for Calendar), and the moment the last counted permit leaves the window for
 // the sliding algorithms.
 func ResetAt(p Params, s State, now int64) int64 {
-	n := p.norm()
-	switch n.kind {
-	case SlidingWindowLog:
-		return logResetAt(n, s, now)
-	case SlidingWindowCounter:
-		return swcResetAt(n, swcLoad(n, s, now), now)
-	case FixedWindow:
-		return fwLoad(n, s, now).start + n.win
-	case Calendar:
-		return calLoad(n, s, now).end
-	default:
-		return tatResetAt(tatLoad(n, s, now))
-	}
+	return p.Kind.ops().resetAt(p, s, now)
 }
 
 // RetryAfter is how many µs from now until cost permits fit (0: they fit now). It is
@@ -312,30 +215,13 @@ func ResetAt(p Params, s State, now int64) int64 {
 // window algorithms answer the time until the bucket is full but at least one window,
 // so a client that ignores the status still backs off.
 func RetryAfter(p Params, s State, now, cost int64) int64 {
-	n := p.norm()
-	cost = max(cost, 0)
-	switch n.kind {
-	case SlidingWindowLog:
-		return logRetryAfter(n, s, now, cost)
-	case SlidingWindowCounter:
-		return swcRetryAfter(n, swcLoad(n, s, now), now, cost)
-	case FixedWindow:
-		return fwRetryAfter(n, fwLoad(n, s, now), now, cost)
-	case Calendar:
-		return calRetryAfter(n, calLoad(n, s, now), now, cost)
-	default:
-		return tatRetryAfter(n, tatLoad(n, s, now), now, cost)
-	}
+	return p.Kind.ops().retryAfter(p, s, now, max(cost, 0))
 }
 
 // MaxStateLen is the largest State p's algorithm can encode: MaxStateSize for all but
 // SlidingWindowLog, whose log of at most Limit+LogSlack runs takes up to 12 bytes a run.
 func (p Params) MaxStateLen() int {
-	n := p.norm()
-	if n.kind != SlidingWindowLog {
-		return MaxStateSize
-	}
-	return logHeaderLen + int(n.lim+LogSlack)*logMaxRunLen
+	return p.Kind.ops().maxStateLen(p)
 }
 
 // sized returns dst resized to n bytes when its capacity allows, else a new slice.

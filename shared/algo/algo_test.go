@@ -127,7 +127,7 @@ func TestValidateMatchesNorm(t *testing.T) {
 	near := func(bound int64) int64 { return bound + rng.Int63n(3) - 1 }
 	pick := func(vals ...int64) int64 { return vals[rng.Intn(len(vals))] }
 	for i := range 200_000 {
-		k := Kind(rng.Intn(len(kindNames)))
+		k := Kind(rng.Intn(NumKinds))
 		p := Params{Kind: k}
 		p.Limit = pick(near(1), near(MaxLimit), near(MaxLogLimit), 1+rng.Int63n(MaxLimit+10), near(1_000_000))
 		p.WindowUs = pick(near(MinWindowUs), near(MaxWindowUs), near(p.Limit), MinWindowUs+rng.Int63n(MaxWindowUs), near(24*hour))

@@ -18,6 +18,26 @@ package algo
 
 const tatLen = 13 // tag, tat int64, frac uint32
 
+// tatAlgo is TokenBucket's and GCRA's algorithm (kind.go).
+type tatAlgo struct{}
+
+func (*tatAlgo) available(p Params, s State, now int64) int64 {
+	n := p.norm()
+	return n.capa - tatUsed(n, tatLoad(n, s, now), now)
+}
+
+func (*tatAlgo) resetAt(p Params, s State, now int64) int64 {
+	n := p.norm()
+	return tatResetAt(tatLoad(n, s, now))
+}
+
+func (*tatAlgo) retryAfter(p Params, s State, now, cost int64) int64 {
+	n := p.norm()
+	return tatRetryAfter(n, tatLoad(n, s, now), now, cost)
+}
+
+func (*tatAlgo) maxStateLen(Params) int { return MaxStateSize }
+
 type tatState struct {
 	tat  int64 // whole µs of the theoretical arrival time
 	frac int64 // plus frac/L µs
@@ -81,11 +101,13 @@ func tatAdd(n norm, st tatState, now, k int64) tatState {
 	return st
 }
 
-func tatTake(dst State, n norm, s State, now, k int64) State {
+func (*tatAlgo) take(dst State, p Params, s State, now, k int64) State {
+	n := p.norm()
 	return tatEncode(dst, n.kind, tatAdd(n, tatLoad(n, s, now), now, k))
 }
 
-func tatRefund(n norm, s State, now, k int64) State {
+func (*tatAlgo) refund(p Params, s State, now, k int64) State {
+	n := p.norm()
 	st := tatLoad(n, s, now)
 	q, r := mulDivRem(min(k, tatMaxN(n)), n.win, n.lim)
 	st.frac -= r
@@ -127,7 +149,8 @@ func tatRetryAfter(n norm, st tatState, now, cost int64) int64 {
 	return max(at-now, 0)
 }
 
-func tatDecide(dst State, n norm, s State, now, cost int64) Result {
+func (*tatAlgo) decide(dst State, p Params, s State, now, cost int64) Result {
+	n := p.norm()
 	st := tatLoad(n, s, now)
 	avail := n.capa - tatUsed(n, st, now)
 	if cost > avail {

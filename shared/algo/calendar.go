@@ -92,7 +92,7 @@ func CalendarParams(limit int64, period Period, offsetMinutes int64) Params {
 // Calendar returns the period and UTC offset (minutes) of Calendar params; ok is false
 // for other kinds and for an encoding Validate refuses.
 func (p Params) Calendar() (period Period, offsetMinutes int64, ok bool) {
-	if p.Kind != Calendar {
+	if !p.Kind.CalendarPeriods() {
 		return 0, 0, false
 	}
 	q, r := floorDiv(p.Burst, calPeriodScale), p.Burst-floorDiv(p.Burst, calPeriodScale)*calPeriodScale
@@ -196,7 +196,7 @@ func calWindow(per Period, off, now int64) (idx, start, end int64) {
 // kind it is the aligned window of p's length containing now (index now/W).
 func CalendarWindow(p Params, now int64) (index, start, end int64) {
 	n := p.norm()
-	if n.kind != Calendar {
+	if !n.kind.CalendarPeriods() {
 		i := floorDiv(now, n.win)
 		return i, i * n.win, (i + 1) * n.win
 	}
@@ -207,11 +207,31 @@ func CalendarWindow(p Params, now int64) (index, start, end int64) {
 // days, any other window's is WindowUs. Bounds on what a rule can admit over a span of
 // time count windows of this length.
 func (p Params) ShortestWindowUs() int64 {
-	if p.Kind != Calendar {
+	if !p.Kind.CalendarPeriods() {
 		return p.WindowUs
 	}
 	return shortestUs(p.norm().per)
 }
+
+// calAlgo is Calendar's algorithm (kind.go).
+type calAlgo struct{}
+
+func (*calAlgo) available(p Params, s State, now int64) int64 {
+	n := p.norm()
+	return n.lim - calLoad(n, s, now).count
+}
+
+func (*calAlgo) resetAt(p Params, s State, now int64) int64 {
+	n := p.norm()
+	return calLoad(n, s, now).end
+}
+
+func (*calAlgo) retryAfter(p Params, s State, now, cost int64) int64 {
+	n := p.norm()
+	return calRetryAfter(n, calLoad(n, s, now), now, cost)
+}
+
+func (*calAlgo) maxStateLen(Params) int { return MaxStateSize }
 
 // The Calendar state is fixed_window's layout with its own tag (0x15): the start of
 // the current period and the permits taken in it (ENCODING.md).
@@ -248,13 +268,15 @@ func calEncode(dst State, st calState) State {
 	return fwEncode(dst, Calendar, fwState{start: st.start, count: st.count})
 }
 
-func calTake(dst State, n norm, s State, now, k int64) State {
+func (*calAlgo) take(dst State, p Params, s State, now, k int64) State {
+	n := p.norm()
 	st := calLoad(n, s, now)
 	st.count = min(st.count+min(k, MaxCount), MaxCount)
 	return calEncode(dst, st)
 }
 
-func calRefund(n norm, s State, now, k int64) State {
+func (*calAlgo) refund(p Params, s State, now, k int64) State {
+	n := p.norm()
 	st := calLoad(n, s, now)
 	st.count = max(st.count-min(k, MaxCount), 0)
 	return calEncode(nil, st)
@@ -273,7 +295,8 @@ func calRetryAfter(n norm, st calState, now, cost int64) int64 {
 	}
 }
 
-func calDecide(dst State, n norm, s State, now, cost int64) Result {
+func (*calAlgo) decide(dst State, p Params, s State, now, cost int64) Result {
+	n := p.norm()
 	st := calLoad(n, s, now)
 	avail := n.lim - st.count
 	if cost > avail {

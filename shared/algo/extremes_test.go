@@ -24,10 +24,10 @@ func extremeParams(k Kind) []Params {
 		}
 		return out
 	}
-	for _, l := range []int64{1, maxLimitOf(k)} {
+	for _, l := range []int64{1, k.MaxLimit()} {
 		for _, w := range []int64{max(MinWindowUs, l), MaxWindowUs} {
 			bursts := []int64{0}
-			if k == TokenBucket || k == GCRA {
+			if k.HasBurst() {
 				bursts = append(bursts, min(MaxBurst, mulDiv(MaxRefillUs, l, w)))
 			}
 			for _, b := range bursts {

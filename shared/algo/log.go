@@ -145,20 +145,33 @@ func logAppend(runs []logRun, now, k int64) []logRun {
 	return append(runs, logRun{ts: now, n: k})
 }
 
-func logAvailable(n norm, s State, now int64) int64 {
+// logAlgo is SlidingWindowLog's algorithm (kind.go). Its states are new slices: the
+// log's length varies, so the dst buffer of DecideTo and TakeTo is not used.
+type logAlgo struct{}
+
+// maxStateLen is the log of at most Limit+LogSlack runs of up to logMaxRunLen bytes.
+func (*logAlgo) maxStateLen(p Params) int {
+	n := p.norm()
+	return logHeaderLen + int(n.lim+LogSlack)*logMaxRunLen
+}
+
+func (*logAlgo) available(p Params, s State, now int64) int64 {
+	n := p.norm()
 	var buf [16]logRun
 	runs, _ := logLoad(n, s, now, buf[:])
 	return n.lim - logSum(runs)
 }
 
-func logTake(n norm, s State, now, k int64) State {
+func (*logAlgo) take(_ State, p Params, s State, now, k int64) State {
+	n := p.norm()
 	var buf [16]logRun
 	runs, _ := logLoad(n, s, now, buf[:])
 	return logEncode(n, logAppend(runs, now, min(k, MaxCount)))
 }
 
-// logRefund removes the k newest permits: a returned lease is the most recent grant.
-func logRefund(n norm, s State, now, k int64) State {
+// refund removes the k newest permits: a returned lease is the most recent grant.
+func (*logAlgo) refund(p Params, s State, now, k int64) State {
+	n := p.norm()
 	var buf [16]logRun
 	runs, _ := logLoad(n, s, now, buf[:])
 	keep := max(logSum(runs)-k, 0)
@@ -181,7 +194,8 @@ func logReset(n norm, runs []logRun, now int64) int64 {
 	return runs[len(runs)-1].ts + n.win
 }
 
-func logResetAt(n norm, s State, now int64) int64 {
+func (*logAlgo) resetAt(p Params, s State, now int64) int64 {
+	n := p.norm()
 	var buf [16]logRun
 	runs, _ := logLoad(n, s, now, buf[:])
 	return logReset(n, runs, now)
@@ -205,13 +219,15 @@ func logRetry(n norm, runs []logRun, now, cost int64) int64 {
 	return logReset(n, runs, now) - now // unreachable: the runs sum to used ≥ need
 }
 
-func logRetryAfter(n norm, s State, now, cost int64) int64 {
+func (*logAlgo) retryAfter(p Params, s State, now, cost int64) int64 {
+	n := p.norm()
 	var buf [16]logRun
 	runs, _ := logLoad(n, s, now, buf[:])
 	return logRetry(n, runs, now, cost)
 }
 
-func logDecide(n norm, s State, now, cost int64) Result {
+func (*logAlgo) decide(_ State, p Params, s State, now, cost int64) Result {
+	n := p.norm()
 	var buf [16]logRun
 	runs, moved := logLoad(n, s, now, buf[:])
 	avail := n.lim - logSum(runs)

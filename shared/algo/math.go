@@ -25,11 +25,12 @@ type norm struct {
 
 func (p Params) norm() norm {
 	k := p.Kind
-	if int(k) >= len(kindNames) {
+	if !k.Valid() {
 		k = TokenBucket
 	}
-	l := clamp(p.Limit, 1, maxLimitOf(k))
-	if k == Calendar {
+	info := &kinds[k]
+	l := clamp(p.Limit, 1, info.maxLimit)
+	if info.calendarPeriods {
 		// the window is the period's, whatever WindowUs says
 		per, off := calNorm(p.Burst)
 		return norm{kind: k, lim: l, win: PeriodUs(per), capa: l, per: per, off: off}
@@ -37,7 +38,7 @@ func (p Params) norm() norm {
 	w := clamp(p.WindowUs, MinWindowUs, MaxWindowUs)
 	w = max(w, l)
 	c := l
-	if k == TokenBucket || k == GCRA {
+	if info.burst {
 		if p.Burst > 0 {
 			c = min(p.Burst, MaxBurst)
 		}
@@ -53,14 +54,6 @@ func (p Params) norm() norm {
 
 // The refill bound above relies on it: a compile error if a window could exceed it.
 const _ = uint64(MaxRefillUs - max(MaxWindowUs, MaxLimit))
-
-// maxLimitOf is the largest limit of kind k: MaxLogLimit for the log, MaxLimit otherwise.
-func maxLimitOf(k Kind) int64 {
-	if k == SlidingWindowLog {
-		return MaxLogLimit
-	}
-	return MaxLimit
-}
 
 func clamp(v, lo, hi int64) int64 { return min(max(v, lo), hi) }
 

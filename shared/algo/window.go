@@ -16,6 +16,46 @@ const (
 	swcLen = 17 // tag, start int64, curr uint32, prev uint32
 )
 
+// fwAlgo is FixedWindow's algorithm, swcAlgo SlidingWindowCounter's (kind.go).
+type (
+	fwAlgo  struct{}
+	swcAlgo struct{}
+)
+
+func (*fwAlgo) available(p Params, s State, now int64) int64 {
+	n := p.norm()
+	return n.lim - fwLoad(n, s, now).count
+}
+
+func (*fwAlgo) resetAt(p Params, s State, now int64) int64 {
+	n := p.norm()
+	return fwLoad(n, s, now).start + n.win
+}
+
+func (*fwAlgo) retryAfter(p Params, s State, now, cost int64) int64 {
+	n := p.norm()
+	return fwRetryAfter(n, fwLoad(n, s, now), now, cost)
+}
+
+func (*fwAlgo) maxStateLen(Params) int { return MaxStateSize }
+
+func (*swcAlgo) available(p Params, s State, now int64) int64 {
+	n := p.norm()
+	return swcAvailable(n, swcLoad(n, s, now), now)
+}
+
+func (*swcAlgo) resetAt(p Params, s State, now int64) int64 {
+	n := p.norm()
+	return swcResetAt(n, swcLoad(n, s, now), now)
+}
+
+func (*swcAlgo) retryAfter(p Params, s State, now, cost int64) int64 {
+	n := p.norm()
+	return swcRetryAfter(n, swcLoad(n, s, now), now, cost)
+}
+
+func (*swcAlgo) maxStateLen(Params) int { return MaxStateSize }
+
 type fwState struct {
 	start, count int64
 	moved        bool // differs from what was decoded (rolled over, or fresh)
@@ -51,13 +91,15 @@ func fwEncode(dst State, k Kind, st fwState) State {
 	return b
 }
 
-func fwTake(dst State, n norm, s State, now, k int64) State {
+func (*fwAlgo) take(dst State, p Params, s State, now, k int64) State {
+	n := p.norm()
 	st := fwLoad(n, s, now)
 	st.count = min(st.count+min(k, MaxCount), MaxCount)
 	return fwEncode(dst, n.kind, st)
 }
 
-func fwRefund(n norm, s State, now, k int64) State {
+func (*fwAlgo) refund(p Params, s State, now, k int64) State {
+	n := p.norm()
 	st := fwLoad(n, s, now)
 	st.count = max(st.count-min(k, MaxCount), 0)
 	return fwEncode(nil, n.kind, st)
@@ -75,7 +117,8 @@ func fwRetryAfter(n norm, st fwState, now, cost int64) int64 {
 	}
 }
 
-func fwDecide(dst State, n norm, s State, now, cost int64) Result {
+func (*fwAlgo) decide(dst State, p Params, s State, now, cost int64) Result {
+	n := p.norm()
 	st := fwLoad(n, s, now)
 	avail := n.lim - st.count
 	if cost > avail {
@@ -163,14 +206,16 @@ func swcAvailable(n norm, st swcState, now int64) int64 {
 	return n.lim - st.curr - swcWeighted(n, st, now)
 }
 
-func swcTake(dst State, n norm, s State, now, k int64) State {
+func (*swcAlgo) take(dst State, p Params, s State, now, k int64) State {
+	n := p.norm()
 	st := swcLoad(n, s, now)
 	st.curr = min(st.curr+min(k, MaxCount), MaxCount)
 	return swcEncode(dst, n.kind, st)
 }
 
 // swcRefund gives permits back to the current window first, then to the previous one.
-func swcRefund(n norm, s State, now, k int64) State {
+func (*swcAlgo) refund(p Params, s State, now, k int64) State {
+	n := p.norm()
 	st := swcLoad(n, s, now)
 	k = min(k, MaxCount)
 	r := min(k, st.curr)
@@ -213,7 +258,8 @@ func swcRetryAfter(n norm, st swcState, now, cost int64) int64 {
 	return next + n.win - mulDiv(m, n.win, st.curr) - now
 }
 
-func swcDecide(dst State, n norm, s State, now, cost int64) Result {
+func (*swcAlgo) decide(dst State, p Params, s State, now, cost int64) Result {
+	n := p.norm()
 	st := swcLoad(n, s, now)
 	avail := swcAvailable(n, st, now)
 	if cost > avail {

@@ -19,7 +19,7 @@ import "github.com/tollgate-rl/tollgate/shared/algo"
 // already says, and a hold there would refuse what a new window (a month's quota on the
 // 1st) just gave.
 func BatchRetry(rec Record, p algo.Params, rejected, now, intervalUs int64) Record {
-	if p.Kind != algo.TokenBucket && p.Kind != algo.GCRA {
+	if !p.Kind.Refills() {
 		return rec
 	}
 	if RefillUs(p, now, rejected) < intervalUs {

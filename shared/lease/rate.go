@@ -35,7 +35,7 @@ const MinRate = 1000
 // their whole limit back at a boundary rather than a permit at a time; their leases stay
 // counts.
 func RateOf(p algo.Params) int64 {
-	if (p.Kind != algo.TokenBucket && p.Kind != algo.GCRA) || p.Limit <= 0 || p.WindowUs < 1000 || p.WindowUs%1000 != 0 {
+	if !p.Kind.Refills() || p.Limit <= 0 || p.WindowUs < 1000 || p.WindowUs%1000 != 0 {
 		return 0
 	}
 	r := p.Limit * 1_000_000 / (p.WindowUs / 1000)

@@ -26,7 +26,7 @@ func ResetAt(r *Record, p algo.Params, now int64) int64 {
 		return local
 	}
 	global := r.ResetUs
-	if k := r.Pending.Leased + r.Pending.Over; k > 0 && (p.Kind == algo.TokenBucket || p.Kind == algo.GCRA) {
+	if k := r.Pending.Leased + r.Pending.Over; k > 0 && p.Kind.Refills() {
 		// Rounded down to the millisecond as the service rounds its reset (SyncResult.Fill):
 		// a refill that ends on a whole second must not cross into the next one and then
 		// step back when the service's own answer for the same consumption lands.
@@ -42,7 +42,7 @@ func ResetAt(r *Record, p algo.Params, now int64) int64 {
 // waits past it, so it bounds the retry time the gateway answers (the service's, a
 // reply's transit late, may pass it by a few milliseconds).
 func WindowEnd(p algo.Params, now int64) (int64, bool) {
-	if p.Kind != algo.FixedWindow && p.Kind != algo.Calendar {
+	if !p.Kind.ResetsAtBoundary() {
 		return 0, false
 	}
 	return algo.ResetAt(p, nil, now), true

@@ -341,7 +341,7 @@ func ParamsOf(d *wire.Delta) algo.Params {
 // windowed reports the algorithms whose buckets start afresh at window boundaries: a
 // lease granted in one window means nothing in the next.
 func windowed(p algo.Params) bool {
-	return p.Kind == algo.FixedWindow || p.Kind == algo.SlidingWindowCounter || p.Kind == algo.Calendar
+	return p.Kind.Windowed()
 }
 
 // epochClock places now in the lease epochs of p: the epoch index (mod 2^32), the index
@@ -355,7 +355,7 @@ func windowed(p algo.Params) bool {
 // epoch never runs past the period's end.
 func epochClock(p algo.Params, now int64, cfg *SyncConfig) (k uint32, j, start, length, validUntil int64) {
 	e := cfg.EpochMs * 1000
-	if p.Kind == algo.Calendar {
+	if p.Kind.CalendarPeriods() {
 		wi, ws, we := algo.CalendarWindow(p, now)
 		n := (algo.MaxWindowUs + e - 1) / e // e < one day, the shortest period
 		j = (now - ws) / e
@@ -567,7 +567,7 @@ func SyncNode(b *Bucket, pen *Penalty, own *Leases, d *wire.Delta, now int64, cf
 	}
 	otake(leased)
 	uncovered := leased - covered
-	if (p.Kind == algo.FixedWindow || p.Kind == algo.Calendar) && pastWindow(d.Epoch, k, j) {
+	if p.Kind.ResetsAtBoundary() && pastWindow(d.Epoch, k, j) {
 		uncovered = 0
 	}
 	if !strict {
@@ -893,7 +893,7 @@ func TTLUs(b *Bucket, d *wire.Delta, now int64, cfg SyncConfig) int64 {
 	cfg = cfg.Normalized()
 	p := ParamsOf(d)
 	eff := algo.Take(p, b.State, now, b.Leases.Outstanding())
-	if p.Kind == algo.Calendar {
+	if p.Kind.CalendarPeriods() {
 		return algo.ResetAt(p, eff, now) - now + 2*cfg.EpochMs*1000
 	}
 	return max(2*p.WindowUs, algo.ResetAt(p, eff, now)-now+p.WindowUs, 2*cfg.EpochMs*1000)

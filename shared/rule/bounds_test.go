@@ -86,7 +86,7 @@ func refillBound(limit, windowUs int64) int64 {
 // outside each.
 func TestWindowBoundsAgreeWithAlgo(t *testing.T) {
 	ms := func(us int64) int64 { return us / 1000 * 1000 }
-	for kind := algo.TokenBucket; kind <= algo.FixedWindow; kind++ {
+	for _, kind := range Algorithms() {
 		limits := []int64{-1, 0, 1, 2, 999, 1000, 1001, algo.MaxLimit - 1, algo.MaxLimit, algo.MaxLimit + 1,
 			algo.MaxLogLimit - 1, algo.MaxLogLimit, algo.MaxLogLimit + 1}
 		for _, limit := range limits {
@@ -100,7 +100,7 @@ func TestWindowBoundsAgreeWithAlgo(t *testing.T) {
 					}
 					checkAgrees(t, kind, limit, w, 0, false, asString)
 				}
-				if kind != algo.TokenBucket && kind != algo.GCRA || w <= 0 || limit <= 0 {
+				if !kind.HasBurst() || w <= 0 || limit <= 0 {
 					continue
 				}
 				rb := refillBound(limit, w)
@@ -120,11 +120,11 @@ func FuzzWindowBounds(f *testing.F) {
 	f.Add(uint8(3), int64(1001), int64(1), int64(0))
 	f.Add(uint8(4), int64(5_000_000), int64(86_400_000), int64(0))
 	f.Fuzz(func(t *testing.T, k uint8, limit, windowMs, burst int64) {
-		kind := algo.Kind(k % 5)
+		kind := Algorithms()[int(k)%len(Algorithms())]
 		if windowMs > (1<<63-1)/1000 || windowMs < -(1<<63-1)/1000 {
 			return
 		}
-		withBurst := kind == algo.TokenBucket || kind == algo.GCRA
+		withBurst := kind.HasBurst()
 		if !withBurst {
 			burst = 0
 		}

@@ -150,7 +150,7 @@ func checkWindows(t testing.TB, id string, kind algo.Kind, ws []algo.Params) {
 		t.Fatalf("rule %q: %d windows", id, len(ws))
 	}
 	for _, w := range ws {
-		if w.Kind == algo.Calendar && kind == algo.FixedWindow {
+		if w.Kind.CalendarPeriods() && w.Kind.ConfiguredAs() == kind {
 			// a fixed_window's calendar window: the period travels in Burst
 			if _, _, ok := w.Calendar(); !ok || w.Validate() != nil {
 				t.Fatalf("rule %q: bad calendar window %+v (%v)", id, w, w.Validate())
@@ -158,7 +158,7 @@ func checkWindows(t testing.TB, id string, kind algo.Kind, ws []algo.Params) {
 			continue
 		}
 		if w.Kind != kind || w.Validate() != nil || w.WindowUs%1000 != 0 ||
-			w.Burst != 0 && kind != algo.TokenBucket && kind != algo.GCRA {
+			w.Burst != 0 && !kind.HasBurst() {
 			t.Fatalf("rule %q: bad window %+v (%v)", id, w, w.Validate())
 		}
 	}

@@ -98,7 +98,7 @@ func RolloutPoint(ruleID, key string) uint32 {
 // capped at it, the window unchanged (limit <= 0: p itself).
 func DegradedWindow(p algo.Params, limit int64) algo.Params {
 	// Only the buckets have a burst; a calendar window keeps its period in the field.
-	burst := p.Burst > 0 && (p.Kind == algo.TokenBucket || p.Kind == algo.GCRA)
+	burst := p.Burst > 0 && p.Kind.HasBurst()
 	if limit <= 0 || limit >= p.Limit && (!burst || limit >= p.Burst) {
 		return p
 	}

@@ -22,14 +22,14 @@ import (
 // rule's algorithm, and a "window" or "burst" beside it.
 func calendarMisplaced(o *object, kind algo.Kind) error {
 	var errs errList
-	if kind != algo.FixedWindow {
-		errs.add(fieldError(o.at("calendar"), "a calendar window counts permits per period and resets at its boundary: it needs \"algorithm\": \"fixed_window\", the rule's algorithm is "+AlgorithmName(kind)))
+	if kind != algo.Calendar.ConfiguredAs() {
+		errs.add(fieldError(o.at("calendar"), "a calendar window counts permits per period and resets at its boundary: it needs \"algorithm\": \""+AlgorithmName(algo.Calendar)+"\", the rule's algorithm is "+AlgorithmName(kind)))
 	}
 	if o.has("window") {
 		errs.add(fieldError(o.at("window"), "cannot be combined with \"calendar\": the calendar period is the window"))
 	}
 	if o.has("burst") {
-		errs.add(fieldError(o.at("burst"), "only token_bucket and gcra use burst, not a calendar window"))
+		errs.add(fieldError(o.at("burst"), "only "+algorithmNames(algo.Kind.HasBurst, "and")+" use burst, not a calendar window"))
 	}
 	return errs.err()
 }

@@ -5,8 +5,6 @@ import (
 	"strings"
 
 	"github.com/tidwall/gjson"
-
-	"github.com/tollgate-rl/tollgate/shared/algo"
 )
 
 // parseLevers reads the rule set's fleet-wide settings: enforcement and key_hashing.
@@ -57,11 +55,7 @@ func ParseEnforcement(s string) (Enforcement, error) {
 func parseRuleLevers(o *object, r *Rule, algoOK bool) error {
 	var errs errList
 	if v := o.get("degraded_limit"); v.Exists() {
-		hi := int64(algo.MaxLimit)
-		if r.Algo == algo.SlidingWindowLog {
-			hi = algo.MaxLogLimit
-		}
-		n, err := parseInt(o.at("degraded_limit"), v, 1, hi)
+		n, err := parseInt(o.at("degraded_limit"), v, 1, r.Algo.MaxLimit())
 		if !errs.add(err) && algoOK && len(r.Windows) > 0 {
 			var top int64
 			for _, w := range r.Windows {

@@ -2,6 +2,7 @@ package rule
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/tidwall/gjson"
 
@@ -9,28 +10,51 @@ import (
 )
 
 // AlgorithmName is the configuration name of an algorithm ("token_bucket", ...), or ""
-// for an unknown kind. The names are shared/algo's; a calendar window is configured as
-// a fixed_window with a "calendar" (parse_calendar.go), so algo.Calendar is named
-// "fixed_window".
+// for an unknown kind. The names are shared/algo's; a variant configured through
+// another algorithm's options is named after that one (algo.Calendar is a
+// fixed_window's "calendar", parse_calendar.go, so it is named "fixed_window").
 func AlgorithmName(k algo.Kind) string {
-	if k == algo.Calendar {
-		return algo.FixedWindow.String()
+	if !k.Valid() {
+		return ""
 	}
-	name := k.String()
-	if _, ok := algo.ParseKind(name); ok {
-		return name
-	}
-	return ""
+	return k.ConfiguredAs().String()
 }
 
 // ParseAlgorithm is the inverse of AlgorithmName for the algorithms a rule names
 // (algo.Calendar is not one: it is a fixed_window's "calendar").
 func ParseAlgorithm(name string) (algo.Kind, bool) {
 	k, ok := algo.ParseKind(name)
-	if !ok || k == algo.Calendar {
+	if !ok || k.ConfiguredAs() != k {
 		return 0, false
 	}
 	return k, true
+}
+
+// Algorithms returns the algorithms a rule can name, in kind order: every kind but the
+// variants configured through another one's options (algo.Calendar).
+func Algorithms() []algo.Kind {
+	var out []algo.Kind
+	for _, k := range algo.Kinds() {
+		if k.ConfiguredAs() == k {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// algorithmNames lists, for a message, the algorithms a rule can name that have
+// property has, in kind order: "a, b or c" (conj "or"), "a and b" (conj "and").
+func algorithmNames(has func(algo.Kind) bool, conj string) string {
+	var names []string
+	for _, k := range Algorithms() {
+		if has(k) {
+			names = append(names, k.String())
+		}
+	}
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " " + conj + " " + names[len(names)-1]
 }
 
 // parseTiers reads the tier definitions; each is checked on its own.
@@ -171,7 +195,7 @@ func parseRule(path string, v gjson.Result, tiers []Tier, tiersOK bool, r *Rule)
 		name, err := parseString(o.at("algorithm"), av)
 		if algoOK = !errs.add(err); algoOK {
 			if r.Algo, algoOK = ParseAlgorithm(name); !algoOK {
-				errs.add(fieldError(o.at("algorithm"), "unknown algorithm "+quoteShort(name)+" (want token_bucket, gcra, sliding_window_log, sliding_window_counter or fixed_window)"))
+				errs.add(fieldError(o.at("algorithm"), "unknown algorithm "+quoteShort(name)+" (want "+algorithmNames(algo.Kind.Valid, "or")+")"))
 			}
 		}
 	}

@@ -43,8 +43,8 @@ func parseMaxDelay(o *object, r *Rule, algoOK bool) error {
 		return typeError(path, "a duration string or integer milliseconds", v)
 	}
 	switch {
-	case algoOK && r.Algo != algo.TokenBucket && r.Algo != algo.GCRA:
-		return fieldError(path, "only token_bucket and gcra can delay requests, the rule's algorithm is "+r.Algo.String())
+	case algoOK && !r.Algo.CanShape():
+		return fieldError(path, "only "+algorithmNames(algo.Kind.CanShape, "and")+" can delay requests, the rule's algorithm is "+AlgorithmName(r.Algo))
 	case r.Strict:
 		return fieldError(path, "cannot be combined with \"strict\"")
 	}

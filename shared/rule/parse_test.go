@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -454,7 +455,11 @@ func TestParseErrorsInline(t *testing.T) {
 }
 
 func TestAlgorithmNames(t *testing.T) {
-	for k := algo.TokenBucket; k <= algo.FixedWindow; k++ {
+	want := []algo.Kind{algo.TokenBucket, algo.GCRA, algo.SlidingWindowLog, algo.SlidingWindowCounter, algo.FixedWindow}
+	if got := Algorithms(); !slices.Equal(got, want) {
+		t.Errorf("Algorithms() = %v, want %v", got, want)
+	}
+	for _, k := range Algorithms() {
 		name := AlgorithmName(k)
 		back, ok := ParseAlgorithm(name)
 		if name == "" || !ok || back != k {
@@ -468,7 +473,7 @@ func TestAlgorithmNames(t *testing.T) {
 	if _, ok := ParseAlgorithm(algo.Calendar.String()); ok {
 		t.Error("the calendar kind parsed as a rule algorithm")
 	}
-	if AlgorithmName(algo.Calendar+1) != "" {
+	if AlgorithmName(algo.Kind(algo.NumKinds)) != "" {
 		t.Error("unknown kind has a name")
 	}
 	if _, ok := ParseAlgorithm("leaky"); ok {

@@ -76,8 +76,8 @@ func parseWindow(o *object, kind algo.Kind, alt string) (algo.Params, error) {
 		errs.add(fieldError(o.at("limit"), "required"+alt))
 	} else {
 		var err error
-		if kind == algo.SlidingWindowLog {
-			p.Limit, err = parseIntWhy(o.at("limit"), o.get("limit"), 1, algo.MaxLogLimit, " for sliding_window_log (its state grows with the limit)")
+		if !kind.FixedSizeState() {
+			p.Limit, err = parseIntWhy(o.at("limit"), o.get("limit"), 1, kind.MaxLimit(), " for "+AlgorithmName(kind)+" (its state grows with the limit)")
 		} else {
 			p.Limit, err = parseInt(o.at("limit"), o.get("limit"), 1, algo.MaxLimit)
 		}
@@ -104,10 +104,10 @@ func parseWindow(o *object, kind algo.Kind, alt string) (algo.Params, error) {
 		b, err := parseInt(o.at("burst"), bv, 0, algo.MaxBurst)
 		switch {
 		case errs.add(err):
-		case b != 0 && kind != algo.TokenBucket && kind != algo.GCRA:
+		case b != 0 && !kind.HasBurst():
 			// The window algorithms ignore burst; accepting it would let an operator
 			// believe a capacity is configured that nothing enforces.
-			errs.add(fieldError(o.at("burst"), "only token_bucket and gcra use burst, the rule's algorithm is "+AlgorithmName(kind)))
+			errs.add(fieldError(o.at("burst"), "only "+algorithmNames(algo.Kind.HasBurst, "and")+" use burst, the rule's algorithm is "+AlgorithmName(kind)))
 		default:
 			p.Burst = b
 		}

@@ -29,7 +29,7 @@ func keyLoadPct(x perf.LoadResult, keys int) float64 {
 func (r *report) worstRedisMem(gateways int, withLog bool) int64 {
 	var worst int64
 	for _, rm := range r.redisMem {
-		if rm.Nodes == gateways && (withLog || rm.Algo != "sliding_window_log") {
+		if rm.Nodes == gateways && (withLog || !perf.GrowingState(rm.Algo)) {
 			worst = max(worst, rm.Bytes)
 		}
 	}

@@ -762,7 +762,7 @@ func (r *report) targetsView() targetsView {
 	}
 	v.HotMet = v.HotRoundTrips <= 1000
 	for _, s := range r.shared {
-		if s.Synced && s.Algo != "sliding_window_log" && s.MaxRecord > v.WorstRecord {
+		if s.Synced && !perf.GrowingState(s.Algo) && s.MaxRecord > v.WorstRecord {
 			v.WorstRecord, v.WorstAlgo, v.WorstID = s.MaxRecord, s.Algo, s.IDBytes
 		}
 	}
