@@ -162,7 +162,7 @@ type CalendarUsage struct {
 // the fixed_window with a calendar its rule configured (its Burst is the encoded period).
 func describe(p algo.Params) (name string, burst int64, cal *CalendarUsage) {
 	if per, off, ok := p.Calendar(); ok {
-		return algo.FixedWindow.String(), 0, &CalendarUsage{Period: per.String(), UTCOffset: algo.FormatOffset(off)}
+		return p.Kind.ConfiguredAs().String(), 0, &CalendarUsage{Period: per.String(), UTCOffset: algo.FormatOffset(off)}
 	}
 	return p.Kind.String(), p.Burst, nil
 }
