@@ -294,13 +294,15 @@ func DecideIn(dst algo.State, r *Record, p algo.Params, now, cost int64, env Env
 		return d
 	}
 	// The lease is short, or there is none. Without a lease period (a cold start: never
-	// synced, or the lease ended) and within the cold-start allowance the request is
-	// admitted here, outside the lease, and reported at the next sync, whose reply brings
-	// a lease: the allowance bounds what the fleet admits before the service has charged
-	// it (RATIONALE.md §3). Beyond it, and for a valid lease that ran dry, the request
-	// asks the service (an acquire), which decides it against what the bucket holds
-	// beyond every outstanding lease and brings a lease back.
-	if coldRoom(r, now, env.ColdAllowance, cost) {
+	// synced, or the lease ended), or with a valid lease that ran dry while the bucket
+	// plainly has room (a slow key's small lease), and within the cold-start allowance
+	// the request is admitted here, outside the lease, and reported at the next sync,
+	// whose reply brings a lease: the allowance bounds what the fleet admits before the
+	// service has charged it (RATIONALE.md §3). Beyond it, and for a valid lease that ran
+	// dry near the bucket's limit, the request asks the service (an acquire), which
+	// decides it against what the bucket holds beyond every outstanding lease and brings
+	// a lease back.
+	if coldRoom(r, p, now, env.ColdAllowance, cost) {
 		r.Cold += cost
 		r.Pending.Over += cost
 		r.GlobalRemaining -= cost
@@ -323,20 +325,33 @@ func ParamsTag(p algo.Params) uint32 {
 	return uint32(h^h>>32) | 1
 }
 
-// coldRoom reports whether a request of cost fits in r's cold-start allowance: the
-// bucket holds no lease period (the gateway never heard of it, or its lease ended: a
-// key that starts or comes back, not one whose valid lease ran dry under demand, which
-// acquires), what the gateway admitted on the allowance and the service has not charged
-// yet stays within allowance, and the service did not last say that the bucket holds
-// less than that (a bucket it never heard of, or one whose last reply left room, less
-// what was admitted outside a lease since). A hot key whose leases run dry at the
-// bucket's last permits would otherwise spend every gateway's allowance beyond the
-// limit each time, not once per cold start (RATIONALE.md §3).
-func coldRoom(r *Record, now, allowance, cost int64) bool {
+// coldRoom reports whether a request of cost fits in r's cold-start allowance: what
+// the gateway admitted on the allowance and the service has not charged yet stays
+// within allowance, and the service did not last say that the bucket holds less than
+// that (a bucket it never heard of, or one whose last reply left room, less what was
+// admitted outside a lease since).
+//
+// A bucket with a lease period (a valid lease that ran dry) uses the allowance only
+// while the service's last word, less what this gateway admitted outside a lease
+// since, leaves more than the half of the capacity a fleet keeps back from leases by
+// demand (FleetLeaseKeep) unreserved after the request: a slow key, whose lease is
+// sized by its few requests and runs dry within its validity, is decided here instead
+// of holding its request for an acquire's round trip. A hot key whose leases run dry
+// at the bucket's last permits never has that room (its leases and consumption take
+// the bucket), so it still acquires: spending every gateway's allowance there went
+// beyond the limit each time, not once per cold start (RATIONALE.md §3).
+func coldRoom(r *Record, p algo.Params, now, allowance, cost int64) bool {
 	if allowance <= 0 || r.Cold+r.ColdCut+cost > allowance {
 		return false
 	}
-	return !r.Synced() || (now >= r.LeaseUntilUs && r.GlobalRemaining >= cost)
+	switch {
+	case !r.Synced():
+		return true
+	case now >= r.LeaseUntilUs:
+		return r.GlobalRemaining >= cost
+	}
+	capa := p.Capacity()
+	return r.GlobalRemaining-cost >= capa-capa/FleetLeaseKeep
 }
 
 // ColdFraction: the whole fleet may admit 1/ColdFraction of a bucket's capacity on
