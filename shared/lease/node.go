@@ -165,6 +165,7 @@ func DecideTo(dst algo.State, r Record, p algo.Params, now, cost int64, env Env)
 // value, and such copies are the largest single item of a decision's guest time
 // (RATIONALE.md §6).
 func DecideIn(dst algo.State, r *Record, p algo.Params, now, cost int64, env Env) (d Decision) {
+	lastUsed := r.UsedUs
 	r.UsedUs = now
 	if r.PenaltyUntilUs > now {
 		d.PenaltyLevel = r.PenaltyLevel
@@ -302,7 +303,7 @@ func DecideIn(dst algo.State, r *Record, p algo.Params, now, cost int64, env Env
 	// dry near the bucket's limit, the request asks the service (an acquire), which
 	// decides it against what the bucket holds beyond every outstanding lease and brings
 	// a lease back.
-	if coldRoom(r, p, now, env.ColdAllowance, cost) {
+	if coldRoom(r, p, now, lastUsed, cost, &env) {
 		r.Cold += cost
 		r.Pending.Over += cost
 		r.GlobalRemaining -= cost
@@ -327,21 +328,23 @@ func ParamsTag(p algo.Params) uint32 {
 
 // coldRoom reports whether a request of cost fits in r's cold-start allowance: what
 // the gateway admitted on the allowance and the service has not charged yet stays
-// within allowance, and the service did not last say that the bucket holds less than
-// that (a bucket it never heard of, or one whose last reply left room, less what was
-// admitted outside a lease since).
+// within env.ColdAllowance, and the service did not last say that the bucket holds
+// less than that (a bucket it never heard of, or one whose last reply left room, less
+// what was admitted outside a lease since).
 //
 // A bucket with a lease period (a valid lease that ran dry) uses the allowance only
-// while the service's last word, less what this gateway admitted outside a lease
-// since, leaves more than the half of the capacity a fleet keeps back from leases by
-// demand (FleetLeaseKeep) unreserved after the request: a slow key, whose lease is
-// sized by its few requests and runs dry within its validity, is decided here instead
-// of holding its request for an acquire's round trip. A hot key whose leases run dry
-// at the bucket's last permits never has that room (its leases and consumption take
-// the bucket), so it still acquires: spending every gateway's allowance there went
-// beyond the limit each time, not once per cold start (RATIONALE.md §3).
-func coldRoom(r *Record, p algo.Params, now, allowance, cost int64) bool {
-	if allowance <= 0 || r.Cold+r.ColdCut+cost > allowance {
+// for a key this gateway sees less than once per sync interval (its previous decision,
+// lastUsed, is an interval old or more) while the service's last word, less what this
+// gateway admitted outside a lease since, leaves more than the half of the capacity a
+// fleet keeps back from leases by demand (FleetLeaseKeep) unreserved after the
+// request: a slow key, whose lease is sized by its few requests and runs dry within its
+// validity, is decided here instead of holding its request for an acquire's round
+// trip. A hot key's leases run dry under requests that come faster than the interval,
+// or at the bucket's last permits, so it still acquires: spending every gateway's
+// allowance there went beyond the limit each time, not once per cold start
+// (RATIONALE.md §3).
+func coldRoom(r *Record, p algo.Params, now, lastUsed, cost int64, env *Env) bool {
+	if env.ColdAllowance <= 0 || r.Cold+r.ColdCut+cost > env.ColdAllowance {
 		return false
 	}
 	switch {
@@ -351,7 +354,7 @@ func coldRoom(r *Record, p algo.Params, now, allowance, cost int64) bool {
 		return r.GlobalRemaining >= cost
 	}
 	capa := p.Capacity()
-	return r.GlobalRemaining-cost >= capa-capa/FleetLeaseKeep
+	return now-lastUsed >= max(env.IntervalUs, 1) && r.GlobalRemaining-cost >= capa-capa/FleetLeaseKeep
 }
 
 // ColdFraction: the whole fleet may admit 1/ColdFraction of a bucket's capacity on
