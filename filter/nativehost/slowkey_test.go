@@ -98,3 +98,69 @@ func TestSlowKeyIsNotHeld(t *testing.T) {
 		t.Fatalf("a key every 1.3 s: %d requests held, %d deltas for %d requests, want none held and at most one delta per three requests", held, deltas, n)
 	}
 }
+
+// TestHedgedSyncReplayIsNotTheBucket: a sync slower than half an interval is sent
+// again on a second callout (a hedge); the service applies the batch once and answers
+// the other callout as a replay, which carries the lease granted and nothing of the
+// bucket (its remaining reads 0). When the replay's answer comes back first, the
+// gateway applies the lease and keeps what it knew of the bucket: a key whose lease
+// then ends is admitted on its allowance, not held for an acquire on a bucket it took
+// for spent (before, it was: most of the acquires of the synced Envoy under load,
+// BENCHMARKS.md §13).
+func TestHedgedSyncReplayIsNotTheBucket(t *testing.T) {
+	f := newFleetSync(t, 1, 2, `"lease_ttl_ms":1000,"expected_nodes":1`,
+		`[{"id":"api","algorithm":"token_bucket","limit":1000,"window":"1s"}]`)
+	f.settle()
+	gw := f.gws[0]
+	tick := func() {
+		f.now += 25_000
+		for w := range gw.Workers() {
+			gw.Tick(w)
+		}
+	}
+	req := func() *nativehost.Stream {
+		return gw.Request(0, [][2]string{{":method", "GET"}, {":path", "/api"}, {":authority", "a"}, {"x-api-key", "k"}}, nil)
+	}
+	// The key's first request, answered as usual; it comes back after its lease ended:
+	// admitted cold again, and reported.
+	for i := range 2 {
+		if s := req(); !s.Admitted() {
+			t.Fatalf("request %d: %d, want admitted", i+1, s.Status())
+		}
+		if i == 0 {
+			for range 80 {
+				f.tick(25)
+			}
+		}
+	}
+	var syncs []*nativehost.Callout
+	for i := 0; len(syncs) < 2 && i < 20; i++ {
+		tick()
+		for _, c := range gw.TakeCallouts() {
+			if c.Header(":path") == "/v1/sync" {
+				syncs = append(syncs, c)
+			} else {
+				status, body := f.svc.Handle(c.Header(":path"), c.Body, f.now)
+				gw.Respond(c, [][2]string{{":status", strconv.Itoa(status)}}, body)
+			}
+		}
+	}
+	if len(syncs) != 2 {
+		t.Fatalf("%d sync callouts, want the batch and its hedge", len(syncs))
+	}
+	// The service applies the first, and answers the hedge as a replay; the replay's
+	// answer reaches the gateway first.
+	_, _ = f.svc.Handle("/v1/sync", syncs[0].Body, f.now)
+	status, body := f.svc.Handle("/v1/sync", syncs[1].Body, f.now)
+	if f.svc.Replays == 0 {
+		t.Fatalf("the hedge was not a replay")
+	}
+	gw.Respond(syncs[1], [][2]string{{":status", strconv.Itoa(status)}}, body)
+	for range 80 { // two seconds: the lease (1 s) ends
+		f.tick(25)
+	}
+	if s := req(); s.Paused || !s.Admitted() {
+		t.Fatalf("the key back after its lease ended: paused %v, status %d, want admitted without an acquire (records: %s)",
+			s.Paused, s.Status(), f.records("k"))
+	}
+}

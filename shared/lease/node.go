@@ -795,7 +795,16 @@ func ApplyAcquire(r Record, s *wire.State, now int64) Record {
 
 // overwrite applies the fields of s that describe the global bucket, if s is newer than
 // the state r last applied (force: the reply to r's own report, applied regardless).
+// A replay's (StateReplay: the batch was applied before, and the service answers only
+// the lease it granted then) are not the bucket's: its remaining, reset, retry and
+// penalty read 0. Taken for the bucket's, they said it was spent: under load, where a
+// sync slower than half an interval is hedged and the hedge's or the original's answer
+// is a replay, the next request of every key in that batch whose lease had ended was
+// held for an acquire (most of the acquires of BENCHMARKS.md §13's synced Envoy).
 func (r Record) overwrite(s *wire.State, now int64, force bool) (Record, int64) {
+	if s.Flags&wire.StateReplay != 0 {
+		return r, 0
+	}
 	ms := uint32(s.ServerMs)
 	// Replies overtake each other by a round trip at most. A state that looks more than
 	// maxReorderMs older is one from after a long silence (the low 32 bits of the server
