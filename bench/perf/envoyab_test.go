@@ -289,9 +289,13 @@ func TestEnvoyAB(t *testing.T) {
 			for _, x := range r.opens {
 				dropped += x.Dropped
 			}
-			fmt.Printf("%-18s %10s %10s %10s %12s %8d\n", r.name, q(func(x OpenRun) time.Duration { return x.P50 }).Round(10*time.Microsecond),
+			var per []string
+			for _, x := range r.opens {
+				per = append(per, fmt.Sprintf("%s/%d", x.P99.Round(100*time.Microsecond), x.Dropped))
+			}
+			fmt.Printf("%-18s %10s %10s %10s %12s %8d  by round (p99/dropped): %s\n", r.name, q(func(x OpenRun) time.Duration { return x.P50 }).Round(10*time.Microsecond),
 				q(func(x OpenRun) time.Duration { return x.P99 }).Round(10*time.Microsecond), q(func(x OpenRun) time.Duration { return x.P999 }).Round(10*time.Microsecond),
-				added.Round(10*time.Microsecond), dropped)
+				added.Round(10*time.Microsecond), dropped, strings.Join(per, " "))
 		}
 		for _, r := range rows {
 			if r.openStats != nil {
