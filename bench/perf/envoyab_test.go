@@ -33,7 +33,12 @@ import (
 //	TOLLGATE_AB_BASELINE=/tmp/before.wasm go test -run TestEnvoyAB -v -timeout 20m ./bench/perf
 //
 // TOLLGATE_AB_WORKERS (default 2), TOLLGATE_AB_ROUNDS (5) and TOLLGATE_AB_PERF=1 (a perf
-// profile by shared object of the four filter Envoys) adjust it.
+// profile by shared object of the four filter Envoys) adjust it. The filter's counters
+// over the rounds say how each build decided (acquires, each a request held for the
+// service; cold admissions; deltas reported per admitted request). TOLLGATE_AB_OPEN=<rate>
+// adds, after the closed loop, rounds of Poisson arrivals at that many requests/s
+// (every Envoy in turn, the same schedule): latency percentiles from each request's
+// scheduled time, where a request held for an acquire shows.
 func TestEnvoyAB(t *testing.T) {
 	basePath := os.Getenv("TOLLGATE_AB_BASELINE")
 	if basePath == "" {
@@ -93,6 +98,10 @@ func TestEnvoyAB(t *testing.T) {
 		prof    []DSOShare
 		profRun ClosedRun
 		edit    func([]byte) ([]byte, error)
+		// stats: the filter's counters over the closed-loop rounds, and over the
+		// open-loop runs (TOLLGATE_AB_OPEN).
+		stats, openStats map[string]uint64
+		opens            []OpenRun
 	}
 	rows := []*abRow{
 		{name: "pass-through", limiter: PassThrough},
@@ -144,7 +153,7 @@ func TestEnvoyAB(t *testing.T) {
 			t.Fatalf("%s warm-up: %v", r.name, err)
 		}
 	}
-	for round := 0; round < rounds; round++ {
+	runRound := func(round int) {
 		o.Log.Printf("A/B: round %d of %d (load %s)", round+1, rounds, loadAvg())
 		for k := range rows {
 			r := rows[(k+round)%len(rows)]
@@ -155,6 +164,51 @@ func TestEnvoyAB(t *testing.T) {
 			run.CPU = run.raw.perReq(0, 0)
 			r.runs = append(r.runs, run)
 		}
+	}
+	// The filter's counters (acquires, cold admissions, deltas) around a phase.
+	counters := func(into func(r *abRow) *map[string]uint64, f func()) {
+		before := map[*abRow]map[string]uint64{}
+		for _, r := range rows {
+			if r.wasm != nil && r.limiter != FloorModule {
+				before[r], _ = r.e.Stats(ctx)
+			}
+		}
+		f()
+		for r, b := range before {
+			after, err := r.e.Stats(ctx)
+			if err != nil || b == nil {
+				continue
+			}
+			d := map[string]uint64{}
+			for k, v := range after {
+				if strings.HasPrefix(k, "wasmcustom.tollgate.") && v >= b[k] {
+					d[strings.TrimPrefix(k, "wasmcustom.tollgate.")] = v - b[k]
+				}
+			}
+			*into(r) = d
+		}
+	}
+	counters(func(r *abRow) *map[string]uint64 { return &r.stats }, func() {
+		for round := 0; round < rounds; round++ {
+			runRound(round)
+		}
+	})
+	if rate := envInt("TOLLGATE_AB_OPEN", 0); rate > 0 {
+		// Poisson arrivals at a fixed rate, every Envoy in turn, the same schedule: held
+		// requests show as latency (latency from each request's scheduled time).
+		counters(func(r *abRow) *map[string]uint64 { return &r.openStats }, func() {
+			for round := 0; round < rounds; round++ {
+				o.Log.Printf("A/B: open loop at %d/s, round %d of %d (load %s)", rate, round+1, rounds, loadAvg())
+				for k := range rows {
+					r := rows[(k+round)%len(rows)]
+					run, err := env.open(r.e, float64(rate), uint64(round+1))
+					if err != nil {
+						t.Fatalf("%s: %v", r.name, err)
+					}
+					r.opens = append(r.opens, run)
+				}
+			}
+		})
 	}
 	if os.Getenv("TOLLGATE_AB_PERF") == "1" {
 		for _, r := range rows {
@@ -207,6 +261,47 @@ func TestEnvoyAB(t *testing.T) {
 		}
 		fmt.Printf("%s: Envoy µs/req, this tree over baseline, by round: %s (median %.3f)\n", mode, strings.Join(per, " "),
 			med(func(i int) float64 { return a.runs[i].CPU.Envoy / b.runs[i].CPU.Envoy }))
+	}
+	// How the filter decided: per admitted request, the acquires (each holds a request
+	// for the service's answer), the cold admissions and the deltas reported.
+	perReq := func(st map[string]uint64) string {
+		n := float64(st["requests_allowed"])
+		if n == 0 {
+			return "no requests"
+		}
+		return fmt.Sprintf("%d admitted: acquires %.3f %%, cold %.1f %%, deltas %.3f, syncs %d", st["requests_allowed"],
+			100*float64(st["acquires"])/n, 100*float64(st["requests_cold_admitted"])/n, float64(st["sync_deltas_sent"])/n, st["sync_sent"])
+	}
+	for _, r := range rows {
+		if r.stats != nil {
+			fmt.Printf("counters %-18s closed loop: %s\n", r.name, perReq(r.stats))
+		}
+	}
+	if len(rows[0].opens) > 0 {
+		fmt.Printf("open loop at %s/s (medians of %d rounds):\n", os.Getenv("TOLLGATE_AB_OPEN"), rounds)
+		fmt.Printf("%-18s %10s %10s %10s %12s %8s\n", "limiter", "p50", "p99", "p99.9", "added p99", "dropped")
+		for _, r := range rows {
+			q := func(f func(x OpenRun) time.Duration) time.Duration {
+				return time.Duration(med(func(i int) float64 { return float64(f(r.opens[i])) }))
+			}
+			added := q(func(x OpenRun) time.Duration { return x.P99 }) - time.Duration(med(func(i int) float64 { return float64(pt.opens[i].P99) }))
+			var dropped int64
+			for _, x := range r.opens {
+				dropped += x.Dropped
+			}
+			var per []string
+			for _, x := range r.opens {
+				per = append(per, fmt.Sprintf("%s/%d", x.P99.Round(100*time.Microsecond), x.Dropped))
+			}
+			fmt.Printf("%-18s %10s %10s %10s %12s %8d  by round (p99/dropped): %s\n", r.name, q(func(x OpenRun) time.Duration { return x.P50 }).Round(10*time.Microsecond),
+				q(func(x OpenRun) time.Duration { return x.P99 }).Round(10*time.Microsecond), q(func(x OpenRun) time.Duration { return x.P999 }).Round(10*time.Microsecond),
+				added.Round(10*time.Microsecond), dropped, strings.Join(per, " "))
+		}
+		for _, r := range rows {
+			if r.openStats != nil {
+				fmt.Printf("counters %-18s open loop: %s\n", r.name, perReq(r.openStats))
+			}
+		}
 	}
 	for _, r := range rows {
 		if len(r.prof) == 0 {

@@ -38,11 +38,11 @@ func newFleet(t *testing.T, gateways, workers int, rules string) *fleet {
 func newFleetSync(t *testing.T, gateways, workers int, sync, rules string) *fleet {
 	t.Helper()
 	f := &fleet{t: t, now: 1_700_000_000_000_000, svc: memservice.New(lease.SyncConfig{})}
-	if sync != "" {
-		sync = "," + sync
+	if !strings.Contains(sync, `"stale_ms"`) {
+		sync = `"stale_ms":500,` + sync // unless the test sets its own
 	}
 	cfg := []byte(`{"key":{"source":"header","name":"x-api-key"},"retry_jitter_ms":0,
-		"sync":{"cluster":"svc","interval_ms":100,"stale_ms":500` + sync + `},"rules":` + rules + `}`)
+		"sync":{"cluster":"svc","interval_ms":100,` + strings.TrimSuffix(sync, ",") + `},"rules":` + rules + `}`)
 	for g := 0; g < gateways; g++ {
 		h, err := nativehost.New(nativehost.Config{
 			Workers: workers, PluginConfig: cfg, Clock: func() int64 { return f.now },

@@ -649,7 +649,9 @@ func (s *syncer) apply(now int64, st *wire.State, d *wire.Delta, id string, seq 
 			p.m.inc(p.m.deltasRefused)
 		} else {
 			rec, returned = lease.ApplyReply(rec, st, d, seq, now)
-			rec.LeaseUntilUs = min(rec.LeaseUntilUs, now+s.cfg().LeaseTTLMs*1000)
+			// lease_ttl_ms caps the lease, or a few of the key's gaps for a slow key, so
+			// that its lease outlives them (lease.UseUs).
+			rec.LeaseUntilUs = min(rec.LeaseUntilUs, now+lease.UseUs(d, s.cfg().LeaseTTLMs*1000, s.staleUs()))
 			rec = s.batchRetry(rec, lease.ParamsOf(d), int64(d.Rejected)+rec.Pending.Rejected, now)
 			if returned > 0 && !rec.Urgent {
 				rec.Urgent = true

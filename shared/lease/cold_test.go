@@ -44,7 +44,7 @@ func TestColdAllowance(t *testing.T) {
 // allowance are admitted outside any lease (Over), the one beyond it acquires, the cut
 // and the reply of the batch that carries them give the allowance back only once the
 // service has charged them, a record whose last reply left no room never admits cold,
-// and neither does one whose valid lease ran dry.
+// and neither does one whose valid lease ran dry under demand.
 func TestDecideCold(t *testing.T) {
 	const now = 1_700_000_000_000_000
 	p := algo.Params{Kind: algo.TokenBucket, Limit: 100, WindowUs: 3_600_000_000, Burst: 100}
@@ -117,6 +117,47 @@ func TestDecideCold(t *testing.T) {
 	var fresh Record
 	if d := DecideIn(nil, &fresh, p, now, 1, Env{Sync: true, Healthy: true}); !d.Acquire {
 		t.Fatalf("no allowance: %+v, want an acquire", d)
+	}
+}
+
+// TestDecideDryLease: a valid lease that ran dry decides within the cold-start
+// allowance only for a slow key (its previous decision on this gateway is a sync
+// interval old or more) whose bucket plainly has room (the service's last word, less
+// this gateway's admissions outside a lease since, leaves more than half of the
+// capacity unreserved after the request); otherwise it acquires, as a hot key at its
+// bucket's last permits must (RATIONALE.md §2, step 4).
+func TestDecideDryLease(t *testing.T) {
+	const now = 1_700_000_000_000_000
+	p := algo.Params{Kind: algo.TokenBucket, Limit: 1000, WindowUs: 1_000_000, Burst: 1000}
+	env := Env{Sync: true, Healthy: true, IntervalUs: 100_000, RenewUs: 2_000_000, ColdAllowance: 50}
+	dry := func(lastUsed, global int64) Record {
+		return Record{SyncedUs: now - 500_000, UsedUs: lastUsed, GlobalRemaining: global,
+			LeaseUntilUs: now + 500_000, LeaseEpoch: 1, ParamsTag: ParamsTag(p)}
+	}
+	for _, tt := range []struct {
+		name string
+		r    Record
+		env  Env
+		cold bool
+	}{
+		{"slow key, bucket nearly full: cold", dry(now-800_000, 990), env, true},
+		{"slow key, exactly half left after it: cold", dry(now-800_000, 501), env, true},
+		{"slow key, less than half left after it: acquire", dry(now-800_000, 500), env, false},
+		{"hot key (used 5 ms ago), bucket full: acquire", dry(now-5_000, 990), env, false},
+		{"used exactly an interval ago: cold", dry(now-100_000, 990), env, true},
+		{"slow key, allowance spent: acquire", func() Record { r := dry(now-800_000, 990); r.ColdCut = 50; return r }(), env, false},
+		{"slow key, no allowance: acquire", dry(now-800_000, 990), Env{Sync: true, Healthy: true, IntervalUs: 100_000}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := tt.r
+			d := DecideIn(nil, &r, p, now, 1, tt.env)
+			if tt.cold != (d.Allowed && d.Cold && d.Over == 1) || tt.cold == d.Acquire {
+				t.Fatalf("%+v, want cold %v (else an acquire)", d, tt.cold)
+			}
+			if tt.cold && (r.Cold != tt.r.Cold+1 || r.GlobalRemaining != tt.r.GlobalRemaining-1 || !r.Urgent) {
+				t.Fatalf("cold admission: cold %d, global %d, urgent %v", r.Cold, r.GlobalRemaining, r.Urgent)
+			}
+		})
 	}
 }
 

@@ -162,6 +162,7 @@ func DecideTo(dst algo.State, r Record, p algo.Params, now, cost int64, env Env)
 // value, and such copies are the largest single item of a decision's guest time
 // (RATIONALE.md §6).
 func DecideIn(dst algo.State, r *Record, p algo.Params, now, cost int64, env Env) (d Decision) {
+	lastUsed := r.UsedUs
 	r.UsedUs = now
 	if r.PenaltyUntilUs > now {
 		d.PenaltyLevel = r.PenaltyLevel
@@ -291,13 +292,15 @@ func DecideIn(dst algo.State, r *Record, p algo.Params, now, cost int64, env Env
 		return d
 	}
 	// The lease is short, or there is none. Without a lease period (a cold start: never
-	// synced, or the lease ended) and within the cold-start allowance the request is
-	// admitted here, outside the lease, and reported at the next sync, whose reply brings
-	// a lease: the allowance bounds what the fleet admits before the service has charged
-	// it (RATIONALE.md §3). Beyond it, and for a valid lease that ran dry, the request
-	// asks the service (an acquire), which decides it against what the bucket holds
-	// beyond every outstanding lease and brings a lease back.
-	if coldRoom(r, now, env.ColdAllowance, cost) {
+	// synced, or the lease ended), or with a valid lease that ran dry while the bucket
+	// plainly has room (a slow key's small lease), and within the cold-start allowance
+	// the request is admitted here, outside the lease, and reported at the next sync,
+	// whose reply brings a lease: the allowance bounds what the fleet admits before the
+	// service has charged it (RATIONALE.md §3). Beyond it, and for a valid lease that ran
+	// dry near the bucket's limit, the request asks the service (an acquire), which
+	// decides it against what the bucket holds beyond every outstanding lease and brings
+	// a lease back.
+	if coldRoom(r, p, now, lastUsed, cost, &env) {
 		r.Cold += cost
 		r.Pending.Over += cost
 		r.GlobalRemaining -= cost
@@ -320,20 +323,35 @@ func ParamsTag(p algo.Params) uint32 {
 	return uint32(h^h>>32) | 1
 }
 
-// coldRoom reports whether a request of cost fits in r's cold-start allowance: the
-// bucket holds no lease period (the gateway never heard of it, or its lease ended: a
-// key that starts or comes back, not one whose valid lease ran dry under demand, which
-// acquires), what the gateway admitted on the allowance and the service has not charged
-// yet stays within allowance, and the service did not last say that the bucket holds
+// coldRoom reports whether a request of cost fits in r's cold-start allowance: what
+// the gateway admitted on the allowance and the service has not charged yet stays
+// within env.ColdAllowance, and the service did not last say that the bucket holds
 // less than that (a bucket it never heard of, or one whose last reply left room, less
-// what was admitted outside a lease since). A hot key whose leases run dry at the
-// bucket's last permits would otherwise spend every gateway's allowance beyond the
-// limit each time, not once per cold start (RATIONALE.md §3).
-func coldRoom(r *Record, now, allowance, cost int64) bool {
-	if allowance <= 0 || r.Cold+r.ColdCut+cost > allowance {
+// what was admitted outside a lease since).
+//
+// A bucket with a lease period (a valid lease that ran dry) uses the allowance only
+// for a key this gateway sees less than once per sync interval (its previous decision,
+// lastUsed, is an interval old or more) while the service's last word, less what this
+// gateway admitted outside a lease since, leaves more than the half of the capacity a
+// fleet keeps back from leases by demand (FleetLeaseKeep) unreserved after the
+// request: a slow key, whose lease is sized by its few requests and runs dry within its
+// validity, is decided here instead of holding its request for an acquire's round
+// trip. A hot key's leases run dry under requests that come faster than the interval,
+// or at the bucket's last permits, so it still acquires: spending every gateway's
+// allowance there went beyond the limit each time, not once per cold start
+// (RATIONALE.md §3).
+func coldRoom(r *Record, p algo.Params, now, lastUsed, cost int64, env *Env) bool {
+	if env.ColdAllowance <= 0 || r.Cold+r.ColdCut+cost > env.ColdAllowance {
 		return false
 	}
-	return !r.Synced() || (now >= r.LeaseUntilUs && r.GlobalRemaining >= cost)
+	switch {
+	case !r.Synced():
+		return true
+	case now >= r.LeaseUntilUs:
+		return r.GlobalRemaining >= cost
+	}
+	capa := p.Capacity()
+	return now-lastUsed >= max(env.IntervalUs, 1) && r.GlobalRemaining-cost >= capa-capa/FleetLeaseKeep
 }
 
 // ColdFraction: the whole fleet may admit 1/ColdFraction of a bucket's capacity on
@@ -774,7 +792,16 @@ func ApplyAcquire(r Record, s *wire.State, now int64) Record {
 
 // overwrite applies the fields of s that describe the global bucket, if s is newer than
 // the state r last applied (force: the reply to r's own report, applied regardless).
+// A replay's (StateReplay: the batch was applied before, and the service answers only
+// the lease it granted then) are not the bucket's: its remaining, reset, retry and
+// penalty read 0. Taken for the bucket's, they said it was spent: under load, where a
+// sync slower than half an interval is hedged and the hedge's or the original's answer
+// is a replay, the next request of every key in that batch whose lease had ended was
+// held for an acquire (most of the acquires of BENCHMARKS.md §13's synced Envoy).
 func (r Record) overwrite(s *wire.State, now int64, force bool) (Record, int64) {
+	if s.Flags&wire.StateReplay != 0 {
+		return r, 0
+	}
 	ms := uint32(s.ServerMs)
 	// Replies overtake each other by a round trip at most. A state that looks more than
 	// maxReorderMs older is one from after a long silence (the low 32 bits of the server

@@ -73,7 +73,7 @@ type Sync struct {
 	Node       string // gateway id (default: random at start)
 	IntervalMs int64  // tick (default 100)
 	TimeoutMs  int64  // callout timeout (default 250)
-	LeaseTTLMs int64  // longest a lease is used, whatever validity the service grants (default 60000)
+	LeaseTTLMs int64  // longest a lease is used, whatever validity the service grants (default 60000); a slow key's, for eight of its gaps when longer (lease.UseUs)
 	StaleMs    int64  // longest consumption no valid lease covers waits unreported (default 10000)
 	// StaleLeasedMs is the longest consumption out of a valid lease waits unreported: 0
 	// (the default) until the lease's renewal or low-water mark, which the service counts
