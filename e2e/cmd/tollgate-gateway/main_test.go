@@ -18,7 +18,7 @@ import (
 func buildProbe(t *testing.T) string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "probe.wasm")
-	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, "../../host/testdata/probe")
+	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, "../../../internal/wazerohost/testdata/probe")
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build probe: %v\n%s", err, b)
