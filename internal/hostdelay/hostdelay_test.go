@@ -17,15 +17,17 @@ func TestWindow(t *testing.T) {
 		{at(46), at(52), 2 * time.Millisecond},
 	}}
 	tests := []struct {
-		name     string
-		from, to int
-		max, p50 time.Duration
+		name              string
+		from, to          int
+		max, p50, stalled time.Duration
 	}{
-		{"before any", -20, -10, 0, 0},
-		{"inside the first", 1, 2, time.Millisecond, time.Millisecond},
-		{"overlaps the stall's end", 30, 45, 29 * time.Millisecond, 1 * time.Millisecond},
-		{"after the stall", 41, 60, 2 * time.Millisecond, 1 * time.Millisecond},
-		{"all", 0, 60, 29 * time.Millisecond, 1 * time.Millisecond},
+		// The median delay of all four iterations is 1 ms (nearest rank below the middle):
+		// Stalled sums what each overlapping iteration waited beyond it.
+		{"before any", -20, -10, 0, 0, 0},
+		{"inside the first", 1, 2, time.Millisecond, time.Millisecond, 0},
+		{"overlaps the stall's end", 30, 45, 29 * time.Millisecond, 1 * time.Millisecond, 28 * time.Millisecond},
+		{"after the stall", 41, 60, 2 * time.Millisecond, 1 * time.Millisecond, 1 * time.Millisecond},
+		{"all", 0, 60, 29 * time.Millisecond, 1 * time.Millisecond, 29 * time.Millisecond},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -34,6 +36,9 @@ func TestWindow(t *testing.T) {
 			}
 			if got := p.Quantile(0.5, at(tt.from), at(tt.to)); got != tt.p50 {
 				t.Errorf("Quantile(0.5) = %v, want %v", got, tt.p50)
+			}
+			if got := p.Stalled(at(tt.from), at(tt.to)); got != tt.stalled {
+				t.Errorf("Stalled = %v, want %v", got, tt.stalled)
 			}
 		})
 	}
