@@ -1,6 +1,7 @@
 package perf
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -35,7 +36,11 @@ func TestMeasureTelemetry(t *testing.T) {
 		{"proxy_increment_metric", 0},
 		{"proxy_on_memory_allocate", 0},
 	} {
-		if d := c.On.HostCalls[tt.call] - c.Off.HostCalls[tt.call]; d != tt.want {
+		// Per request a call is made or not; what a tick does (the counters handed to
+		// Envoy, one call per stat that moved) is spread over the requests between ticks.
+		// A tick inside the measured chunk beside a build loop added 0.0015
+		// proxy_increment_metric per request: that is the tick's, not the request path's.
+		if d := c.On.HostCalls[tt.call] - c.Off.HostCalls[tt.call]; math.Abs(d-tt.want) >= 0.01 {
 			t.Errorf("telemetry adds %.2f %s per request, want %.0f (off %v, on %v)", d, tt.call, tt.want, c.Off.HostCalls, c.On.HostCalls)
 		}
 	}
