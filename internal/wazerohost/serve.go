@@ -66,29 +66,19 @@ func (h *Host) Serve(ctx context.Context, worker int, req *Request) *Response {
 // HTTP is involved, so it measures the filter and the ABI alone. A filter that pauses
 // the stream gets it reset and Exchange returns an error.
 func (h *Host) Exchange(worker int, req *Request, upstream *Response) (*Response, error) {
-	if worker < 0 || worker >= len(h.vms) {
-		return nil, fmt.Errorf("host: no worker %d", worker)
-	}
-	h.inflight.add()
-	defer h.inflight.done()
-	if h.closing.Load() {
-		return nil, errors.New("host: closed")
-	}
-	up := func(context.Context, *Request) (*Response, error) {
-		r := *upstream
-		return &r, nil
-	}
-	resp, err := h.vms[worker].serve(context.Background(), req, up, false)
-	if err != nil {
-		return resp, fmt.Errorf("host: exchange on worker %d: %w", worker, err)
-	}
-	return resp, nil
+	return h.exchange(context.Background(), worker, req, upstream, false)
 }
 
 // ExchangeWait is Exchange for a filter that may pause a request (a strict rule, or an
 // acquire when a bucket's lease is short): it waits for the filter to continue or answer
 // it, as Serve does, with the static upstream answer.
 func (h *Host) ExchangeWait(ctx context.Context, worker int, req *Request, upstream *Response) (*Response, error) {
+	return h.exchange(ctx, worker, req, upstream, true)
+}
+
+// exchange is Exchange and ExchangeWait: wait says whether a paused stream is waited
+// for (ExchangeWait) or reset (Exchange).
+func (h *Host) exchange(ctx context.Context, worker int, req *Request, upstream *Response, wait bool) (*Response, error) {
 	if worker < 0 || worker >= len(h.vms) {
 		return nil, fmt.Errorf("host: no worker %d", worker)
 	}
@@ -101,7 +91,7 @@ func (h *Host) ExchangeWait(ctx context.Context, worker int, req *Request, upstr
 		r := *upstream
 		return &r, nil
 	}
-	resp, err := h.vms[worker].serve(ctx, req, up, true)
+	resp, err := h.vms[worker].serve(ctx, req, up, wait)
 	if err != nil {
 		return resp, fmt.Errorf("host: exchange on worker %d: %w", worker, err)
 	}
