@@ -117,9 +117,15 @@ type use struct {
 	span, prevSpan int64 // what those reports covered, µs
 }
 
-// rate is the stream's requests a second ×1000 over its last two reports.
-func (u use) rate() int64 {
-	return (u.req + u.prevReq) * 1_000_000_000 / max(u.span+u.prevSpan, 1_000_000)
+// rate is the stream's requests a second ×1000 over its last two reports, taken over at
+// least horizonUs (two report intervals). A stream new to the key had no requests on it
+// before its first report (the first request creates Envoy's bucket and sends that
+// report at once, covering no time), so over two intervals its reports are all it was
+// asked. Dividing by what the reports covered instead counted a light Envoy's first
+// request in no time at all: 2 requests "in 5 s" from a client sending one every 5.5 s,
+// twice its rate, which the busy Envoy of an uneven client then went without.
+func (u use) rate(horizonUs int64) int64 {
+	return (u.req + u.prevReq) * 1_000_000_000 / max(u.span+u.prevSpan, horizonUs, 1_000_000)
 }
 
 // touch records st's report of bucket k: requests (admitted and denied) over spanUs. A
@@ -154,7 +160,8 @@ func (s *Server) touch(k string, st *stream, now, requests, spanUs int64) {
 func (s *Server) demand(k string, st *stream, now int64) demand {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	horizon := 2*s.o.ReportInterval.Microseconds() + s.o.Heartbeat.Microseconds()
+	span := 2 * s.o.ReportInterval.Microseconds()
+	horizon := span + s.o.Heartbeat.Microseconds()
 	var d demand
 	for o, u := range s.using[k] {
 		if now-u.at > horizon {
@@ -162,9 +169,9 @@ func (s *Server) demand(k string, st *stream, now int64) demand {
 			continue
 		}
 		if o == st {
-			d.mine = u.rate()
+			d.mine = u.rate(span)
 		} else {
-			d.others = append(d.others, u.rate())
+			d.others = append(d.others, u.rate(span))
 		}
 	}
 	if len(s.using[k]) == 0 {
@@ -478,20 +485,21 @@ func (st *stream) report(rep *rlqsv3.RateLimitQuotaUsageReports) {
 			}
 			for _, r := range refs {
 				p := lease.ParamsOf(&b.Deltas[r.delta])
-				q := demandOf(r.bucket).portion(p)
+				q := demandOf(r.bucket).burstPortion(p)
 				sta := out.states[r.delta]
 				if sta.Flags&wire.StateRefused != 0 {
 					continue
 				}
-				m := burstOf(sta.Remaining, q)
+				n := int64(len(demandOf(r.bucket).others) + 1)
+				m := burstOf(sta.Remaining, q, n)
 				if old, ok := burst[r.bucket]; !ok || m < old {
 					burst[r.bucket] = m
 				}
 				if m > 0 {
 					continue
 				}
-				// Until the bucket has refilled a permit for this node's portion.
-				wait := lease.RefillUs(p, now, (q.total+q.w-1)/q.w-sta.Remaining)
+				// Until the bucket has refilled a permit for each Envoy on the key.
+				wait := lease.RefillUs(p, now, n-sta.Remaining)
 				wait = min(max(wait, 1_000_000), st.s.o.ReportInterval.Microseconds())
 				if bk := st.buckets[r.bucket]; bk != nil && now+wait > bk.denyUntilUs {
 					bk.denyUntilUs = now + wait
@@ -580,8 +588,8 @@ func (st *stream) push(keys []string, reason string, always bool) {
 		if !always && a == bk.sent {
 			continue
 		}
-		if reason != "report" {
-			st.s.log.Debug("rlqs: assignment changed", "node", st.node, "envoys", len(bk.dem.others)+1, "was", bk.sent, "now", a)
+		if st.s.log.Enabled(context.Background(), slog.LevelDebug) {
+			st.s.log.Debug("rlqs: assignment", "reason", reason, "node", st.node, "demand", bk.dem, "burst", bk.burst, "was", bk.sent, "now", a)
 		}
 		bk.sent = a
 		if a.kind == 1 {
@@ -644,14 +652,14 @@ func (st *stream) settle(bk *bucket, d demand) demand {
 func absDiff(a, b int64) int64 { return max(a-b, b-a) }
 
 // shrunk is bk's burst cap once the demand on its key is d: scaled down by the largest
-// fall of this Envoy's portion over its windows, so a burst granted under a larger share
+// fall of this Envoy's burst portion over its windows, so a burst granted under a larger share
 // is not pushed again under a smaller one; never raised (a report raises it, from what
 // the global bucket holds) (st.mu held).
 func (st *stream) shrunk(bk *bucket, d demand) int64 {
 	burst := bk.burst
 	for _, p := range st.windows(bk) {
-		was, now := bk.dem.portion(p), d.portion(p)
-		if now.w < was.w { // both of the same rule's rate
+		was, now := bk.dem.burstPortion(p), d.burstPortion(p)
+		if now.w < was.w { // both of portionScale
 			burst = min(burst, portion{now.w, was.w}.of(bk.burst))
 		}
 	}
@@ -664,7 +672,7 @@ func (st *stream) action(bk *bucket, now int64) (assignment, *rlqsv3.RateLimitQu
 	var a assignment
 	var shares []share
 	for _, p := range st.windows(bk) {
-		shares = append(shares, shareOf(p, bk.dem.portion(p)))
+		shares = append(shares, shareOf(p, bk.dem.portion(p), bk.dem.burstPortion(p)))
 	}
 	strategy := &typev3.RateLimitStrategy{}
 	switch sh, ok := tightest(shares); {

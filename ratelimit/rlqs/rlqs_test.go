@@ -155,33 +155,49 @@ func TestUnauthenticated(t *testing.T) {
 // even is the portion of one of n Envoys of equal demand.
 func even(n int64) portion { return portion{1, max(n, 1)} }
 
+// TestShareOf: an Envoy's token bucket is its portion of the rule's rate, rounded down
+// by less than 1 % (or to one permit per interval when the share is smaller), and of the
+// rule's capacity, at least one permit.
 func TestShareOf(t *testing.T) {
 	perMin := func(limit int64) algo.Params {
 		return algo.Params{Kind: algo.TokenBucket, Limit: limit, WindowUs: 60_000_000}
 	}
 	for _, tt := range []struct {
-		name string
-		p    algo.Params
-		q    portion
-		want share
+		name  string
+		p     algo.Params
+		q     portion
+		burst uint32
+		rate  float64 // permits a second
+		exact share   // when not zero, the whole assignment
 	}{
-		{"one node: the rule", perMin(100), whole, share{100, 100, 60}},
-		{"no portion known counts as the whole", perMin(100), portion{}, share{100, 100, 60}},
-		{"four Envoys of equal demand: a quarter", perMin(100), even(4), share{25, 25, 60}},
-		{"seven tenths of the demand: seven tenths", perMin(100), portion{7, 10}, share{70, 70, 60}},
-		{"share under a permit a window stretches the interval", perMin(3), even(4), share{1, 1, 80}},
-		{"a small portion of a small rule: one permit a long interval", perMin(10), portion{1, 50}, share{1, 1, 300}},
-		{"sub-second window refills once a second", algo.Params{Kind: algo.TokenBucket, Limit: 10, WindowUs: 100_000}, even(2), share{5, 50, 1}},
-		{"huge weights do not overflow", perMin(1 << 31), portion{1 << 40, 1 << 41}, share{500_000_000, 1 << 30, 60}},
+		{"one node: the rule", perMin(100), whole, 100, 100.0 / 60, share{100, 100, 60}},
+		{"no portion known counts as the whole", perMin(100), portion{}, 100, 100.0 / 60, share{100, 100, 60}},
+		{"four Envoys of equal demand: a quarter", perMin(100), even(4), 25, 25.0 / 60, share{}},
+		{"seven tenths of the demand: seven tenths", perMin(100), portion{7, 10}, 70, 70.0 / 60, share{}},
+		{"a light Envoy's 0.187 a second of 20 per 10 s is not rounded to 1 per 10 s",
+			algo.Params{Kind: algo.TokenBucket, Limit: 20, WindowUs: 10_000_000}, portion{187, 2000}, 1, 0.187, share{}},
+		{"share under a permit a window: a longer interval", perMin(3), even(4), 1, 0.75 / 60, share{}},
+		{"a small portion of a small rule: one permit a long interval", perMin(10), portion{1, 50}, 1, 0.2 / 60, share{}},
+		{"a share under a permit an hour stretches the interval", algo.Params{Kind: algo.TokenBucket, Limit: 5, WindowUs: 3_600_000_000}, portion{1, 10},
+			1, 0.5 / 3600, share{1, 1, 7200}},
+		{"sub-second window: whole seconds", algo.Params{Kind: algo.TokenBucket, Limit: 10, WindowUs: 100_000}, even(2), 5, 50, share{}},
+		{"huge weights do not overflow", perMin(1 << 31), portion{1 << 40, 1 << 41}, 500_000_000, float64(1<<30) / 60, share{500_000_000, 1 << 30, 60}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			got := shareOf(tt.p, tt.q)
-			if got != tt.want {
-				t.Fatalf("shareOf(%+v, %+v) = %+v, want %+v", tt.p, tt.q, got, tt.want)
+			got := shareOf(tt.p, tt.q, tt.q)
+			if tt.exact != (share{}) && got != tt.exact {
+				t.Fatalf("shareOf(%+v, %+v) = %+v, want %+v", tt.p, tt.q, got, tt.exact)
+			}
+			if got.MaxTokens != tt.burst {
+				t.Errorf("max_tokens %d, want %d", got.MaxTokens, tt.burst)
+			}
+			// Less than 1 % lost to rounding, unless the interval is already an hour.
+			if r := got.rate(); r > tt.rate*(1+1e-9) || (r < tt.rate*0.99 && got.FillSec < 3600) {
+				t.Errorf("rate %.5f/s (%+v), want %.5f/s, at most 1 %% less", r, got, tt.rate)
 			}
 			// This node's share never exceeds its portion of the rule's rate.
 			q := tt.q.normalized()
-			if mine := got.rate(); mine > float64(tt.p.Limit)*1e6/float64(tt.p.WindowUs)*float64(q.w)/float64(q.total)+1e-9 {
+			if mine := got.rate(); mine > float64(tt.p.Limit)*1e6/float64(tt.p.WindowUs)*float64(q.w)/float64(q.total)*(1+1e-9) {
 				t.Errorf("rate %.3f/s above the portion %d/%d of the rule's", mine, q.w, q.total)
 			}
 		})
@@ -254,17 +270,18 @@ func TestPortionOfASmallRule(t *testing.T) {
 }
 
 // TestDemandOfAKey: the service's view of who uses a key: the last two reports of each
-// stream, streams without requests within two reports and a heartbeat left out.
+// stream over at least two report intervals (use.rate), streams without requests
+// within two reports and a heartbeat left out.
 func TestDemandOfAKey(t *testing.T) {
 	s := &Server{o: Options{}.normalized(), using: map[string]map[*stream]use{}}
 	a, b, idle := &stream{}, &stream{}, &stream{}
 	const k, sec = "key", int64(1_000_000)
 	now := 100 * sec
 	s.touch(k, a, now-5*sec, 2, 5*sec)
-	s.touch(k, a, now, 3, 5*sec) // 5 in 10 s
-	s.touch(k, b, now, 10, 5*sec)
-	if d := s.demand(k, a, now); d.mine != 500 || !slices.Equal(d.others, []int64{2000}) {
-		t.Errorf("demand seen by a: %+v, want 500 and [2000]", d)
+	s.touch(k, a, now, 3, 5*sec)  // 5 in 10 s
+	s.touch(k, b, now, 10, 5*sec) // new to the key: 10 in its first 5 s, none before
+	if d := s.demand(k, a, now); d.mine != 500 || !slices.Equal(d.others, []int64{1000}) {
+		t.Errorf("demand seen by a: %+v, want 500 and [1000]", d)
 	}
 	if d := s.demand(k, idle, now); d.mine != 0 || len(d.others) != 2 {
 		t.Errorf("demand seen by an Envoy without requests: %+v, want 0 and both others", d)
@@ -369,5 +386,70 @@ func TestRedisDownFailModes(t *testing.T) {
 	}
 	if f := testutil.ToFloat64(e.srv.m.reports.WithLabelValues("failed")); f != 1 {
 		t.Errorf("failed reports %v, want 1", f)
+	}
+}
+
+// TestBurstOf: an Envoy may hold its portion of what the bucket holds, at least one
+// permit while the bucket holds one for each Envoy on the key, and nothing once it does
+// not (it is denied until it does).
+func TestBurstOf(t *testing.T) {
+	tenth := portion{1, 10}
+	for _, tt := range []struct {
+		name      string
+		remaining int64
+		q         portion
+		n         int64
+		want      int64
+	}{
+		{"its portion", 20, portion{7, 10}, 4, 14},
+		{"a light Envoy's portion rounds down to nothing: one permit", 9, tenth, 4, 1},
+		{"as many permits as Envoys: one each", 4, tenth, 4, 1},
+		{"fewer permits than Envoys: denied", 3, tenth, 4, 0},
+		{"spent", 0, whole, 1, 0},
+		{"in debt", -5, whole, 1, 0},
+		{"alone, one permit", 1, whole, 1, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := burstOf(tt.remaining, tt.q, tt.n); got != tt.want {
+				t.Errorf("burstOf(%d, %v, %d) = %d, want %d", tt.remaining, tt.q, tt.n, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestBurstPortion: what an Envoy may hold at once goes by the square root of its part
+// of the rate: even Envoys hold even bursts, a lightly used Envoy more than its part of
+// the rate, and the bursts of the Envoys on a key sum to at most the bucket.
+func TestBurstPortion(t *testing.T) {
+	perTenS := algo.Params{Kind: algo.TokenBucket, Limit: 20, WindowUs: 10_000_000}
+	for _, tt := range []struct {
+		name  string
+		rates []int64 // requests a second ×1000, this Envoy's first
+		want  []int64 // each Envoy's burst portion, of 1000
+	}{
+		{"alone: all of it", []int64{1800}, []int64{1000}},
+		{"even: even", []int64{450, 450, 450, 450}, []int64{250, 250, 250, 250}},
+		// rate parts 0.7 and 0.1: √0.7 / (√0.7 + 3·√0.1) and √0.1 / (…)
+		{"70/10/10/10: the light ones a sixth each", []int64{1260, 180, 180, 180}, []int64{468, 177, 177, 177}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var sum int64
+			for i := range tt.rates {
+				d := demand{mine: tt.rates[i]}
+				for j, r := range tt.rates {
+					if j != i {
+						d.others = append(d.others, r)
+					}
+				}
+				q := d.burstPortion(perTenS)
+				if got := q.w * 1000 / q.total; got < tt.want[i]-1 || got > tt.want[i]+1 {
+					t.Errorf("Envoy %d: burst portion %d of 1000, want %d", i, got, tt.want[i])
+				}
+				sum += q.w
+			}
+			if sum > portionScale {
+				t.Errorf("burst portions sum to %d of %d, more than the bucket", sum, portionScale)
+			}
+		})
 	}
 }
