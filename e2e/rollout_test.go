@@ -37,6 +37,7 @@ func TestRulesRolloutLosesNothing(t *testing.T) {
 	onVersion(t, gws, v1, "/gone/probe")
 
 	ctx := ctxFor(t, 2*time.Minute)
+	hd := hostDelay(t)
 	key := uniqueKey("rollout")
 	var keep, gone []harness.Answer
 	var wg sync.WaitGroup
@@ -76,7 +77,24 @@ func TestRulesRolloutLosesNothing(t *testing.T) {
 	if kt.OK > newLimit+fleetBound {
 		t.Errorf("keep: %d admitted over the rollout, more than the new limit %d plus the fleet bound %d", kt.OK, newLimit, fleetBound)
 	}
-	if kt.OK < newLimit-fleetBound {
+	// A degraded answer was decided on its gateway's own state while it counted the
+	// service unreachable. Without degraded answers the fleet admits at least the new
+	// limit less the fleet bound and Redis counts exactly what was admitted. Beside a
+	// build loop one run had 6 degraded answers after host stalls: 391 admitted, and 392
+	// counted (an acquire the service took after its gateway stopped waiting). Such a
+	// run, every degraded episode following a stall of this host (degradedEpisodes),
+	// keeps only the bounds a stall cannot excuse: no more than the limit plus the fleet
+	// bound, and nothing admitted left uncounted; a degraded answer without a stall
+	// fails the test.
+	unexplained, episodes := degradedEpisodes(hd, keep, gone)
+	if kt.Degraded+gt.Degraded > 0 {
+		t.Logf("degraded answers: %s", episodes)
+	}
+	if unexplained > 0 {
+		t.Errorf("%d degraded answers without a host stall before them: %s", unexplained, episodes)
+	}
+	exact := kt.Degraded+gt.Degraded == 0
+	if exact && kt.OK < newLimit-fleetBound {
 		t.Errorf("keep: only %d admitted although 750 were sent against a limit of %d", kt.OK, newLimit)
 	}
 	// Every admitted permit, before the change and after, is counted in Redis under the
@@ -89,7 +107,7 @@ func TestRulesRolloutLosesNothing(t *testing.T) {
 			return false, nil
 		}
 		used = b.Limit - b.Available
-		return b.Limit == newLimit && used == int64(kt.OK), nil
+		return b.Limit == newLimit && (used == int64(kt.OK) || !exact && used > int64(kt.OK)), nil
 	}); err != nil {
 		t.Fatalf("Redis counts %d of the %d permits admitted on the surviving rule: %v", used, kt.OK, err)
 	}
