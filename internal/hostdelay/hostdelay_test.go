@@ -10,7 +10,9 @@ import (
 func TestWindow(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	p := &Probe{samples: []delaySample{
+	stopped := make(chan struct{})
+	close(stopped)
+	p := &Probe{done: stopped, samples: []delaySample{
 		{at(0), at(6), 1 * time.Millisecond},
 		{at(6), at(40), 29 * time.Millisecond}, // a stall
 		{at(40), at(46), 1 * time.Millisecond},
@@ -63,4 +65,20 @@ func TestProbeRuns(t *testing.T) {
 		}
 	}
 	t.Logf("%d iterations, longest delay %v, median %v", n, p.Max(from, time.Now()), p.Quantile(0.5, from, time.Now()))
+}
+
+// TestReadWaitsForTheIterationInFlight: an interval read as soon as it ends includes the
+// iteration running at its end (the one a host stall at that moment holds back), not
+// only those already recorded.
+func TestReadWaitsForTheIterationInFlight(t *testing.T) {
+	p, err := Start(20 * time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	time.Sleep(2 * time.Millisecond)
+	now := time.Now() // the first iteration is still asleep
+	if n := len(p.within(now, now)); n != 1 {
+		t.Fatalf("%d iterations overlap an interval read while the first was running, want it (1)", n)
+	}
 }
