@@ -88,26 +88,10 @@ func (h *Probe) Close() {
 	_ = h.srv.Close()
 }
 
-// within returns the delays of the iterations that overlap [from, to], once an iteration
-// has ended after to (or the probe stopped, or two seconds passed): an iteration the host
-// stalled while the interval ended is still running when the caller, stalled by the same
-// host, reads the probe, and would be missed. Read at once, a trial whose degraded marker
-// came 337 ms after the stop saw a longest stall of 143 ms while its summed stalls,
-// read a moment before, saw 12.
+// within returns the delays of the iterations that overlap [from, to], once the probe
+// has gone past to (waitPast).
 func (h *Probe) within(from, to time.Time) []time.Duration {
-	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
-		h.mu.Lock()
-		past := len(h.samples) > 0 && h.samples[len(h.samples)-1].end.After(to)
-		h.mu.Unlock()
-		if past {
-			break
-		}
-		select {
-		case <-h.done:
-			deadline = time.Time{}
-		case <-time.After(h.every / 2):
-		}
-	}
+	h.waitPast(to)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	i := sort.Search(len(h.samples), func(i int) bool { return !h.samples[i].end.Before(from) })
@@ -116,6 +100,30 @@ func (h *Probe) within(from, to time.Time) []time.Duration {
 		out = append(out, h.samples[i].delay)
 	}
 	return out
+}
+
+// waitPast returns once an iteration has ended after t, the probe has stopped, or two
+// seconds have passed. An iteration the host stalled while an interval ended is still
+// running when the caller, stalled by the same host, reads the probe, and would be
+// missed: read at once, a trial whose degraded marker came 337 ms after the stop saw a
+// longest stall of 143 ms while its summed stalls, read a moment before, saw 12.
+func (h *Probe) waitPast(t time.Time) {
+	deadline := time.After(2 * time.Second)
+	for {
+		h.mu.Lock()
+		past := len(h.samples) > 0 && h.samples[len(h.samples)-1].end.After(t)
+		h.mu.Unlock()
+		if past {
+			return
+		}
+		select {
+		case <-h.done:
+			return
+		case <-deadline:
+			return
+		case <-time.After(h.every / 2):
+		}
+	}
 }
 
 // Max is the longest delay of an iteration overlapping [from, to] (0 when none ran).
@@ -148,6 +156,7 @@ func (h *Probe) Quantile(q float64, from, to time.Time) time.Duration {
 // was 148 ms and whose stalls summed to more). On a quiet machine every delay is near the
 // median and Stalled is near zero.
 func (h *Probe) Stalled(from, to time.Time) time.Duration {
+	in := h.within(from, to) // first: the median then counts the iteration waited for
 	h.mu.Lock()
 	all := make([]time.Duration, len(h.samples))
 	for i, s := range h.samples {
@@ -160,7 +169,7 @@ func (h *Probe) Stalled(from, to time.Time) time.Duration {
 	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
 	usual := all[(len(all)-1)/2]
 	var sum time.Duration
-	for _, d := range h.within(from, to) {
+	for _, d := range in {
 		sum += max(0, d-usual)
 	}
 	return sum

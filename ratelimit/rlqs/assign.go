@@ -142,9 +142,9 @@ func fraction(f float64) portion {
 }
 
 // shareOf sizes one Envoy's token bucket for a window of parameters p: its portion q of
-// the window's rate and its portion burst of the window's capacity. The portion weighs the Envoys (streams of this
-// replica) that had requests on the key within two report intervals by the requests
-// each reported, not the whole fleet evenly: a key used through one Envoy of many gets
+// the window's rate and its portion burst of the window's capacity. The portion weighs
+// the Envoys (streams of this replica) that had requests on the key within two report
+// intervals by the requests each reported, not the whole fleet evenly: a key used through one Envoy of many gets
 // the whole rule, and a client whose traffic reaches the Envoys unevenly gets a share
 // on each that follows its traffic, as a gateway's lease follows its demand
 // (RATIONALE.md §2). Portions of the Envoys using a key sum to one, so their shares sum

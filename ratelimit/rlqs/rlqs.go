@@ -485,13 +485,13 @@ func (st *stream) report(rep *rlqsv3.RateLimitQuotaUsageReports) {
 			}
 			for _, r := range refs {
 				p := lease.ParamsOf(&b.Deltas[r.delta])
-				q := demandOf(r.bucket).burstPortion(p)
+				d := demandOf(r.bucket)
 				sta := out.states[r.delta]
 				if sta.Flags&wire.StateRefused != 0 {
 					continue
 				}
-				n := int64(len(demandOf(r.bucket).others) + 1)
-				m := burstOf(sta.Remaining, q, n)
+				n := int64(len(d.others) + 1)
+				m := burstOf(sta.Remaining, d.burstPortion(p), n)
 				if old, ok := burst[r.bucket]; !ok || m < old {
 					burst[r.bucket] = m
 				}

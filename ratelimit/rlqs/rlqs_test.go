@@ -229,13 +229,7 @@ func TestPortionFillsLikeWater(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var sum int64
 			for i := range tt.rates {
-				d := demand{mine: tt.rates[i]}
-				for j, r := range tt.rates {
-					if j != i {
-						d.others = append(d.others, r)
-					}
-				}
-				q := d.portion(perTenS)
+				q := seenBy(tt.rates, i).portion(perTenS)
 				got := q.w * 2000 / q.total // of 2000
 				if got < tt.want[i]-1 || got > tt.want[i]+1 {
 					t.Errorf("Envoy %d: portion %d of 2000, want %d", i, got, tt.want[i])
@@ -250,6 +244,18 @@ func TestPortionFillsLikeWater(t *testing.T) {
 			}
 		})
 	}
+}
+
+// seenBy is the demand Envoy i sees when the Envoys on a key ask rates (requests a
+// second ×1000): its own, and every other's.
+func seenBy(rates []int64, i int) demand {
+	d := demand{mine: rates[i]}
+	for j, r := range rates {
+		if j != i {
+			d.others = append(d.others, r)
+		}
+	}
+	return d
 }
 
 func sumOf(v []int64) (s int64) {
@@ -435,13 +441,7 @@ func TestBurstPortion(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var sum int64
 			for i := range tt.rates {
-				d := demand{mine: tt.rates[i]}
-				for j, r := range tt.rates {
-					if j != i {
-						d.others = append(d.others, r)
-					}
-				}
-				q := d.burstPortion(perTenS)
+				q := seenBy(tt.rates, i).burstPortion(perTenS)
 				if got := q.w * 1000 / q.total; got < tt.want[i]-1 || got > tt.want[i]+1 {
 					t.Errorf("Envoy %d: burst portion %d of 1000, want %d", i, got, tt.want[i])
 				}
